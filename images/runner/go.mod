@@ -1,0 +1,3 @@
+module sandpod.dev/runner
+
+go 1.24

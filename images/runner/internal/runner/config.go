@@ -1,0 +1,118 @@
+// Package runner implements the in-sandbox side of docs/runner-protocol.md:
+// it reads the run configuration, starts the program with rlimits in a clean
+// environment, frames its output and reports the result.
+package runner
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+const (
+	ModeRun  = "run"
+	ModeLint = "lint"
+
+	DefaultMaxOutputBytes = 1 << 20
+)
+
+// Config is config.json as the operator writes it.
+type Config struct {
+	Mode           string            `json:"mode"`
+	SourceFile     string            `json:"sourceFile"`
+	Command        []string          `json:"command"`
+	LintCommand    []string          `json:"lintCommand,omitempty"`
+	Args           []string          `json:"args"`
+	Env            map[string]string `json:"env"`
+	TimeoutSeconds int               `json:"timeoutSeconds"`
+	MaxOutputBytes int64             `json:"maxOutputBytes"`
+	Files          []FileMapping     `json:"files"`
+	HasStdin       bool              `json:"hasStdin"`
+	Limits         Limits            `json:"limits"`
+}
+
+// FileMapping places the input file Key at Path, relative to the work dir.
+type FileMapping struct {
+	Key  string `json:"key"`
+	Path string `json:"path"`
+}
+
+// Limits are the rlimits applied to the program. Zero leaves a limit as inherited.
+type Limits struct {
+	Processes     uint64 `json:"processes"`
+	FileSizeBytes uint64 `json:"fileSizeBytes"`
+	OpenFiles     uint64 `json:"openFiles"`
+}
+
+// LoadConfig reads and validates a config.json file.
+func LoadConfig(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("reading config: %w", err)
+	}
+	return ParseConfig(data)
+}
+
+// ParseConfig decodes and validates config.json content, filling defaults.
+func ParseConfig(data []byte) (Config, error) {
+	var cfg Config
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		return Config{}, fmt.Errorf("parsing config: %w", err)
+	}
+	if cfg.Mode == "" {
+		cfg.Mode = ModeRun
+	}
+	if cfg.MaxOutputBytes == 0 {
+		cfg.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	if err := cfg.validate(); err != nil {
+		return Config{}, fmt.Errorf("invalid config: %w", err)
+	}
+	return cfg, nil
+}
+
+func (c *Config) validate() error {
+	var problems []error
+	switch c.Mode {
+	case ModeRun:
+		if len(c.Command) == 0 || c.Command[0] == "" {
+			problems = append(problems, errors.New("command must not be empty in run mode"))
+		}
+	case ModeLint:
+		if len(c.LintCommand) == 0 || c.LintCommand[0] == "" {
+			problems = append(problems, errors.New("lintCommand must not be empty in lint mode"))
+		}
+	default:
+		problems = append(problems, fmt.Errorf("unknown mode %q", c.Mode))
+	}
+	if !filepath.IsLocal(c.SourceFile) {
+		problems = append(problems, fmt.Errorf("sourceFile %q is not a relative path inside the work dir", c.SourceFile))
+	}
+	if c.TimeoutSeconds <= 0 {
+		problems = append(problems, fmt.Errorf("timeoutSeconds must be positive, got %d", c.TimeoutSeconds))
+	}
+	if c.MaxOutputBytes < 0 {
+		problems = append(problems, fmt.Errorf("maxOutputBytes must not be negative, got %d", c.MaxOutputBytes))
+	}
+	for _, f := range c.Files {
+		if !isPlainFileName(f.Key) {
+			problems = append(problems, fmt.Errorf("file key %q is not a plain file name", f.Key))
+		}
+		if !filepath.IsLocal(f.Path) {
+			problems = append(problems, fmt.Errorf("file path %q is not a relative path inside the work dir", f.Path))
+		}
+	}
+	for name, value := range c.Env {
+		if name == "" || strings.ContainsAny(name, "=\x00") || strings.ContainsRune(value, 0) {
+			problems = append(problems, fmt.Errorf("invalid environment variable %q", name))
+		}
+	}
+	return errors.Join(problems...)
+}
+
+func isPlainFileName(name string) bool {
+	return filepath.IsLocal(name) && !strings.ContainsRune(name, filepath.Separator)
+}

@@ -1,0 +1,273 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// fixture is one runner invocation: its input files and paths in a temp dir.
+type fixture struct {
+	t          *testing.T
+	opts       Options
+	config     Config
+	source     string
+	stdin      *string
+	inputFiles map[string]string
+}
+
+func newPythonFixture(t *testing.T, source string) *fixture {
+	t.Helper()
+	root := t.TempDir()
+	return &fixture{
+		t: t,
+		opts: Options{
+			ConfigPath:         filepath.Join(root, "input", "config.json"),
+			InputDir:           filepath.Join(root, "input"),
+			WorkDir:            filepath.Join(root, "tmp", "work"),
+			TerminationLogPath: filepath.Join(root, "termination-log"),
+		},
+		config: Config{
+			Mode:           ModeRun,
+			SourceFile:     "main.py",
+			Command:        []string{"python3", "main.py"},
+			Args:           []string{},
+			Env:            map[string]string{"PYTHONUNBUFFERED": "1"},
+			TimeoutSeconds: 10,
+			MaxOutputBytes: DefaultMaxOutputBytes,
+			Files:          []FileMapping{},
+			Limits:         Limits{Processes: 128, FileSizeBytes: 100 << 20, OpenFiles: 1024},
+		},
+		source:     source,
+		inputFiles: map[string]string{},
+	}
+}
+
+func newShellFixture(t *testing.T, script string) *fixture {
+	t.Helper()
+	f := newPythonFixture(t, script)
+	f.config.SourceFile = "main.sh"
+	f.config.Command = []string{"/bin/sh", "main.sh"}
+	f.config.Env = map[string]string{}
+	return f
+}
+
+func (f *fixture) writeInputs() {
+	f.t.Helper()
+	if err := os.MkdirAll(f.opts.InputDir, 0o755); err != nil {
+		f.t.Fatal(err)
+	}
+	config, err := json.Marshal(f.config)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	files := map[string]string{"config.json": string(config), "source": f.source}
+	if f.stdin != nil {
+		files["stdin"] = *f.stdin
+	}
+	for key, content := range f.inputFiles {
+		files[key] = content
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(f.opts.InputDir, name), []byte(content), 0o644); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+}
+
+// runnerOutput is the runner's pod log, decoded.
+type runnerOutput struct {
+	frames     []outputFrame
+	result     Result
+	exitStatus int
+}
+
+func (o runnerOutput) text(stream string) string {
+	var text strings.Builder
+	for _, frame := range o.frames {
+		if frame.Stream == stream {
+			text.WriteString(frame.Data)
+		}
+	}
+	return text.String()
+}
+
+// run runs the runner in this process and checks the protocol's invariants:
+// JSON lines, the result last, the same result in the termination log.
+func (f *fixture) run(ctx context.Context) runnerOutput {
+	f.t.Helper()
+	f.writeInputs()
+	var log, stderr bytes.Buffer
+	result := Run(ctx, f.opts, &log, &stderr)
+	if stderr.Len() > 0 {
+		f.t.Errorf("runner wrote to stderr: %s", stderr.String())
+	}
+	output := f.decodeLog(log.Bytes())
+	assertSameJSON(f.t, "returned result", result, output.result)
+	output.exitStatus = result.ExitStatus()
+	return output
+}
+
+// runInProcess runs the built runner (this test binary) as its own process.
+func (f *fixture) runInProcess(configure func(*exec.Cmd)) (runnerOutput, *os.ProcessState) {
+	f.t.Helper()
+	f.writeInputs()
+	cmd := exec.Command(os.Args[0],
+		"-work-dir", f.opts.WorkDir, "-termination-log", f.opts.TerminationLogPath, f.opts.ConfigPath)
+	cmd.Env = []string{runAsRunnerEnv + "=1"}
+	var log, stderr bytes.Buffer
+	cmd.Stdout = &log
+	cmd.Stderr = &stderr
+	if configure != nil {
+		configure(cmd)
+	}
+	err := cmd.Run()
+	if errors.Is(err, syscall.EPERM) && cmd.SysProcAttr != nil && cmd.SysProcAttr.Cloneflags != 0 {
+		f.t.Skipf("creating namespaces is not permitted here: %v", err)
+	}
+	var exitErr *exec.ExitError
+	if err != nil && !errors.As(err, &exitErr) {
+		f.t.Fatalf("running the runner: %v", err)
+	}
+	if stderr.Len() > 0 {
+		f.t.Errorf("runner wrote to stderr: %s", stderr.String())
+	}
+	output := f.decodeLog(log.Bytes())
+	output.exitStatus = cmd.ProcessState.ExitCode()
+	return output, cmd.ProcessState
+}
+
+func (f *fixture) decodeLog(log []byte) runnerOutput {
+	f.t.Helper()
+	lines := bytes.Split(bytes.TrimSuffix(log, []byte("\n")), []byte("\n"))
+	var output runnerOutput
+	for i, line := range lines {
+		if i == len(lines)-1 {
+			var record struct {
+				Result *Result `json:"result"`
+			}
+			if err := json.Unmarshal(line, &record); err != nil || record.Result == nil {
+				f.t.Fatalf("last log line is not a result record: %q (%v)", line, err)
+			}
+			output.result = *record.Result
+			continue
+		}
+		var frame outputFrame
+		decoder := json.NewDecoder(bytes.NewReader(line))
+		decoder.DisallowUnknownFields()
+		if err := decoder.Decode(&frame); err != nil || frame.Stream == "" {
+			f.t.Fatalf("log line %d is not an output record: %q (%v)", i, line, err)
+		}
+		if len(frame.Data) > maxFrameDataBytes {
+			f.t.Errorf("output record of %d bytes exceeds %d", len(frame.Data), maxFrameDataBytes)
+		}
+		output.frames = append(output.frames, frame)
+	}
+	terminationLog, err := os.ReadFile(f.opts.TerminationLogPath)
+	if err != nil {
+		f.t.Fatalf("reading the termination log: %v", err)
+	}
+	if len(terminationLog) > MaxTerminationMessageBytes {
+		f.t.Errorf("termination log has %d bytes, more than %d", len(terminationLog), MaxTerminationMessageBytes)
+	}
+	var terminationResult Result
+	if err := json.Unmarshal(terminationLog, &terminationResult); err != nil {
+		f.t.Fatalf("termination log is not a result: %q (%v)", terminationLog, err)
+	}
+	if len(TerminationMessage(output.result)) <= MaxTerminationMessageBytes || output.result.Diagnostics == nil {
+		assertSameJSON(f.t, "termination log result", output.result, terminationResult)
+	}
+	return output
+}
+
+func assertSameJSON(t *testing.T, what string, want, got any) {
+	t.Helper()
+	wantJSON, _ := json.Marshal(want)
+	gotJSON, _ := json.Marshal(got)
+	if !bytes.Equal(wantJSON, gotJSON) {
+		t.Errorf("%s:\n got %s\nwant %s", what, gotJSON, wantJSON)
+	}
+}
+
+func intPtr(v int) *int { return &v }
+
+func assertExit(t *testing.T, output runnerOutput, exitCode *int, signal *int, exitStatus int) {
+	t.Helper()
+	assertSameJSON(t, "exitCode", exitCode, output.result.ExitCode)
+	assertSameJSON(t, "signal", signal, output.result.Signal)
+	if output.exitStatus != exitStatus {
+		t.Errorf("runner exit status %d, want %d", output.exitStatus, exitStatus)
+	}
+}
+
+// processGone reports whether pid has exited (a zombie counts: it runs no code).
+func processGone(pid int) bool {
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return true
+	}
+	// The state follows the parenthesised command name.
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	return len(fields) > 0 && (fields[0] == "Z" || fields[0] == "X")
+}
+
+// waitGone waits until every pid is gone, failing at the deadline.
+func waitGone(t *testing.T, pids []int, deadline time.Duration) {
+	t.Helper()
+	limit := time.Now().Add(deadline)
+	for _, pid := range pids {
+		for !processGone(pid) {
+			if time.Now().After(limit) {
+				t.Fatalf("process %d from the run is still alive", pid)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// processesIn lists the live processes whose working directory is dir.
+func processesIn(t *testing.T, dir string) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, entry := range entries {
+		pid, err := strconv.Atoi(entry.Name())
+		if err != nil {
+			continue
+		}
+		cwd, err := os.Readlink(filepath.Join("/proc", entry.Name(), "cwd"))
+		if err == nil && cwd == dir && !processGone(pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func readPids(t *testing.T, path string) []int {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("reading pids the program wrote: %v", err)
+	}
+	var pids []int
+	for _, field := range strings.Fields(string(data)) {
+		pid, err := strconv.Atoi(field)
+		if err != nil {
+			t.Fatalf("bad pid %q", field)
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}

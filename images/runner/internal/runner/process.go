@@ -1,0 +1,250 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+)
+
+const (
+	// drainGrace bounds how long output is still read once the program and
+	// everything that could be killed are gone; a process the runner cannot
+	// kill must not keep the result from being reported.
+	drainGrace = 2 * time.Second
+	// reapGrace bounds how long PID 1 waits for killed processes to be reaped.
+	reapGrace = 5 * time.Second
+
+	readChunkBytes = 8 << 10
+)
+
+// processSpec says how to start the program.
+type processSpec struct {
+	argv    []string
+	env     []string
+	dir     string
+	stdin   *os.File
+	limits  Limits
+	timeout time.Duration
+	// selfExe is the runner binary, re-executed as the shim.
+	selfExe string
+	// reapAll makes the runner reap every child and kill every process it can
+	// signal once the program ends; only right when it is PID 1.
+	reapAll bool
+}
+
+// processOutcome is what became of the program.
+type processOutcome struct {
+	exitCode        *int
+	signal          *int
+	timedOut        bool
+	duration        time.Duration
+	peakMemoryBytes *int64
+	// startErr is set when the program could not be started at all.
+	startErr error
+}
+
+type waitedChild struct {
+	status   syscall.WaitStatus
+	rusage   syscall.Rusage
+	finished time.Time
+}
+
+// runProcess runs the program to its end, copying its output to stdout and
+// stderr, and kills its process group at the timeout or when ctx is done.
+func runProcess(ctx context.Context, spec processSpec, stdout, stderr io.Writer) processOutcome {
+	pipes, err := newChildPipes()
+	if err != nil {
+		return processOutcome{startErr: err}
+	}
+	defer pipes.closeParentEnds()
+
+	attr := &syscall.ProcAttr{
+		Dir: spec.dir,
+		Env: spec.env,
+		Files: []uintptr{
+			spec.stdin.Fd(), pipes.stdoutWrite.Fd(), pipes.stderrWrite.Fd(), pipes.errorWrite.Fd(),
+		},
+		// A new session is also a new process group, killed as a whole.
+		Sys: &syscall.SysProcAttr{Setsid: true},
+	}
+	started := time.Now()
+	pid, err := syscall.ForkExec(spec.selfExe, shimArgv(spec.selfExe, spec.limits, spec.argv), attr)
+	pipes.closeChildEnds()
+	if err != nil {
+		return processOutcome{startErr: fmt.Errorf("starting the runner shim: %w", err)}
+	}
+
+	var readers sync.WaitGroup
+	readers.Add(2)
+	go func() { defer readers.Done(); drain(pipes.stdoutRead, stdout) }()
+	go func() { defer readers.Done(); drain(pipes.stderrRead, stderr) }()
+
+	waited := make(chan waitedChild, 1)
+	allReaped := make(chan struct{})
+	go reapChildren(pid, spec.reapAll, waited, allReaped)
+
+	shimError, _ := io.ReadAll(pipes.errorRead)
+
+	timer := time.NewTimer(spec.timeout)
+	defer timer.Stop()
+	var outcome processOutcome
+	var child waitedChild
+	select {
+	case child = <-waited:
+	case <-timer.C:
+		select {
+		case child = <-waited:
+		default:
+			outcome.timedOut = true
+			killProcessGroup(pid)
+			child = <-waited
+		}
+	case <-ctx.Done():
+		killProcessGroup(pid)
+		child = <-waited
+	}
+
+	// Whatever the program left behind in its group goes too, and as PID 1
+	// every other process as well: nothing outlives the run.
+	killProcessGroup(pid)
+	if spec.reapAll {
+		_ = syscall.Kill(-1, syscall.SIGKILL)
+		select {
+		case <-allReaped:
+		case <-time.After(reapGrace):
+		}
+	}
+	waitOrClose(&readers, drainGrace, pipes.stdoutRead, pipes.stderrRead)
+
+	outcome.duration = child.finished.Sub(started)
+	if len(shimError) > 0 {
+		outcome.startErr = errors.New(string(shimError))
+		return outcome
+	}
+	switch {
+	case child.status.Exited():
+		code := child.status.ExitStatus()
+		outcome.exitCode = &code
+	case child.status.Signaled():
+		signal := int(child.status.Signal())
+		outcome.signal = &signal
+	}
+	peak := child.rusage.Maxrss * 1024
+	outcome.peakMemoryBytes = &peak
+	return outcome
+}
+
+func killProcessGroup(pgid int) {
+	// ESRCH only means the group is already gone.
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+}
+
+// reapChildren waits for the program (pid) and sends its status on waited.
+// With reapAll it reaps every child, the zombies reparented to PID 1
+// included, until there are none left.
+func reapChildren(pid int, reapAll bool, waited chan<- waitedChild, allReaped chan<- struct{}) {
+	defer close(allReaped)
+	waitFor := pid
+	if reapAll {
+		waitFor = -1
+	}
+	for {
+		var status syscall.WaitStatus
+		var rusage syscall.Rusage
+		reaped, err := syscall.Wait4(waitFor, &status, 0, &rusage)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			// ECHILD: nothing left to wait for. The program itself is always
+			// reaped before that, so waited has been sent.
+			return
+		}
+		if reaped == pid {
+			waited <- waitedChild{status: status, rusage: rusage, finished: time.Now()}
+			if !reapAll {
+				return
+			}
+		}
+	}
+}
+
+// drain copies r to w until r ends or is closed.
+func drain(r io.Reader, w io.Writer) {
+	buf := make([]byte, readChunkBytes)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			_, _ = w.Write(buf[:n])
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// waitOrClose waits for the readers; past the grace period it closes their
+// pipes, which ends their pending reads.
+func waitOrClose(readers *sync.WaitGroup, grace time.Duration, pipes ...*os.File) {
+	done := make(chan struct{})
+	go func() {
+		readers.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return
+	case <-time.After(grace):
+	}
+	for _, pipe := range pipes {
+		_ = pipe.Close()
+	}
+	<-done
+}
+
+// childPipes are the program's stdout and stderr and the shim's error channel.
+type childPipes struct {
+	stdoutRead, stdoutWrite *os.File
+	stderrRead, stderrWrite *os.File
+	errorRead, errorWrite   *os.File
+}
+
+func newChildPipes() (*childPipes, error) {
+	var p childPipes
+	var err error
+	if p.stdoutRead, p.stdoutWrite, err = os.Pipe(); err != nil {
+		return nil, fmt.Errorf("creating stdout pipe: %w", err)
+	}
+	if p.stderrRead, p.stderrWrite, err = os.Pipe(); err != nil {
+		p.closeChildEnds()
+		p.closeParentEnds()
+		return nil, fmt.Errorf("creating stderr pipe: %w", err)
+	}
+	if p.errorRead, p.errorWrite, err = os.Pipe(); err != nil {
+		p.closeChildEnds()
+		p.closeParentEnds()
+		return nil, fmt.Errorf("creating shim error pipe: %w", err)
+	}
+	return &p, nil
+}
+
+func (p *childPipes) closeChildEnds() {
+	closeAll(p.stdoutWrite, p.stderrWrite, p.errorWrite)
+}
+
+func (p *childPipes) closeParentEnds() {
+	closeAll(p.stdoutRead, p.stderrRead, p.errorRead)
+}
+
+func closeAll(files ...*os.File) {
+	for _, f := range files {
+		if f != nil {
+			_ = f.Close()
+		}
+	}
+}

@@ -1,0 +1,104 @@
+package runner
+
+import (
+	"os"
+	"unicode/utf8"
+)
+
+const (
+	// MaxTerminationMessageBytes is the kubelet's limit for a container's
+	// termination message.
+	MaxTerminationMessageBytes = 4096
+
+	ExitCodeTimedOut     = 124
+	ExitCodeRunnerFailed = 125
+	exitCodeSignalBase   = 128
+)
+
+// Result is the summary of one run: the last pod log record and the
+// termination message.
+type Result struct {
+	// ExitCode is the program's exit status when it exited by itself; null when
+	// it was killed by a signal or never started.
+	ExitCode *int `json:"exitCode"`
+	// Signal is the number of the signal that killed the program, or null.
+	Signal          *int         `json:"signal"`
+	TimedOut        bool         `json:"timedOut"`
+	DurationMs      int64        `json:"durationMs"`
+	StdoutBytes     int64        `json:"stdoutBytes"`
+	StderrBytes     int64        `json:"stderrBytes"`
+	StdoutTruncated bool         `json:"stdoutTruncated"`
+	StderrTruncated bool         `json:"stderrTruncated"`
+	PeakMemoryBytes *int64       `json:"peakMemoryBytes"`
+	Diagnostics     []Diagnostic `json:"diagnostics"`
+	// Error says why the runner could not run the program; ExitCode is then null.
+	Error *string `json:"error"`
+}
+
+// Diagnostic is one lint finding, with 1-based line and column.
+type Diagnostic struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Line    int    `json:"line"`
+	Column  int    `json:"column"`
+}
+
+func failedResult(err error) Result {
+	message := err.Error()
+	return Result{Error: &message}
+}
+
+// ExitStatus is the runner's own exit status for a result.
+func (r *Result) ExitStatus() int {
+	switch {
+	case r.Error != nil:
+		return ExitCodeRunnerFailed
+	case r.TimedOut:
+		return ExitCodeTimedOut
+	case r.Signal != nil:
+		return exitCodeSignalBase + *r.Signal
+	case r.ExitCode != nil:
+		return *r.ExitCode
+	default:
+		return ExitCodeRunnerFailed
+	}
+}
+
+// TerminationMessage encodes the result in at most MaxTerminationMessageBytes,
+// dropping the diagnostics, then shortening the error, when it does not fit.
+func TerminationMessage(result Result) []byte {
+	message := marshalJSONLine(result)
+	if len(message) <= MaxTerminationMessageBytes {
+		return message
+	}
+	result.Diagnostics = nil
+	message = marshalJSONLine(result)
+	if len(message) <= MaxTerminationMessageBytes || result.Error == nil {
+		return message
+	}
+	errorText := *result.Error
+	encodeWithErrorPrefix := func(length int) []byte {
+		for length > 0 && length < len(errorText) && !utf8.RuneStart(errorText[length]) {
+			length--
+		}
+		shortened := errorText[:length] + "…"
+		result.Error = &shortened
+		return marshalJSONLine(result)
+	}
+	// JSON escaping makes the encoded length of a prefix hard to predict:
+	// search for the longest prefix that fits.
+	shortest, longest := 0, len(errorText)
+	for shortest < longest {
+		middle := (shortest + longest + 1) / 2
+		if len(encodeWithErrorPrefix(middle)) <= MaxTerminationMessageBytes {
+			shortest = middle
+		} else {
+			longest = middle - 1
+		}
+	}
+	return encodeWithErrorPrefix(shortest)
+}
+
+func writeTerminationLog(path string, result Result) error {
+	return os.WriteFile(path, TerminationMessage(result), 0o644)
+}

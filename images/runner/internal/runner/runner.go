@@ -1,0 +1,199 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"time"
+)
+
+const (
+	DefaultConfigPath         = "/sandbox/input/config.json"
+	DefaultWorkDir            = "/tmp/work"
+	DefaultTerminationLogPath = "/dev/termination-log"
+
+	selfExePath = "/proc/self/exe"
+	// lintReportLimit bounds the linter's JSON report kept for parsing.
+	lintReportLimit = 16 << 20
+)
+
+// Options are the runner's paths; the defaults are the protocol's.
+type Options struct {
+	ConfigPath string
+	// InputDir holds source, stdin and the extra files; by default the
+	// directory of ConfigPath.
+	InputDir           string
+	WorkDir            string
+	TerminationLogPath string
+}
+
+// ParseOptions parses the command line: [flags] [config.json].
+func ParseOptions(args []string, usageOutput io.Writer) (Options, error) {
+	opts := Options{
+		ConfigPath:         DefaultConfigPath,
+		WorkDir:            DefaultWorkDir,
+		TerminationLogPath: DefaultTerminationLogPath,
+	}
+	flags := flag.NewFlagSet("sandpod-runner", flag.ContinueOnError)
+	flags.SetOutput(usageOutput)
+	flags.Usage = func() {
+		fmt.Fprintln(usageOutput, "usage: sandpod-runner [flags] [config.json]")
+		flags.PrintDefaults()
+	}
+	flags.StringVar(&opts.InputDir, "input-dir", "", "directory of the input files (default: the directory of config.json)")
+	flags.StringVar(&opts.WorkDir, "work-dir", opts.WorkDir, "scratch directory the program runs in")
+	flags.StringVar(&opts.TerminationLogPath, "termination-log", opts.TerminationLogPath, "file the result summary is written to")
+	if err := flags.Parse(args); err != nil {
+		return opts, err
+	}
+	switch flags.NArg() {
+	case 0:
+	case 1:
+		opts.ConfigPath = flags.Arg(0)
+	default:
+		return opts, fmt.Errorf("expected at most one config path, got %q", flags.Args())
+	}
+	if opts.InputDir == "" {
+		opts.InputDir = filepath.Dir(opts.ConfigPath)
+	}
+	return opts, nil
+}
+
+// Main is the runner's command: it returns the exit status of the process.
+func Main(args []string, stdout, stderr io.Writer) int {
+	opts, err := ParseOptions(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		result := failedResult(err)
+		report(opts, result, newFrameWriter(stdout), stderr)
+		return result.ExitStatus()
+	}
+	// The kubelet stops a deleted pod with SIGTERM; the program goes first.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	result := Run(ctx, opts, stdout, stderr)
+	return result.ExitStatus()
+}
+
+// Run runs the configured program once, frames its output on stdout, and
+// reports the result as the last record and in the termination log.
+func Run(ctx context.Context, opts Options, stdout, stderr io.Writer) Result {
+	frames := newFrameWriter(stdout)
+	result := execute(ctx, opts, frames)
+	report(opts, result, frames, stderr)
+	return result
+}
+
+func report(opts Options, result Result, frames *frameWriter, stderr io.Writer) {
+	if err := writeTerminationLog(opts.TerminationLogPath, result); err != nil {
+		fmt.Fprintf(stderr, "sandpod-runner: writing the termination log: %v\n", err)
+	}
+	frames.write(resultFrame{Result: result})
+}
+
+func execute(ctx context.Context, opts Options, frames *frameWriter) Result {
+	cfg, err := LoadConfig(opts.ConfigPath)
+	if err != nil {
+		return failedResult(err)
+	}
+	if err := prepareWorkDir(&cfg, opts.InputDir, opts.WorkDir); err != nil {
+		return failedResult(err)
+	}
+	// Lint mode runs no program, so nothing reads the program's stdin.
+	stdin, err := openStdin(cfg.HasStdin && cfg.Mode == ModeRun, opts.InputDir)
+	if err != nil {
+		return failedResult(err)
+	}
+	defer stdin.Close()
+
+	spec := processSpec{
+		env:     programEnv(cfg.Env, opts.WorkDir),
+		dir:     opts.WorkDir,
+		stdin:   stdin,
+		limits:  cfg.Limits,
+		timeout: time.Duration(cfg.TimeoutSeconds) * time.Second,
+		selfExe: selfExePath,
+		reapAll: os.Getpid() == 1,
+	}
+	stdoutCapture := newStreamCapture(StreamStdout, cfg.MaxOutputBytes, frames)
+	stderrCapture := newStreamCapture(StreamStderr, cfg.MaxOutputBytes, frames)
+	if cfg.Mode == ModeLint {
+		spec.argv = cfg.LintCommand
+		return lint(ctx, spec, cfg.SourceFile, stdoutCapture, stderrCapture)
+	}
+	spec.argv = append(slices.Clone(cfg.Command), cfg.Args...)
+	outcome := runProcess(ctx, spec, stdoutCapture, stderrCapture)
+	stdoutCapture.finish()
+	stderrCapture.finish()
+	return newResult(outcome, stdoutCapture, stderrCapture)
+}
+
+// lint runs the linter, parses its JSON report into diagnostics and frames
+// them as text on stdout. Exit code 0: clean, 1: findings.
+func lint(ctx context.Context, spec processSpec, sourceFile string, stdoutCapture, stderrCapture *streamCapture) Result {
+	lintReport := &cappedBuffer{limit: lintReportLimit}
+	outcome := runProcess(ctx, spec, lintReport, stderrCapture)
+	stderrCapture.finish()
+	result := newResult(outcome, stdoutCapture, stderrCapture)
+	if result.Error != nil || result.ExitCode == nil {
+		return result
+	}
+	if *result.ExitCode > 1 {
+		result.fail(fmt.Sprintf("the linter failed with exit status %d", *result.ExitCode))
+		return result
+	}
+	if lintReport.Truncated() {
+		result.fail(fmt.Sprintf("the linter's report exceeds %d bytes", lintReportLimit))
+		return result
+	}
+	diagnostics, err := ParseRuffJSON(lintReport.data)
+	if err != nil {
+		result.fail(err.Error())
+		return result
+	}
+	_, _ = io.WriteString(stdoutCapture, renderDiagnostics(sourceFile, diagnostics))
+	stdoutCapture.finish()
+	exitCode := 0
+	if len(diagnostics) > 0 {
+		exitCode = 1
+	}
+	result.ExitCode = &exitCode
+	result.Diagnostics = diagnostics
+	result.StdoutBytes = stdoutCapture.Total()
+	result.StdoutTruncated = stdoutCapture.Truncated()
+	return result
+}
+
+func newResult(outcome processOutcome, stdoutCapture, stderrCapture *streamCapture) Result {
+	result := Result{
+		ExitCode:        outcome.exitCode,
+		Signal:          outcome.signal,
+		TimedOut:        outcome.timedOut,
+		DurationMs:      outcome.duration.Milliseconds(),
+		StdoutBytes:     stdoutCapture.Total(),
+		StderrBytes:     stderrCapture.Total(),
+		StdoutTruncated: stdoutCapture.Truncated(),
+		StderrTruncated: stderrCapture.Truncated(),
+		PeakMemoryBytes: outcome.peakMemoryBytes,
+	}
+	if outcome.startErr != nil {
+		result.fail(outcome.startErr.Error())
+		result.Signal = nil
+		result.PeakMemoryBytes = nil
+	}
+	return result
+}
+
+func (r *Result) fail(message string) {
+	r.Error = &message
+	r.ExitCode = nil
+}

@@ -1,0 +1,121 @@
+package runner
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+)
+
+// shimMarker is the hidden first argument with which the runner re-executes
+// itself as the program's process: the shim sets the rlimits in that process
+// only, then replaces itself with the program.
+const shimMarker = "__sandpod_exec__"
+
+// shimErrorFD receives the reason the shim could not start the program. It is
+// close-on-exec, so the runner reads EOF and nothing else when exec succeeds.
+const shimErrorFD = 3
+
+const shimExitCode = 127
+
+// IsShimInvocation reports whether args (os.Args) ask for the shim.
+func IsShimInvocation(args []string) bool {
+	return len(args) > 1 && args[1] == shimMarker
+}
+
+func shimArgv(selfExe string, limits Limits, argv []string) []string {
+	return append([]string{
+		selfExe,
+		shimMarker,
+		strconv.FormatUint(limits.Processes, 10),
+		strconv.FormatUint(limits.FileSizeBytes, 10),
+		strconv.FormatUint(limits.OpenFiles, 10),
+		"--",
+	}, argv...)
+}
+
+// ShimMain runs in the freshly started program process with the arguments that
+// follow shimMarker: it applies the limits and execs the program. It returns
+// only by exiting.
+func ShimMain(args []string) {
+	syscall.CloseOnExec(shimErrorFD)
+	errorPipe := os.NewFile(shimErrorFD, "shim-error")
+	err := execWithLimits(args)
+	_, _ = fmt.Fprint(errorPipe, err.Error())
+	os.Exit(shimExitCode)
+}
+
+func execWithLimits(args []string) error {
+	if len(args) < 5 || args[3] != "--" {
+		return fmt.Errorf("malformed shim arguments %q", args)
+	}
+	var values [3]uint64
+	for i := range values {
+		value, err := strconv.ParseUint(args[i], 10, 64)
+		if err != nil {
+			return fmt.Errorf("malformed limit %q", args[i])
+		}
+		values[i] = value
+	}
+	processes, fileSize, openFiles := values[0], values[1], values[2]
+	argv := args[4:]
+
+	// The environment is already the program's, so PATH lookup uses its PATH.
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		return fmt.Errorf("cannot start %q: %w", argv[0], err)
+	}
+	if err := setHardLimit(syscall.RLIMIT_CORE, 0); err != nil {
+		return err
+	}
+	if err := setHardLimit(syscall.RLIMIT_FSIZE, fileSize); err != nil {
+		return err
+	}
+	if err := setHardLimit(syscall.RLIMIT_NOFILE, openFiles); err != nil {
+		return err
+	}
+	// Last: a low process limit could keep the Go runtime from starting threads.
+	if err := setHardLimit(rlimitNproc, processes); err != nil {
+		return err
+	}
+	err = syscall.Exec(path, argv, os.Environ())
+	return fmt.Errorf("cannot start %q: %w", argv[0], err)
+}
+
+// rlimitNproc is RLIMIT_NPROC, which package syscall does not name on Linux;
+// it is 6 on amd64 and arm64, the architectures the images are built for.
+const rlimitNproc = 6
+
+// setHardLimit sets both the soft and the hard limit, so the program cannot
+// raise it again. Zero leaves the limit alone, except for RLIMIT_CORE where
+// zero is the point; a limit is never raised above the inherited hard limit.
+func setHardLimit(resource int, value uint64) error {
+	if value == 0 && resource != syscall.RLIMIT_CORE {
+		return nil
+	}
+	var current syscall.Rlimit
+	if err := syscall.Getrlimit(resource, &current); err != nil {
+		return fmt.Errorf("getrlimit(%s): %w", rlimitName(resource), err)
+	}
+	value = min(value, current.Max)
+	if err := syscall.Setrlimit(resource, &syscall.Rlimit{Cur: value, Max: value}); err != nil {
+		return fmt.Errorf("setrlimit(%s, %d): %w", rlimitName(resource), value, err)
+	}
+	return nil
+}
+
+func rlimitName(resource int) string {
+	switch resource {
+	case syscall.RLIMIT_CORE:
+		return "RLIMIT_CORE"
+	case syscall.RLIMIT_FSIZE:
+		return "RLIMIT_FSIZE"
+	case syscall.RLIMIT_NOFILE:
+		return "RLIMIT_NOFILE"
+	case rlimitNproc:
+		return "RLIMIT_NPROC"
+	default:
+		return strconv.Itoa(resource)
+	}
+}
