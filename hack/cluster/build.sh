@@ -4,8 +4,8 @@
 # A second run finds everything in the cache and builds nothing.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-APT_PACKAGES=(containerd runc containernetworking-plugins iptables ipset conntrack openssl
-  socat ethtool iproute2 util-linux ebtables kmod procps curl gcc libc6-dev netcat-openbsd)
+APT_PACKAGES=(containerd runc patch containernetworking-plugins iptables ipset conntrack openssl
+  socat ethtool iproute2 util-linux ebtables kmod procps curl gcc libc6-dev netcat-openbsd busybox-static)
 
 install_apt_packages() {
   local missing=()
@@ -34,6 +34,9 @@ go_build() {
   out_dir=$(component_dir "$name" "$version")
   module_dir=$CLUSTER_SCRIPTS_DIR/gomod/$name
   [ -f "$out_dir/.complete" ] && return 0
+  if compgen -G "$CLUSTER_SCRIPTS_DIR/patches/$name-*.patch" >/dev/null; then
+    module_dir=$(patched_module "$name" "$version")
+  fi
   local packages=() spec
   for spec in "$@"; do packages+=("${spec#*=}"); done
   local total started
@@ -57,6 +60,29 @@ go_build() {
   mv "$out_dir.partial" "$out_dir"
   touch "$out_dir/.complete"
   log "built $name in $(($(date +%s) - started)) s into $out_dir"
+}
+
+# patched_module NAME VERSION: a copy of the wrapper module whose dependency NAME's module
+# (the one it requires at VERSION) is replaced by a copy of its source with patches/NAME-*.patch
+# applied. Prints the copy's directory.
+patched_module() {
+  local name=$1 version=$2 wrapper=$CLUSTER_SCRIPTS_DIR/gomod/$name
+  local module_path
+  module_path=$(awk '$1 == "require" && NF == 3 { print $2; exit }' "$wrapper/go.mod")
+  local work=$SANDPOD_CACHE/src/$name-$version-patched
+  rm -rf "$work"
+  mkdir -p "$work"
+  local source_dir
+  source_dir=$(cd "$wrapper" && go mod download -json "$module_path@$version" | awk -F'"' '$2 == "Dir" { print $4 }')
+  cp -r "$source_dir" "$work/source"
+  chmod -R u+w "$work/source"
+  local patch
+  for patch in "$CLUSTER_SCRIPTS_DIR"/patches/"$name"-*.patch; do
+    patch -s -p1 -d "$work/source" <"$patch" || die "patch $patch does not apply to $module_path@$version"
+  done
+  cp -r "$wrapper" "$work/module"
+  (cd "$work/module" && go mod edit -replace "$module_path=$work/source")
+  echo "$work/module"
 }
 
 build_kubernetes() {

@@ -39,7 +39,7 @@ die() { log "error: $*"; exit 1; }
 component_dir() {
   local name=$1 version=$2 pins_hash
   pins_hash=$(cat "$CLUSTER_SCRIPTS_DIR/gomod/$name/go.mod" "$CLUSTER_SCRIPTS_DIR/gomod/$name/go.sum" \
-    | sha256sum | cut -c1-12)
+    "$CLUSTER_SCRIPTS_DIR"/patches/"$name"-*.patch 2>/dev/null | sha256sum | cut -c1-12)
   printf '%s/bin/%s-%s-%s\n' "$SANDPOD_CACHE" "$name" "$version" "$pins_hash"
 }
 

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Stops the local cluster: every process `cluster-up` started (by PID, from .cluster/pids and
+# the cluster's pids cgroup), and the interfaces, iptables rules and mounts it made.
+# Cluster state (etcd data, images, certificates) stays in .cluster/ for the next `up`.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+K8S_BIN=$(component_dir kubernetes "$KUBERNETES_VERSION")
+
+daemon_pid() {
+  local pid_file=$PID_DIR/$1.pid
+  [ -f "$pid_file" ] && kill -0 "$(cat "$pid_file")" 2>/dev/null && cat "$pid_file"
+}
+
+stop_daemon() {
+  local name=$1 pid
+  pid=$(daemon_pid "$name") || { rm -f "$PID_DIR/$name.pid"; return 0; }
+  kill -TERM "$pid" 2>/dev/null || true
+  local deadline=$((SECONDS + 15))
+  while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+  rm -f "$PID_DIR/$name.pid"
+}
+
+# Pods are deleted through the kubelet first, so each sandbox's network is torn down by CNI.
+stop_pods() {
+  daemon_pid kube-apiserver >/dev/null && daemon_pid kubelet >/dev/null || return 0
+  log "deleting every pod"
+  local namespaces
+  namespaces=$(kubectl_admin get namespaces -o name 2>/dev/null | cut -d/ -f2) || return 0
+  local namespace
+  for namespace in $namespaces; do
+    kubectl_admin delete pods --all -n "$namespace" --grace-period=0 --force --wait=false \
+      >/dev/null 2>&1 || true
+  done
+  local deadline=$((SECONDS + 60))
+  while [ -n "$(ctr --address "$CONTAINERD_SOCK" -n k8s.io tasks ls -q 2>/dev/null)" ]; do
+    [ $SECONDS -lt $deadline ] || { log "pods still running after 60 s; killing them"; break; }
+    sleep 0.5
+  done
+}
+
+# Every process left in the cluster's cgroups: shims, gVisor sandboxes, containers.
+kill_remaining_processes() {
+  local round pids
+  for round in 1 2 3 4 5; do
+    pids=$(find "$PIDS_CGROUP" /sys/fs/cgroup/pids/kubepods -name cgroup.procs -exec cat {} + 2>/dev/null \
+      | sort -u)
+    [ -z "$pids" ] && return 0
+    # shellcheck disable=SC2086
+    kill -KILL $pids 2>/dev/null || true
+    sleep 0.3
+  done
+  log "warning: processes left in the cluster cgroups: $pids"
+}
+
+remove_network() {
+  local netns
+  for netns in /run/netns/cni-*; do
+    [ -e "$netns" ] || continue
+    umount "$netns" 2>/dev/null || true
+    rm -f "$netns"
+  done
+  ip link del "$CNI_BRIDGE" 2>/dev/null || true
+  # kube-proxy's own cleanup removes its KUBE-* chains.
+  [ -x "$K8S_BIN/kube-proxy" ] && "$K8S_BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true
+  if [ -x "$VENV/bin/python" ]; then
+    PYTHONPATH="$CLUSTER_SCRIPTS_DIR" "$VENV/bin/python" -m sandpod_netpol cleanup >/dev/null 2>&1 || true
+  fi
+  # The CNI bridge plugin's masquerade chains (CNI-*) and the portmap chains.
+  local table chain
+  for table in nat filter; do
+    for chain in $(iptables -t "$table" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^CNI-/ { print $2 }'); do
+      iptables -t "$table" -S 2>/dev/null | awk -v chain="$chain" '$1 == "-A" && $0 ~ "-j " chain "( |$)" { $1 = "-D"; print }' \
+        | while read -r rule; do eval "iptables -t $table $rule" 2>/dev/null || true; done
+    done
+    for chain in $(iptables -t "$table" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^CNI-/ { print $2 }'); do
+      iptables -t "$table" -F "$chain" 2>/dev/null || true
+    done
+    for chain in $(iptables -t "$table" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^CNI-/ { print $2 }'); do
+      iptables -t "$table" -X "$chain" 2>/dev/null || true
+    done
+  done
+  rm -rf "$STATE_DIR/cni/ipam"
+}
+
+unmount_state() {
+  local mount_point
+  # Deepest first: kubelet volume mounts, containerd's overlay rootfs and shm mounts, runsc.
+  for mount_point in $(awk -v state="$STATE_DIR" -v run=/run/sandpod \
+    'index($2, state "/") == 1 || index($2, run "/") == 1 { print $2 }' /proc/self/mounts | sort -r); do
+    umount -l "$mount_point" 2>/dev/null || true
+  done
+  rm -rf /run/sandpod
+}
+
+main() {
+  [ -d "$STATE_DIR" ] || { log "no cluster state at $STATE_DIR; nothing to stop"; return 0; }
+  stop_pods
+  local daemon
+  for daemon in coredns kube-proxy kubelet netpol kube-scheduler kube-controller-manager kube-apiserver etcd containerd; do
+    stop_daemon "$daemon"
+  done
+  kill_remaining_processes
+  remove_network
+  unmount_state
+  rmdir "$PIDS_CGROUP" 2>/dev/null || true
+  log "cluster stopped (state kept in $STATE_DIR; delete it for a fresh cluster)"
+}
+
+main "$@"
