@@ -1,0 +1,1 @@
+"""sandpod operator: reconciles CodeExecution resources into gVisor sandbox pods."""

@@ -1,0 +1,331 @@
+"""Pure builders: a CodeExecution spec (+ catalog, settings) -> plain Kubernetes manifests.
+
+No I/O here. Handlers add ownerReferences (kopf.adopt) and create what these return.
+The ConfigMap layout and config.json follow docs/runner-protocol.md.
+"""
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sandpod_operator.catalog import Catalog, Language
+from sandpod_operator.models import CodeExecutionSpec, Network
+from sandpod_operator.quantities import parse_quantity
+from sandpod_operator.settings import OperatorSettings
+
+Manifest = dict[str, Any]
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "sandpod"
+EXECUTION_LABEL = "sandpod.dev/execution"
+ROLE_LABEL = "sandpod.dev/role"
+SANDBOX_ROLE = "sandbox"
+DENY_ALL_POLICY_NAME = "sandpod-sandbox-deny-all"
+
+CONTAINER_NAME = "sandbox"
+SANDBOX_HOSTNAME = "sandbox"
+RUNNER_PATH = "/opt/sandpod/bin/sandpod-runner"
+INPUT_DIR = "/sandbox/input"
+CONFIG_KEY = "config.json"
+SOURCE_KEY = "source"
+STDIN_KEY = "stdin"
+TERMINATION_GRACE_SECONDS = 1
+# The sandbox has no DNS: the resolver points at loopback, where nothing answers.
+UNREACHABLE_NAMESERVER = "127.0.0.1"
+
+# A ConfigMap holds at most 1 MiB; leave room for config.json and keys.
+MAX_CONTENT_BYTES = 1000 * 1000
+_UID_PART = 8
+_MAX_NAME = 63
+
+
+class InvalidSpecError(ValueError):
+    """The spec passed the CRD schema but this operator cannot run it (catalog, settings)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The spec resolved against the catalog and settings: what will actually run."""
+
+    language: Language
+    runtime_class_name: str
+    cpu: str
+    memory: str
+    ephemeral_storage: str
+    timeout_seconds: int
+    ttl_seconds_after_finished: int
+
+
+def content_size_bytes(spec: CodeExecutionSpec) -> int:
+    texts = [spec.source, spec.stdin or "", *(f.content for f in spec.files)]
+    return sum(len(text.encode()) for text in texts)
+
+
+def child_name(execution_name: str, uid: str) -> str:
+    """Deterministic name of an execution's children: one per CR instance, a valid DNS label.
+
+    The uid part makes a re-created CR with the same name get new children, never the old.
+    """
+    suffix = uid.replace("-", "")[:_UID_PART]
+    head = execution_name[: _MAX_NAME - _UID_PART - 1].rstrip("-.")
+    return f"{head}-{suffix}"
+
+
+def sandbox_labels(execution_name: str) -> dict[str, str]:
+    return {
+        MANAGED_BY_LABEL: MANAGED_BY,
+        EXECUTION_LABEL: execution_name,
+        ROLE_LABEL: SANDBOX_ROLE,
+    }
+
+
+def _within(what: str, requested: str | None, default: str, maximum: str) -> str:
+    value = requested or default
+    if parse_quantity(value) > parse_quantity(maximum):
+        raise InvalidSpecError(
+            f"spec.resources.{what}: {value} exceeds this installation's maximum of {maximum}"
+        )
+    return value
+
+
+def plan_execution(spec: CodeExecutionSpec, catalog: Catalog, settings: OperatorSettings) -> Plan:
+    """Resolve defaults and check what the CRD cannot know; InvalidSpecError names the field."""
+    language = catalog.languages.get(spec.language)
+    if language is None:
+        known = ", ".join(sorted(catalog.languages))
+        raise InvalidSpecError(f"spec.language: unknown language {spec.language!r} ({known})")
+    if spec.mode == "lint" and language.lint_command is None:
+        raise InvalidSpecError(f"spec.mode: {spec.language} has no linter; use mode run")
+    if spec.timeout_seconds > settings.max_timeout_seconds:
+        raise InvalidSpecError(
+            f"spec.timeoutSeconds: {spec.timeout_seconds} exceeds this installation's maximum "
+            f"of {settings.max_timeout_seconds}"
+        )
+    runtime_class = spec.runtime_class_name or settings.runtime_class_name
+    if runtime_class not in settings.runtime_classes:
+        allowed = ", ".join(sorted(settings.runtime_classes))
+        raise InvalidSpecError(
+            f"spec.runtimeClassName: {runtime_class!r} is not allowed here ({allowed})"
+        )
+    content_bytes = content_size_bytes(spec)
+    if content_bytes > MAX_CONTENT_BYTES:
+        raise InvalidSpecError(
+            f"spec.source: source, stdin and files take {content_bytes} bytes as UTF-8; "
+            f"at most {MAX_CONTENT_BYTES} fit in the sandbox's ConfigMap"
+        )
+    clashing = [f.path for f in spec.files if f.path == language.file]
+    if clashing:
+        raise InvalidSpecError(
+            f"spec.files: {clashing[0]!r} would overwrite the program's own file"
+        )
+    resources = spec.resources
+    ttl = spec.ttl_seconds_after_finished
+    return Plan(
+        language=language,
+        runtime_class_name=runtime_class,
+        cpu=_within("cpu", resources.cpu, settings.default_cpu, settings.max_cpu),
+        memory=_within("memory", resources.memory, settings.default_memory, settings.max_memory),
+        ephemeral_storage=_within(
+            "ephemeralStorage",
+            resources.ephemeral_storage,
+            settings.default_ephemeral_storage,
+            settings.max_ephemeral_storage,
+        ),
+        timeout_seconds=spec.timeout_seconds,
+        ttl_seconds_after_finished=settings.default_ttl_seconds if ttl is None else ttl,
+    )
+
+
+def file_key(index: int) -> str:
+    return f"file-{index}"
+
+
+def build_runner_config(
+    spec: CodeExecutionSpec, plan: Plan, settings: OperatorSettings
+) -> dict[str, Any]:
+    """config.json for the runner (docs/runner-protocol.md)."""
+    config: dict[str, Any] = {
+        "mode": spec.mode,
+        "sourceFile": plan.language.file,
+        "command": list(plan.language.command),
+        "args": list(spec.args),
+        "env": dict(plan.language.env),
+        "timeoutSeconds": plan.timeout_seconds,
+        "maxOutputBytes": spec.max_output_bytes,
+        "files": [{"key": file_key(i), "path": f.path} for i, f in enumerate(spec.files)],
+        "hasStdin": spec.stdin is not None,
+        "limits": {
+            "processes": settings.process_limit,
+            "fileSizeBytes": settings.file_size_limit_bytes,
+            "openFiles": settings.open_files_limit,
+        },
+    }
+    if plan.language.lint_command is not None:
+        config["lintCommand"] = list(plan.language.lint_command)
+    return config
+
+
+def build_configmap(
+    *,
+    namespace: str,
+    execution_name: str,
+    uid: str,
+    spec: CodeExecutionSpec,
+    plan: Plan,
+    settings: OperatorSettings,
+) -> Manifest:
+    data = {
+        CONFIG_KEY: json.dumps(build_runner_config(spec, plan, settings), indent=2) + "\n",
+        SOURCE_KEY: spec.source,
+    }
+    if spec.stdin is not None:
+        data[STDIN_KEY] = spec.stdin
+    for index, extra in enumerate(spec.files):
+        data[file_key(index)] = extra.content
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": child_name(execution_name, uid),
+            "namespace": namespace,
+            "labels": sandbox_labels(execution_name),
+        },
+        # Immutable: kubelets need not watch it, and nobody can swap the code under a run.
+        "immutable": True,
+        "data": data,
+    }
+
+
+def _smaller(a: str, b: str) -> str:
+    return a if parse_quantity(a) <= parse_quantity(b) else b
+
+
+def build_pod(
+    *,
+    namespace: str,
+    execution_name: str,
+    uid: str,
+    plan: Plan,
+    settings: OperatorSettings,
+) -> Manifest:
+    """The hardened sandbox pod (every default of DESIGN.md's "Sandbox pod hardening")."""
+    name = child_name(execution_name, uid)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": sandbox_labels(execution_name),
+        },
+        "spec": {
+            "runtimeClassName": plan.runtime_class_name,
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "hostname": SANDBOX_HOSTNAME,
+            "dnsPolicy": "None",
+            "dnsConfig": {"nameservers": [UNREACHABLE_NAMESERVER]},
+            "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+            "activeDeadlineSeconds": plan.timeout_seconds + settings.active_deadline_seconds_margin,
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": settings.sandbox_uid,
+                "runAsGroup": settings.sandbox_gid,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": CONTAINER_NAME,
+                    "image": plan.language.image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": [RUNNER_PATH, f"{INPUT_DIR}/{CONFIG_KEY}"],
+                    "resources": {
+                        "limits": {
+                            "cpu": plan.cpu,
+                            "memory": plan.memory,
+                            "ephemeral-storage": plan.ephemeral_storage,
+                        },
+                        "requests": {
+                            "cpu": _smaller(settings.cpu_request, plan.cpu),
+                            "memory": plan.memory,
+                            "ephemeral-storage": _smaller(
+                                settings.ephemeral_storage_request, plan.ephemeral_storage
+                            ),
+                        },
+                    },
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "privileged": False,
+                        "readOnlyRootFilesystem": True,
+                        "runAsNonRoot": True,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                    "volumeMounts": [
+                        {"name": "input", "mountPath": INPUT_DIR, "readOnly": True},
+                        {"name": "tmp", "mountPath": "/tmp"},
+                    ],
+                    "terminationMessagePath": "/dev/termination-log",
+                    "terminationMessagePolicy": "File",
+                }
+            ],
+            "volumes": [
+                {"name": "input", "configMap": {"name": name, "defaultMode": 0o444}},
+                {
+                    "name": "tmp",
+                    "emptyDir": {
+                        "sizeLimit": _smaller(settings.tmp_size_limit, plan.ephemeral_storage)
+                    },
+                },
+            ],
+        },
+    }
+
+
+def build_network_policy(namespace: str) -> Manifest:
+    """Deny all ingress and egress of every sandbox pod in the namespace (DNS included)."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": DENY_ALL_POLICY_NAME,
+            "namespace": namespace,
+            "labels": {MANAGED_BY_LABEL: MANAGED_BY},
+        },
+        "spec": {
+            "podSelector": {"matchLabels": {ROLE_LABEL: SANDBOX_ROLE}},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [],
+            "egress": [],
+        },
+    }
+
+
+def build_egress_policy(
+    *, namespace: str, execution_name: str, uid: str, network: Network
+) -> Manifest | None:
+    """For egress: allowlist, a policy that adds the allowed destinations (policies add up)."""
+    if network.egress != "allowlist":
+        return None
+    rules = []
+    for allowed in network.allow:
+        rule: dict[str, Any] = {"to": [{"ipBlock": {"cidr": allowed.cidr}}]}
+        if allowed.ports:
+            rule["ports"] = [{"port": p.port, "protocol": p.protocol} for p in allowed.ports]
+        rules.append(rule)
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": child_name(execution_name, uid),
+            "namespace": namespace,
+            "labels": sandbox_labels(execution_name),
+        },
+        "spec": {
+            "podSelector": {
+                "matchLabels": {EXECUTION_LABEL: execution_name, ROLE_LABEL: SANDBOX_ROLE}
+            },
+            "policyTypes": ["Egress"],
+            "egress": rules,
+        },
+    }

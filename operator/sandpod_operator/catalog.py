@@ -1,0 +1,48 @@
+"""The language catalog: language name -> image, source file name, command."""
+
+import re
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+
+from sandpod_operator.models import LANGUAGE_PATTERN, RELATIVE_PATH_PATTERN
+
+DEFAULT_CATALOG_PATH = Path(__file__).with_name("catalog.yaml")
+
+
+class Language(BaseModel):
+    """How to run one language in its sandbox image."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    image: str = Field(min_length=1, description="Image with the runtime and sandpod-runner.")
+    file: str = Field(pattern=RELATIVE_PATH_PATTERN, description="Name of the source file.")
+    command: list[str] = Field(min_length=1, description="argv that runs the source file.")
+    lint_command: list[str] | None = Field(
+        default=None, min_length=1, description="argv of the linter (lint mode), if any."
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment.")
+    version: str = Field(default="", description="Runtime version, for display.")
+    description: str = Field(default="", description="One line for humans.")
+
+
+class Catalog(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    languages: dict[str, Language] = Field(min_length=1)
+
+    @field_validator("languages")
+    @classmethod
+    def _language_names(cls, languages: dict[str, Language]) -> dict[str, Language]:
+        bad = [name for name in languages if re.fullmatch(LANGUAGE_PATTERN, name) is None]
+        if bad:
+            raise ValueError(f"language names must match {LANGUAGE_PATTERN}: {bad}")
+        return languages
+
+
+def load_catalog(path: Path = DEFAULT_CATALOG_PATH) -> Catalog:
+    """Read and validate a catalog file; ValueError (pydantic's) when it is malformed."""
+    with path.open() as stream:
+        return Catalog.model_validate(yaml.safe_load(stream))

@@ -1,0 +1,227 @@
+"""Generate the CodeExecution CustomResourceDefinition from the pydantic models.
+
+    python -m sandpod_operator.crd            # write crds/codeexecutions.sandpod.dev.yaml
+    python -m sandpod_operator.crd --check    # exit 1 when the committed file differs
+
+Pydantic emits JSON Schema 2020-12; Kubernetes wants a *structural* OpenAPI v3 schema: every
+node typed (or marked int-or-string), no $ref, no anyOf/oneOf for optional values, no
+additionalProperties next to properties, a description on every property.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sandpod_operator.models import (
+    API_VERSION,
+    CATEGORIES,
+    GROUP,
+    KIND,
+    NAME_RULE,
+    PLURAL,
+    SHORT_NAMES,
+    SINGULAR,
+    VERSION,
+    CodeExecutionSpec,
+    CodeExecutionStatus,
+)
+
+Schema = dict[str, Any]
+
+CRD_NAME = f"{PLURAL}.{GROUP}"
+DEFAULT_OUTPUT = Path(__file__).resolve().parents[2] / "crds" / f"{CRD_NAME}.yaml"
+
+# JSON Schema keywords that carry over to Kubernetes' OpenAPI v3 subset unchanged.
+_KEPT = (
+    "type",
+    "description",
+    "default",
+    "enum",
+    "format",
+    "pattern",
+    "minLength",
+    "maxLength",
+    "minimum",
+    "maximum",
+    "minItems",
+    "maxItems",
+    "x-kubernetes-int-or-string",
+    "x-kubernetes-list-type",
+    "x-kubernetes-list-map-keys",
+    "x-kubernetes-validations",
+)
+_DROPPED = ("title", "examples", "$defs")
+
+
+class SchemaError(ValueError):
+    """The pydantic schema uses something that has no structural equivalent."""
+
+
+def structural(schema: Schema, defs: Schema, where: str = "") -> Schema:
+    """Translate one pydantic JSON Schema node (and its children) to a structural schema."""
+    node = dict(schema)
+    if "$ref" in node:
+        target = defs[node.pop("$ref").rsplit("/", 1)[-1]]
+        node = {**target, **node}  # the referencing field's description wins
+    if "anyOf" in node:
+        variants = [v for v in node.pop("anyOf") if v.get("type") != "null"]
+        if len(variants) != 1:
+            raise SchemaError(f"{where}: a union other than Optional[X] is not structural")
+        node = {**variants[0], **node}
+        if node.get("default", ...) is None:
+            del node["default"]  # absent means None; null would be pruned anyway
+        return structural(node, defs, where)
+    if "const" in node:
+        node["enum"] = [node.pop("const")]
+    for keyword in ("oneOf", "allOf", "not", "exclusiveMinimum", "exclusiveMaximum"):
+        if keyword in node:
+            raise SchemaError(f"{where}: {keyword} has no structural equivalent here")
+    if node.get("x-kubernetes-int-or-string"):
+        node.pop("type", None)
+        node.pop("pattern", None)  # validated by CEL, which sees ints and strings alike
+
+    result: Schema = {k: node[k] for k in _KEPT if k in node}
+    unknown = set(node) - set(_KEPT) - set(_DROPPED) - {"properties", "required", "items"}
+    unknown -= {"additionalProperties"}
+    if unknown:
+        raise SchemaError(f"{where}: unsupported keywords {sorted(unknown)}")
+
+    if node.get("type") == "object":
+        properties = node.get("properties")
+        if properties:
+            result["properties"] = {
+                name: structural(child, defs, f"{where}.{name}")
+                for name, child in properties.items()
+            }
+            if node.get("required"):
+                result["required"] = list(node["required"])
+        elif isinstance(node.get("additionalProperties"), dict):
+            result["additionalProperties"] = structural(
+                node["additionalProperties"], defs, f"{where}[*]"
+            )
+    if node.get("type") == "array":
+        result["items"] = structural(node["items"], defs, f"{where}[]")
+    return result
+
+
+def model_schema(model: type[Any]) -> Schema:
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    return structural(raw, raw.get("$defs", {}), model.__name__)
+
+
+def undescribed_properties(schema: Schema, where: str = "") -> list[str]:
+    """Paths of properties without a description (kubectl explain would show nothing)."""
+    missing: list[str] = []
+    for name, child in schema.get("properties", {}).items():
+        path = f"{where}.{name}"
+        if not child.get("description"):
+            missing.append(path)
+        missing.extend(undescribed_properties(child, path))
+    if "items" in schema:
+        missing.extend(undescribed_properties(schema["items"], f"{where}[]"))
+    return missing
+
+
+def build_crd() -> Schema:
+    spec = model_schema(CodeExecutionSpec)
+    status = model_schema(CodeExecutionStatus)
+    root: Schema = {
+        "type": "object",
+        "description": "CodeExecution runs one program in a short-lived, locked-down sandbox "
+        "pod (gVisor) and records its result in status.",
+        "required": ["spec"],
+        "x-kubernetes-validations": [NAME_RULE],
+        "properties": {
+            "apiVersion": {
+                "type": "string",
+                "description": "APIVersion defines the versioned schema of this object.",
+            },
+            "kind": {
+                "type": "string",
+                "description": "Kind is the REST resource this object represents.",
+            },
+            "metadata": {"type": "object", "description": "Standard object metadata."},
+            "spec": spec,
+            "status": status,
+        },
+    }
+    missing = undescribed_properties(root)
+    if missing:
+        raise SchemaError(f"properties without a description: {', '.join(missing)}")
+    columns = [
+        {"name": "Language", "type": "string", "jsonPath": ".spec.language"},
+        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+        {"name": "Reason", "type": "string", "jsonPath": ".status.reason", "priority": 1},
+        {"name": "Exit", "type": "integer", "jsonPath": ".status.exitCode"},
+        {
+            "name": "Duration(ms)",
+            "type": "integer",
+            "jsonPath": ".status.durationMs",
+            "description": "Run time of the program in milliseconds.",
+        },
+        {"name": "Pod", "type": "string", "jsonPath": ".status.podName", "priority": 1},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": CRD_NAME,
+            "labels": {"app.kubernetes.io/name": "sandpod", "app.kubernetes.io/part-of": "sandpod"},
+        },
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": list(SHORT_NAMES),
+                "categories": list(CATEGORIES),
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": columns,
+                    "schema": {"openAPIV3Schema": root},
+                }
+            ],
+        },
+    }
+
+
+def render() -> str:
+    header = (
+        "# Generated by `python -m sandpod_operator.crd` from operator/sandpod_operator/"
+        "models.py.\n# Do not edit: change the models and regenerate.\n"
+    )
+    return header + yaml.safe_dump(build_crd(), sort_keys=False, width=100, allow_unicode=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=f"Generate the {CRD_NAME} CRD ({API_VERSION}).")
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    parser.add_argument("--check", action="store_true", help="exit 1 if the file is stale")
+    args = parser.parse_args(argv)
+    text = render()
+    if args.check:
+        current = args.output.read_text() if args.output.exists() else ""
+        if current != text:
+            print(f"{args.output} is stale: run python -m sandpod_operator.crd", file=sys.stderr)
+            return 1
+        return 0
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(text)
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""kopf handlers (thin): fetch, hand to the Reconciler, translate errors for kopf.
+
+Run:  kopf run -m sandpod_operator.handlers --all-namespaces --standalone
+"""
+
+import copy
+import logging
+from collections.abc import Mapping
+from typing import Any, cast
+
+import kopf
+import prometheus_client
+
+from sandpod_operator.builders import (
+    DENY_ALL_POLICY_NAME,
+    EXECUTION_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    ROLE_LABEL,
+    SANDBOX_ROLE,
+)
+from sandpod_operator.catalog import load_catalog
+from sandpod_operator.kube import Kube, RequestCounter, connect
+from sandpod_operator.models import CANCEL_ANNOTATION, GROUP, PLURAL, VERSION, is_terminal
+from sandpod_operator.reconciler import API_ERRORS, Reconciler, is_transient
+from sandpod_operator.settings import OperatorSettings
+from sandpod_operator.status import Verdict
+
+EXECUTIONS = (GROUP, VERSION, PLURAL)
+PODS = ("v1", "pods")
+NETWORK_POLICIES = ("networking.k8s.io", "v1", "networkpolicies")
+SANDBOX_POD_LABELS = {ROLE_LABEL: SANDBOX_ROLE, MANAGED_BY_LABEL: MANAGED_BY}
+KOPF_PREFIX = f"kopf.{GROUP}"
+# Transient API errors while starting an execution are retried this often (2 s apart),
+# then the execution ends with Error/OperatorError instead of staying Pending.
+START_RETRIES = 30
+TRANSIENT_DELAY_SECONDS = 2
+
+
+def plain(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A detached plain-dict copy of a kopf body (reconciler code works on plain dicts)."""
+    return copy.deepcopy(dict(body))
+
+
+def reconciler_of(memo: kopf.Memo) -> Reconciler:
+    return cast(Reconciler, memo.reconciler)
+
+
+def index_of(handler_kwargs: Mapping[str, Any], name: str) -> kopf.Index[Any, Any]:
+    """kopf hands every index to every handler as a keyword argument named after it."""
+    return cast(kopf.Index[Any, Any], handler_kwargs[name])
+
+
+def unfinished(status: kopf.Status, **_: Any) -> bool:
+    return not is_terminal(status.get("phase"))
+
+
+def finished(status: kopf.Status, **_: Any) -> bool:
+    return is_terminal(status.get("phase"))
+
+
+def is_deny_all(name: str | None, **_: Any) -> bool:
+    return name == DENY_ALL_POLICY_NAME
+
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    sandpod = OperatorSettings()
+    catalog = load_catalog(sandpod.catalog_path)
+    # kopf's bookkeeping in annotations under our prefix; the diff base leaves out the spec
+    # (immutable, and up to 512 KiB: it would not fit the 256 KiB annotation limit).
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=KOPF_PREFIX, ignored_fields=["spec"]
+    )
+    settings.persistence.finalizer = f"{GROUP}/operator"
+    # Our own Events mark phase transitions; kopf's per-handler "succeeded" ones are noise.
+    settings.posting.level = logging.WARNING
+    settings.posting.reporting_component = "sandpod-operator"
+    selector = ",".join(f"{key}={value}" for key, value in SANDBOX_POD_LABELS.items())
+    settings.watching.label_selectors[PODS] = selector
+    settings.watching.label_selectors[NETWORK_POLICIES] = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+    kube = Kube(await connect(), RequestCounter())
+    memo.reconciler = Reconciler(kube=kube, settings=sandpod, catalog=catalog)
+    if sandpod.metrics_port:
+        prometheus_client.start_http_server(sandpod.metrics_port)
+
+
+@kopf.on.cleanup()
+async def close(memo: kopf.Memo, **_: Any) -> None:
+    await reconciler_of(memo).kube.close()
+
+
+@kopf.index(*PODS, labels=SANDBOX_POD_LABELS)
+def sandbox_pods(
+    body: kopf.Body, namespace: str | None, labels: kopf.Labels, **_: Any
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """(namespace, execution name) -> its pod, as last seen: the watchdog reads this."""
+    return {(namespace or "", labels.get(EXECUTION_LABEL, "")): plain(body)}
+
+
+@kopf.index(*NETWORK_POLICIES, labels={MANAGED_BY_LABEL: MANAGED_BY}, when=is_deny_all)
+def deny_all_policies(namespace: str | None, **_: Any) -> dict[str, bool]:
+    """Namespaces that have the deny-all policy, so it is created once, not per execution."""
+    return {namespace or "": True}
+
+
+@kopf.on.resume(*EXECUTIONS)
+@kopf.on.create(*EXECUTIONS)
+async def start_execution(
+    body: kopf.Body, namespace: str | None, retry: int, memo: kopf.Memo, **kwargs: Any
+) -> None:
+    reconciler = reconciler_of(memo)
+    execution = plain(body)
+    protected = bool(index_of(kwargs, "deny_all_policies").get(namespace or ""))
+    try:
+        await reconciler.start(execution, deny_all_present=protected)
+    except API_ERRORS as error:
+        if is_transient(error) and retry < START_RETRIES:
+            raise kopf.TemporaryError(str(error), delay=TRANSIENT_DELAY_SECONDS) from error
+        message = f"the operator could not start the sandbox: {error}"
+        await reconciler.record(
+            execution, Verdict("Error", "OperatorError", message, retryable=True)
+        )
+        raise kopf.PermanentError(message) from error
+
+
+@kopf.on.event(*EXECUTIONS, annotations={CANCEL_ANNOTATION: "true"}, when=unfinished)
+async def cancel_execution(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    await reconciler_of(memo).cancel(plain(body))
+
+
+@kopf.on.delete(*EXECUTIONS, optional=True)
+async def stop_deleted_execution(
+    namespace: str | None, memo: kopf.Memo, status: kopf.Status, **_: Any
+) -> None:
+    """Remove a deleted execution's pod at once instead of waiting for garbage collection."""
+    if namespace and status.get("podName"):
+        await reconciler_of(memo).kube.delete_pod(namespace, status["podName"], uid=None)
+
+
+@kopf.on.event(*PODS, labels=SANDBOX_POD_LABELS)
+async def sandbox_pod_changed(
+    event: kopf.RawEvent, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+) -> None:
+    try:
+        await reconciler_of(memo).on_pod_event(event.get("type"), dict(event["object"]))
+    except (*API_ERRORS, kopf.TemporaryError) as error:
+        # Event handlers are not retried; the watchdog picks the execution up again.
+        logger.warning("following the pod failed, the watchdog will retry: %s", error)
+
+
+@kopf.daemon(*EXECUTIONS, when=unfinished, cancellation_timeout=5)
+async def watchdog(
+    stopped: kopf.DaemonStopped,
+    body: kopf.Body,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    **kwargs: Any,
+) -> None:
+    """Time-based verdicts (startup timeout, unschedulable) and lost pods, for one execution."""
+    reconciler = reconciler_of(memo)
+    sandbox_pods = index_of(kwargs, "sandbox_pods")
+    interval = reconciler.settings.watchdog_interval_seconds
+    while not stopped:
+        await stopped.wait(interval)
+        if stopped:
+            return
+        execution = plain(body)
+        key = (execution["metadata"]["namespace"], execution["metadata"]["name"])
+        try:
+            await reconciler.watch(execution, list(sandbox_pods.get(key, [])))
+        except (*API_ERRORS, kopf.TemporaryError) as error:
+            logger.warning("watchdog check failed, retrying: %s", error)
+
+
+@kopf.daemon(*EXECUTIONS, when=finished, cancellation_timeout=5)
+async def expire_finished(
+    stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, **_: Any
+) -> None:
+    """Delete a finished execution ttlSecondsAfterFinished after it finished (restart-safe:
+    the deadline is computed from status.finishedAt)."""
+    reconciler = reconciler_of(memo)
+    remaining = reconciler.ttl_remaining(plain(body))
+    if remaining > 0:
+        await stopped.wait(remaining)
+    if stopped:
+        return
+    try:
+        await reconciler.expire(plain(body))
+    except API_ERRORS as error:
+        raise kopf.TemporaryError(f"could not delete: {error}", delay=5) from error

@@ -1,0 +1,273 @@
+"""The operator's own Kubernetes API calls: thin, dict-in/dict-out, and counted.
+
+kopf watches and patches its own bookkeeping; everything else the operator does to the
+cluster goes through `Kube`, which counts requests per verb and resource (Prometheus) and
+per execution (logged when the execution finishes).
+"""
+
+import json
+from collections import Counter as Tally
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.config.config_exception import ConfigException
+from prometheus_client import Counter, Histogram
+
+from sandpod_operator.models import GROUP, PLURAL, VERSION
+from sandpod_operator.runner_log import LogReader, LogSummary
+
+Manifest = dict[str, Any]
+
+REQUEST_TIMEOUT_SECONDS = 30
+LOG_TIMEOUT_SECONDS = 120
+MERGE_PATCH = "application/merge-patch+json"
+
+API_REQUESTS = Counter(
+    "sandpod_operator_api_requests_total",
+    "Kubernetes API requests made by the operator (besides kopf's watches and bookkeeping).",
+    ["verb", "resource"],
+)
+REQUESTS_PER_EXECUTION = Histogram(
+    "sandpod_operator_api_requests_per_execution",
+    "API requests the operator made for one execution, from creation to its terminal status.",
+    buckets=(2, 4, 6, 8, 10, 12, 16, 20, 30, 50),
+)
+
+
+@dataclass
+class KubeError(Exception):
+    """An API error response: HTTP status plus the Status object's reason and message."""
+
+    status: int
+    reason: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.reason}: {self.message}"
+
+    @property
+    def transient(self) -> bool:
+        return self.status == 429 or self.status >= 500
+
+    @classmethod
+    def from_response(cls, status: int, body: bytes) -> "KubeError":
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            parsed = {}
+        if not isinstance(parsed, dict):
+            parsed = {}
+        return cls(
+            status=status,
+            reason=str(parsed.get("reason") or ""),
+            message=str(parsed.get("message") or body[:500].decode(errors="replace")),
+        )
+
+
+class RequestCounter:
+    """Counts requests per (verb, resource) and per execution uid."""
+
+    def __init__(self) -> None:
+        self._per_execution: Tally[str] = Tally()
+
+    def count(self, verb: str, resource: str, execution_uid: str | None) -> None:
+        API_REQUESTS.labels(verb=verb, resource=resource).inc()
+        if execution_uid:
+            self._per_execution[execution_uid] += 1
+
+    def settle(self, execution_uid: str) -> int:
+        """The count for an execution that finished; forgets it."""
+        total = self._per_execution.pop(execution_uid, 0)
+        REQUESTS_PER_EXECUTION.observe(total)
+        return total
+
+
+async def connect() -> k8s.ApiClient:
+    """An API client from the in-cluster service account, else from KUBECONFIG."""
+    configuration = k8s.Configuration()
+    try:
+        k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
+            client_configuration=configuration
+        )
+    except ConfigException:
+        await k8s_config.load_kube_config(client_configuration=configuration)
+    return k8s.ApiClient(configuration=configuration)
+
+
+class Kube:
+    def __init__(self, api: k8s.ApiClient, counter: RequestCounter) -> None:
+        self._api = api
+        self._core = k8s.CoreV1Api(api)
+        self._networking = k8s.NetworkingV1Api(api)
+        self._custom = k8s.CustomObjectsApi(api)
+        self.counter = counter
+
+    async def close(self) -> None:
+        await self._api.close()
+
+    async def _call(
+        self, verb: str, resource: str, uid: str | None, method: Any, *args: Any, **kwargs: Any
+    ) -> Manifest:
+        self.counter.count(verb, resource, uid)
+        response = await method(
+            *args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_SECONDS, **kwargs
+        )
+        try:
+            body = await response.read()
+        finally:
+            response.release()
+        if response.status >= 400:
+            raise KubeError.from_response(response.status, body)
+        parsed = json.loads(body) if body else {}
+        return parsed if isinstance(parsed, dict) else {}
+
+    async def _create(
+        self, resource: str, uid: str | None, method: Any, namespace: str, body: Manifest
+    ) -> Manifest | None:
+        """Create; None when it already exists (deterministic names: that is success)."""
+        try:
+            return await self._call("create", resource, uid, method, namespace, body)
+        except KubeError as error:
+            if error.status == 409 and error.reason == "AlreadyExists":
+                return None
+            raise
+
+    async def create_configmap(self, body: Manifest, *, uid: str) -> None:
+        namespace = body["metadata"]["namespace"]
+        await self._create(
+            "configmaps", uid, self._core.create_namespaced_config_map, namespace, body
+        )
+
+    async def create_network_policy(self, body: Manifest, *, uid: str | None) -> None:
+        namespace = body["metadata"]["namespace"]
+        method = self._networking.create_namespaced_network_policy
+        await self._create("networkpolicies", uid, method, namespace, body)
+
+    async def create_pod(self, body: Manifest, *, uid: str) -> Manifest | None:
+        """The created pod, or None if a pod of that name already existed."""
+        namespace = body["metadata"]["namespace"]
+        return await self._create("pods", uid, self._core.create_namespaced_pod, namespace, body)
+
+    async def read_pod(self, namespace: str, name: str, *, uid: str | None) -> Manifest | None:
+        try:
+            return await self._call(
+                "get", "pods", uid, self._core.read_namespaced_pod, name, namespace
+            )
+        except KubeError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    async def delete_pod(self, namespace: str, name: str, *, uid: str | None) -> None:
+        """Delete at once (grace 0): a sandbox has nothing to shut down cleanly."""
+        try:
+            await self._call(
+                "delete",
+                "pods",
+                uid,
+                self._core.delete_namespaced_pod,
+                name,
+                namespace,
+                grace_period_seconds=0,
+            )
+        except KubeError as error:
+            if error.status != 404:
+                raise
+
+    async def read_pod_log(
+        self, namespace: str, name: str, *, uid: str | None, tail_bytes: int, limit_bytes: int
+    ) -> LogSummary:
+        """Stream the pod log through a LogReader: memory stays bounded by `tail_bytes`."""
+        self.counter.count("get", "pods/log", uid)
+        # Not preloaded: the raw aiohttp response (the client's annotation says str).
+        response: Any = await self._core.read_namespaced_pod_log(
+            name,
+            namespace,
+            limit_bytes=limit_bytes,
+            _preload_content=False,
+            _request_timeout=LOG_TIMEOUT_SECONDS,
+        )
+        try:
+            if response.status >= 400:
+                raise KubeError.from_response(response.status, await response.read())
+            reader = LogReader(tail_bytes)
+            async for chunk in response.content.iter_chunked(64 * 1024):
+                reader.feed(chunk)
+            return reader.finish()
+        finally:
+            response.release()
+
+    async def latest_warning(self, namespace: str, pod_name: str, *, uid: str | None) -> str | None:
+        """The newest Warning event about a pod, e.g. why its sandbox cannot be created."""
+        events = await self._call(
+            "list",
+            "events",
+            uid,
+            self._core.list_namespaced_event,
+            namespace,
+            field_selector=f"involvedObject.kind=Pod,involvedObject.name={pod_name},type=Warning",
+        )
+        items = events.get("items") or []
+        if not items:
+            return None
+        newest = max(items, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+        return f"{newest.get('reason')}: {newest.get('message')}"
+
+    async def get_execution(self, namespace: str, name: str, *, uid: str | None) -> Manifest | None:
+        try:
+            return await self._call(
+                "get",
+                PLURAL,
+                uid,
+                self._custom.get_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                name,
+            )
+        except KubeError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    async def patch_execution_status(
+        self, namespace: str, name: str, *, uid: str | None, resource_version: str, status: Manifest
+    ) -> Manifest:
+        """Merge-patch status, only if the object is still at `resource_version` (else 409)."""
+        body = {"metadata": {"resourceVersion": resource_version}, "status": status}
+        return await self._call(
+            "patch",
+            f"{PLURAL}/status",
+            uid,
+            self._custom.patch_namespaced_custom_object_status,
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            name,
+            body,
+            _content_type=MERGE_PATCH,
+        )
+
+    async def delete_execution(self, namespace: str, name: str, *, uid: str) -> None:
+        """Delete this very execution (uid precondition: never a re-created namesake)."""
+        options = {"preconditions": {"uid": uid}, "propagationPolicy": "Background"}
+        try:
+            await self._call(
+                "delete",
+                PLURAL,
+                None,
+                self._custom.delete_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                name,
+                body=options,
+            )
+        except KubeError as error:
+            if error.status not in (404, 409):
+                raise

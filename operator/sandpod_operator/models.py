@@ -1,0 +1,416 @@
+"""The CodeExecution resource as pydantic models: the one source of truth for its schema.
+
+The CRD in crds/ is generated from these models (see crd.py), and the gateway imports them
+to validate and build resources. Keep this module free of kopf and Kubernetes client imports.
+
+Every rule the API server enforces through a CEL expression (`x-kubernetes-validations`) is
+also enforced here by a validator, with the same message, so that both refuse the same specs.
+"""
+
+import ipaddress
+import re
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+from pydantic.config import JsonDict
+
+from sandpod_operator.quantities import QuantityBounds
+
+GROUP = "sandpod.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "CodeExecution"
+PLURAL = "codeexecutions"
+SINGULAR = "codeexecution"
+SHORT_NAMES = ("cx",)
+CATEGORIES = ("sandpod",)
+
+CANCEL_ANNOTATION = f"{GROUP}/cancel"
+
+Phase = Literal["Pending", "Running", "Succeeded", "Failed", "TimedOut", "Error", "Cancelled"]
+TERMINAL_PHASES: frozenset[str] = frozenset(
+    {"Succeeded", "Failed", "TimedOut", "Error", "Cancelled"}
+)
+
+KIB = 1024
+MAX_SOURCE_CHARS = 256 * KIB
+MAX_STDIN_CHARS = 256 * KIB
+MAX_FILE_CHARS = 256 * KIB
+MAX_FILES = 32
+MAX_CONTENT_CHARS = 512 * KIB
+MAX_ARGS = 64
+MAX_ARG_CHARS = 4 * KIB
+MAX_TIMEOUT_SECONDS = 300
+MAX_TTL_SECONDS = 7 * 24 * 3600
+MIN_OUTPUT_BYTES = KIB
+MAX_OUTPUT_BYTES = 8 * KIB * KIB
+DEFAULT_OUTPUT_BYTES = KIB * KIB
+DEFAULT_TIMEOUT_SECONDS = 10
+
+CPU_BOUNDS = QuantityBounds(minimum="10m", maximum="16")
+MEMORY_BOUNDS = QuantityBounds(minimum="16Mi", maximum="64Gi")
+EPHEMERAL_STORAGE_BOUNDS = QuantityBounds(minimum="1Mi", maximum="16Gi")
+
+LANGUAGE_PATTERN = r"^[a-z][a-z0-9-]*$"
+# Relative, and no segment starts with a dot (so neither "." nor ".." nor hidden files).
+RELATIVE_PATH_PATTERN = r"^[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_-][A-Za-z0-9._-]*)*$"
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+MAX_NAME_LENGTH = 63
+
+NAME_RULE: JsonDict = {
+    # The API server already checks that the name is a DNS subdomain; a label is one without
+    # dots, at most 63 long (a cheaper rule than a regex over an unbounded string).
+    "rule": f"size(self.metadata.name) <= {MAX_NAME_LENGTH} && !self.metadata.name.contains('.')",
+    "message": "metadata.name must be a DNS label: at most 63 lowercase letters, digits and"
+    " '-', starting and ending with a letter or digit (it becomes a label value on the pod)",
+}
+IMMUTABLE_RULE: JsonDict = {"rule": "self == oldSelf", "message": "spec is immutable"}
+CONTENT_SIZE_MESSAGE = (
+    f"source, stdin and files together must not exceed {MAX_CONTENT_CHARS} characters"
+)
+CONTENT_SIZE_RULE: JsonDict = {
+    "rule": "size(self.source)"
+    " + (has(self.stdin) ? size(self.stdin) : 0)"
+    " + (has(self.files) ? self.files.map(f, size(f.content)).sum() : 0)"
+    f" <= {MAX_CONTENT_CHARS}",
+    "message": CONTENT_SIZE_MESSAGE,
+}
+ALLOWLIST_MESSAGE = "network.allow must be non-empty when egress is allowlist, and empty otherwise"
+ALLOWLIST_RULE: JsonDict = {
+    "rule": "self.egress == 'allowlist' ? (has(self.allow) && size(self.allow) > 0)"
+    " : (!has(self.allow) || size(self.allow) == 0)",
+    "message": ALLOWLIST_MESSAGE,
+}
+CIDR_RULE: JsonDict = {"rule": "isCIDR(self)", "message": "cidr must be a CIDR such as 10.0.0.0/8"}
+
+
+def execution_name_problem(name: str) -> str | None:
+    """Why `name` cannot name a CodeExecution (the CRD refuses it too), or None."""
+    if len(name) > MAX_NAME_LENGTH or re.fullmatch(DNS_LABEL_PATTERN, name) is None:
+        return str(NAME_RULE["message"])
+    return None
+
+
+def _number_as_text(value: Any) -> Any:
+    # YAML `cpu: 1` arrives as an int; Kubernetes quantities accept both.
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+def _quantity_message(bounds: QuantityBounds, what: str) -> str:
+    return f"{what} must be a quantity between {bounds.minimum} and {bounds.maximum}"
+
+
+def _within_bounds(bounds: QuantityBounds, what: str) -> AfterValidator:
+    def check(value: str) -> str:
+        try:
+            return bounds.check(value)
+        except ValueError as exc:
+            raise ValueError(_quantity_message(bounds, what)) from exc
+
+    return AfterValidator(check)
+
+
+def _quantity_field(bounds: QuantityBounds, what: str, example: str) -> Any:
+    return Field(
+        description=f"{what.capitalize()} limit as a Kubernetes quantity, e.g. {example}, "
+        f"between {bounds.minimum} and {bounds.maximum}. Defaults and lower maximums come "
+        "from the operator's settings.",
+        json_schema_extra={
+            "x-kubernetes-int-or-string": True,
+            "x-kubernetes-validations": [
+                {"rule": bounds.cel_rule(), "message": _quantity_message(bounds, what)}
+            ],
+        },
+    )
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+    )
+
+
+class SourceFile(_Model):
+    """An extra file placed in the work directory next to the program."""
+
+    path: str = Field(
+        min_length=1,
+        max_length=255,
+        pattern=RELATIVE_PATH_PATTERN,
+        description="Path relative to the work directory, e.g. data/input.csv. No absolute "
+        "paths, no '..', no segment starting with a dot.",
+    )
+    content: str = Field(max_length=MAX_FILE_CHARS, description="The file's text content.")
+
+
+CpuQuantity = Annotated[
+    str,
+    BeforeValidator(_number_as_text),
+    _within_bounds(CPU_BOUNDS, "cpu"),
+    _quantity_field(CPU_BOUNDS, "cpu", "500m"),
+]
+MemoryQuantity = Annotated[
+    str,
+    BeforeValidator(_number_as_text),
+    _within_bounds(MEMORY_BOUNDS, "memory"),
+    _quantity_field(MEMORY_BOUNDS, "memory", "256Mi"),
+]
+StorageQuantity = Annotated[
+    str,
+    BeforeValidator(_number_as_text),
+    _within_bounds(EPHEMERAL_STORAGE_BOUNDS, "ephemeral storage"),
+    _quantity_field(EPHEMERAL_STORAGE_BOUNDS, "ephemeral storage", "256Mi"),
+]
+
+
+class Resources(_Model):
+    """Resource limits of the sandbox pod. Omitted values come from the operator's defaults."""
+
+    cpu: CpuQuantity | None = None
+    memory: MemoryQuantity | None = None
+    ephemeral_storage: StorageQuantity | None = None
+
+
+class PortRule(_Model):
+    """A destination port that egress may reach."""
+
+    port: int = Field(ge=1, le=65535, description="Destination port number.")
+    protocol: Literal["TCP", "UDP"] = Field(default="TCP", description="TCP or UDP.")
+
+
+class EgressRule(_Model):
+    """A destination network that egress may reach."""
+
+    cidr: str = Field(
+        max_length=64,
+        description="Destination network in CIDR notation, e.g. 203.0.113.0/24. DNS is not "
+        "configured in sandboxes, so programs must use addresses.",
+        json_schema_extra={"x-kubernetes-validations": [CIDR_RULE]},
+    )
+    ports: list[PortRule] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Destination ports; empty means every port.",
+    )
+
+    @field_validator("cidr")
+    @classmethod
+    def _cidr(cls, value: str) -> str:
+        try:
+            ipaddress.ip_network(value, strict=True)
+        except ValueError as exc:
+            raise ValueError(str(CIDR_RULE["message"])) from exc
+        return value
+
+
+class Network(_Model):
+    """Network access of the sandbox. The default is no network at all, DNS included."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [ALLOWLIST_RULE]})
+
+    egress: Literal["none", "allowlist"] = Field(
+        default="none",
+        description="none: no traffic in or out. allowlist: outbound traffic only to the "
+        "networks listed in allow.",
+    )
+    allow: list[EgressRule] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Where egress may go when egress is allowlist.",
+    )
+
+    @model_validator(mode="after")
+    def _allow_matches_egress(self) -> "Network":
+        if (self.egress == "allowlist") != bool(self.allow):
+            raise ValueError(ALLOWLIST_MESSAGE)
+        return self
+
+
+class CodeExecutionSpec(_Model):
+    """What to run and under which limits. Immutable once created."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"x-kubernetes-validations": [IMMUTABLE_RULE, CONTENT_SIZE_RULE]}
+    )
+
+    language: str = Field(
+        min_length=1,
+        max_length=63,
+        pattern=LANGUAGE_PATTERN,
+        description="Language of the program: a key of the operator's language catalog, "
+        "e.g. python, javascript, typescript, bash.",
+    )
+    source: str = Field(
+        max_length=MAX_SOURCE_CHARS,
+        description="The program text, stored as the language's source file in the work directory.",
+    )
+    files: list[SourceFile] = Field(
+        default_factory=list,
+        max_length=MAX_FILES,
+        description="Extra files placed in the work directory before the program starts.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["path"]},
+    )
+    stdin: str | None = Field(
+        default=None,
+        max_length=MAX_STDIN_CHARS,
+        description="Text fed to the program's standard input (empty input when omitted).",
+    )
+    args: list[Annotated[str, Field(max_length=MAX_ARG_CHARS)]] = Field(
+        default_factory=list,
+        max_length=MAX_ARGS,
+        description="Command-line arguments appended to the language's command.",
+    )
+    mode: Literal["run", "lint"] = Field(
+        default="run",
+        description="run: execute the program. lint: only check it statically (languages "
+        "with a linter, e.g. python with ruff) and report status.diagnostics.",
+    )
+    timeout_seconds: int = Field(
+        default=DEFAULT_TIMEOUT_SECONDS,
+        ge=1,
+        le=MAX_TIMEOUT_SECONDS,
+        description="Wall-clock limit of the program in seconds; it is killed after that and "
+        "the phase is TimedOut. The operator may enforce a lower maximum.",
+    )
+    resources: Resources = Field(
+        default_factory=Resources,
+        description="cpu, memory and ephemeral-storage limits of the sandbox.",
+    )
+    network: Network = Field(
+        default_factory=Network,
+        description="Network access; none by default.",
+    )
+    ttl_seconds_after_finished: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_TTL_SECONDS,
+        description="Delete the execution this many seconds after it finished. Defaults to "
+        "the operator's setting (one hour unless configured otherwise).",
+    )
+    max_output_bytes: int = Field(
+        default=DEFAULT_OUTPUT_BYTES,
+        ge=MIN_OUTPUT_BYTES,
+        le=MAX_OUTPUT_BYTES,
+        description="Cap on each of stdout and stderr captured by the runner; the rest is "
+        "counted and dropped, and the truncated flag is set.",
+    )
+    runtime_class_name: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN_PATTERN,
+        description="RuntimeClass of the sandbox pod. Defaults to the operator's setting "
+        "(gvisor); only classes the operator allows are accepted.",
+    )
+
+    @field_validator("files")
+    @classmethod
+    def _unique_paths(cls, files: list[SourceFile]) -> list[SourceFile]:
+        paths = [f.path for f in files]
+        duplicates = sorted({p for p in paths if paths.count(p) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate file paths: {', '.join(duplicates)}")
+        return files
+
+    @model_validator(mode="after")
+    def _content_size(self) -> "CodeExecutionSpec":
+        total = len(self.source) + len(self.stdin or "") + sum(len(f.content) for f in self.files)
+        if total > MAX_CONTENT_CHARS:
+            raise ValueError(CONTENT_SIZE_MESSAGE)
+        return self
+
+
+class Condition(_Model):
+    """A standard Kubernetes condition (metav1.Condition)."""
+
+    type: str = Field(
+        description="Accepted (children created), Started (the program started), Completed "
+        "(a terminal phase was reached), Succeeded (it ended with phase Succeeded)."
+    )
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(description="CamelCase reason of the last transition.")
+    message: str = Field(default="", description="Human-readable detail.")
+    last_transition_time: datetime = Field(description="When status last changed.")
+    observed_generation: int | None = Field(
+        default=None, description="metadata.generation this condition was set for."
+    )
+
+
+class Diagnostic(_Model):
+    """One finding of the linter (lint mode)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    code: str | None = Field(default=None, description="Rule code, e.g. F401.")
+    message: str = Field(description="What the linter found.")
+    line: int | None = Field(default=None, description="1-based line.")
+    column: int | None = Field(default=None, description="1-based column.")
+
+
+class CodeExecutionStatus(_Model):
+    """What happened, written by the operator."""
+
+    phase: Phase = Field(
+        description="Pending, Running, then one terminal phase: Succeeded (exit code 0), "
+        "Failed (non-zero exit, signal or OOM), TimedOut, Error (the sandbox could not run "
+        "the program) or Cancelled."
+    )
+    reason: str | None = Field(
+        default=None,
+        description="CamelCase cause of the phase, e.g. Completed, NonZeroExit, OOMKilled, "
+        "DeadlineExceeded, RuntimeClassNotFound, ImageNotFound, Unschedulable, InvalidSpec.",
+    )
+    message: str | None = Field(default=None, description="Human-readable explanation.")
+    retryable: bool | None = Field(
+        default=None,
+        description="Whether creating the same execution again may succeed (the failure was "
+        "not caused by the program or its spec).",
+    )
+    exit_code: int | None = Field(default=None, description="Exit code of the program.")
+    signal: int | None = Field(default=None, description="Signal that killed the program.")
+    stdout: str | None = Field(default=None, description="Tail of the standard output.")
+    stderr: str | None = Field(default=None, description="Tail of the standard error.")
+    stdout_truncated: bool | None = Field(
+        default=None, description="stdout is not the whole output (capped or tail only)."
+    )
+    stderr_truncated: bool | None = Field(
+        default=None, description="stderr is not the whole output (capped or tail only)."
+    )
+    diagnostics: list[Diagnostic] | None = Field(
+        default=None, description="Linter findings (lint mode)."
+    )
+    started_at: datetime | None = Field(default=None, description="When the program started.")
+    finished_at: datetime | None = Field(
+        default=None, description="When the execution reached its terminal phase."
+    )
+    duration_ms: int | None = Field(
+        default=None, description="Wall-clock run time of the program in milliseconds."
+    )
+    pod_name: str | None = Field(default=None, description="Name of the sandbox pod.")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Standard conditions: Accepted, Started, Completed, Succeeded.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    observed_generation: int | None = Field(
+        default=None, description="metadata.generation the status was written for."
+    )
+
+
+def is_terminal(phase: str | None) -> bool:
+    return phase in TERMINAL_PHASES

@@ -1,0 +1,49 @@
+"""Kubernetes resource quantities ("500m", "256Mi", "1.5G", "2"), parsed for bounds checks."""
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal
+
+# The Kubernetes quantity grammar without a sign (negative limits make no sense here).
+_QUANTITY = re.compile(
+    r"^(?P<number>[0-9]+(\.[0-9]*)?|\.[0-9]+)(?P<suffix>[KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
+)
+
+_BINARY = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+
+
+def parse_quantity(text: str) -> Decimal:
+    """The value of a quantity in base units (cores, bytes); ValueError when malformed."""
+    match = _QUANTITY.match(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a resource quantity (examples: 500m, 256Mi, 2)")
+    number = Decimal(match["number"])
+    suffix = match["suffix"] or ""
+    if suffix in _BINARY:
+        return number * (Decimal(2) ** _BINARY[suffix])
+    if suffix in _DECIMAL:
+        return number.scaleb(_DECIMAL[suffix])
+    return number.scaleb(int(suffix[1:]))
+
+
+@dataclass(frozen=True)
+class QuantityBounds:
+    """Inclusive bounds for one kind of resource quantity, checked in Python and in CEL."""
+
+    minimum: str
+    maximum: str
+
+    def check(self, text: str) -> str:
+        value = parse_quantity(text)
+        if not parse_quantity(self.minimum) <= value <= parse_quantity(self.maximum):
+            raise ValueError(f"{text!r} is outside {self.minimum}..{self.maximum}")
+        return text
+
+    def cel_rule(self) -> str:
+        # int-or-string fields: `string(self)` turns `cpu: 1` into "1" as Kubernetes does.
+        quantity = "quantity(string(self))"
+        return (
+            f"isQuantity(string(self)) && {quantity}.compareTo(quantity('{self.minimum}')) >= 0"
+            f" && {quantity}.compareTo(quantity('{self.maximum}')) <= 0"
+        )

@@ -1,0 +1,427 @@
+"""What the handlers do, in one place: start executions, follow their pods, record results.
+
+Safe to run again at any point (operator restarts, duplicate events, the watchdog and the
+pod handler racing): children have deterministic names and "already exists" is success;
+status is written with the object's resourceVersion as a precondition, so of two writers
+only one moves the status, and a terminal status is final. Events are posted only by the
+writer whose write made the transition.
+"""
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+import aiohttp
+import kopf
+from pydantic import ValidationError
+
+from sandpod_operator.builders import (
+    EXECUTION_LABEL,
+    InvalidSpecError,
+    Plan,
+    build_configmap,
+    build_egress_policy,
+    build_network_policy,
+    build_pod,
+    child_name,
+    plan_execution,
+)
+from sandpod_operator.catalog import Catalog
+from sandpod_operator.kube import Kube, KubeError
+from sandpod_operator.models import (
+    API_VERSION,
+    CANCEL_ANNOTATION,
+    KIND,
+    CodeExecutionSpec,
+    is_terminal,
+)
+from sandpod_operator.settings import OperatorSettings
+from sandpod_operator.status import (
+    Verdict,
+    next_status,
+    observe_pod,
+    parse_time,
+    pod_finished,
+    status_patch,
+    supersedes,
+    terminated_state,
+)
+
+Manifest = dict[str, Any]
+
+logger = logging.getLogger(__name__)
+
+# Status writes that keep losing the resourceVersion race give up (and are retried later).
+MAX_WRITE_ATTEMPTS = 5
+# The watchdog leaves a pod that just finished to the pod event handler for this long.
+FINISHED_POD_HANDOFF = timedelta(seconds=5)
+NORMAL_PHASES = frozenset({"Pending", "Running", "Succeeded", "Cancelled"})
+TRANSIENT_ERRORS = (aiohttp.ClientError, TimeoutError)
+API_ERRORS = (KubeError, *TRANSIENT_ERRORS)
+
+
+def as_body(manifest: Manifest) -> kopf.Body:
+    """A kopf view of a plain object, for kopf.adopt and kopf.event."""
+    return kopf.Body(cast(kopf.RawBody, manifest))
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def is_transient(error: Exception) -> bool:
+    return isinstance(error, TRANSIENT_ERRORS) or (isinstance(error, KubeError) and error.transient)
+
+
+def cancel_requested(execution: Mapping[str, Any]) -> bool:
+    annotations = (execution.get("metadata") or {}).get("annotations") or {}
+    return str(annotations.get(CANCEL_ANNOTATION, "")).lower() == "true"
+
+
+def owner_uid(pod: Mapping[str, Any]) -> str | None:
+    for owner in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if owner.get("kind") == KIND and owner.get("apiVersion") == API_VERSION:
+            return str(owner.get("uid"))
+    return None
+
+
+def observation_key(pod: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What about a pod can change a verdict; equal keys need no second look."""
+    status = pod.get("status") or {}
+    containers = status.get("containerStatuses") or [{}]
+    state = containers[0].get("state") or {}
+    waiting = (state.get("waiting") or {}).get("reason")
+    scheduled = next(
+        (
+            c.get("reason") or c.get("status")
+            for c in status.get("conditions") or []
+            if c.get("type") == "PodScheduled"
+        ),
+        None,
+    )
+    return (status.get("phase"), tuple(sorted(state)), waiting, scheduled, status.get("reason"))
+
+
+@dataclass
+class Reconciler:
+    kube: Kube
+    settings: OperatorSettings
+    catalog: Catalog
+    # Namespaces whose deny-all policy this process created or saw (the index refreshes it).
+    protected_namespaces: set[str] = field(default_factory=set)
+    # Last observation acted on per pod uid, to skip pod events that change nothing.
+    observations: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+
+    # --- starting -------------------------------------------------------------------------
+
+    async def start(self, execution: Manifest, *, deny_all_present: bool) -> None:
+        """on.create / on.resume: make sure an unfinished execution has its pod, once."""
+        status = execution.get("status") or {}
+        if is_terminal(status.get("phase")):
+            return
+        if cancel_requested(execution):
+            await self.cancel(execution)
+            return
+        meta = execution["metadata"]
+        namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
+        try:
+            spec = CodeExecutionSpec.model_validate(execution.get("spec") or {})
+            plan = plan_execution(spec, self.catalog, self.settings)
+        except (ValidationError, InvalidSpecError) as error:
+            message = _spec_error_message(error)
+            await self.record(
+                execution,
+                Verdict("Error", "InvalidSpec", message, retryable=False, finished_at=now()),
+            )
+            raise kopf.PermanentError(message) from error
+        pod_name = child_name(name, uid)
+        if status.get("podName"):
+            # A pod was created before (this process or an earlier one): follow it, never
+            # create a second one. If it is gone, the run is lost.
+            pod = await self.kube.read_pod(namespace, pod_name, uid=uid)
+            if pod is None:
+                await self.record_lost(execution)
+            else:
+                await self.follow(execution, pod)
+            return
+        pod = await self._create_children(execution, spec, plan, deny_all_present)
+        if pod is not None:
+            await self.follow(execution, pod)
+
+    async def _create_children(
+        self, execution: Manifest, spec: CodeExecutionSpec, plan: Plan, deny_all_present: bool
+    ) -> Manifest | None:
+        meta = execution["metadata"]
+        namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
+        if not deny_all_present and namespace not in self.protected_namespaces:
+            await self.kube.create_network_policy(build_network_policy(namespace), uid=uid)
+            self.protected_namespaces.add(namespace)
+        egress = build_egress_policy(
+            namespace=namespace, execution_name=name, uid=uid, network=spec.network
+        )
+        if egress is not None:
+            kopf.adopt(egress, owner=as_body(execution))
+            await self.kube.create_network_policy(egress, uid=uid)
+        configmap = build_configmap(
+            namespace=namespace,
+            execution_name=name,
+            uid=uid,
+            spec=spec,
+            plan=plan,
+            settings=self.settings,
+        )
+        kopf.adopt(configmap, owner=as_body(execution))
+        await self.kube.create_configmap(configmap, uid=uid)
+        pod = build_pod(
+            namespace=namespace, execution_name=name, uid=uid, plan=plan, settings=self.settings
+        )
+        kopf.adopt(pod, owner=as_body(execution))
+        try:
+            created = await self.kube.create_pod(pod, uid=uid)
+        except KubeError as error:
+            if error.transient:
+                raise
+            verdict = _pod_refused(error, plan)
+            await self.record(execution, verdict)
+            raise kopf.PermanentError(verdict.message) from error
+        if created is not None:
+            return created
+        # Already there: created by an earlier attempt that did not get to record it.
+        return await self.kube.read_pod(namespace, pod["metadata"]["name"], uid=uid)
+
+    # --- following ------------------------------------------------------------------------
+
+    async def on_pod_event(self, event_type: str | None, pod: Manifest) -> None:
+        """A sandbox pod changed (or is gone): bring its execution's status up to date."""
+        meta = pod.get("metadata") or {}
+        namespace, pod_uid = meta.get("namespace"), str(meta.get("uid"))
+        execution_name = (meta.get("labels") or {}).get(EXECUTION_LABEL)
+        execution_uid = owner_uid(pod)
+        if not namespace or not execution_name or not execution_uid:
+            return
+        if event_type == "DELETED":
+            self.observations.pop(pod_uid, None)
+        else:
+            key = observation_key(pod)
+            if self.observations.get(pod_uid) == key:
+                return
+        execution = await self.kube.get_execution(namespace, execution_name, uid=execution_uid)
+        if execution is None or execution["metadata"].get("uid") != execution_uid:
+            # Its execution is gone: the garbage collector would remove the pod; be quicker.
+            if event_type != "DELETED" and not meta.get("deletionTimestamp"):
+                await self.kube.delete_pod(namespace, meta["name"], uid=None)
+            return
+        if event_type == "DELETED":
+            unfinished = not is_terminal((execution.get("status") or {}).get("phase"))
+            if unfinished and not execution["metadata"].get("deletionTimestamp"):
+                await self.record_lost(execution)
+            return
+        await self.follow(execution, pod)
+        self.observations[pod_uid] = observation_key(pod)
+
+    async def follow(self, execution: Manifest, pod: Manifest) -> None:
+        """Record what the pod says; once the execution is final, remove the pod."""
+        status = execution.get("status") or {}
+        meta = execution["metadata"]
+        if is_terminal(status.get("phase")):
+            if not (pod.get("metadata") or {}).get("deletionTimestamp"):
+                await self.kube.delete_pod(meta["namespace"], pod["metadata"]["name"], uid=None)
+            return
+        verdict = await self.judge(execution, pod)
+        await self.record(execution, verdict, pod_name=pod["metadata"]["name"])
+        if verdict.terminal:
+            await self.kube.delete_pod(meta["namespace"], pod["metadata"]["name"], uid=meta["uid"])
+
+    async def judge(self, execution: Manifest, pod: Manifest) -> Verdict:
+        """The verdict for a pod, reading its log (and events) only when that adds to it."""
+        meta = execution["metadata"]
+        mode = str((execution.get("spec") or {}).get("mode") or "run")
+        log = None
+        if pod_finished(pod):
+            try:
+                log = await self.kube.read_pod_log(
+                    meta["namespace"],
+                    pod["metadata"]["name"],
+                    uid=meta["uid"],
+                    tail_bytes=self.settings.status_output_bytes,
+                    limit_bytes=self.settings.log_read_limit_bytes,
+                )
+            except (KubeError, *TRANSIENT_ERRORS) as error:
+                # The termination message still has the result; only the output tails are lost.
+                logger.warning("no log for pod %s: %s", pod["metadata"]["name"], error)
+        verdict = observe_pod(pod, log=log, mode=mode, now=now(), settings=self.settings)
+        if verdict.reason == "StartupTimeout" and not pod_finished(pod):
+            warning = await self.kube.latest_warning(
+                meta["namespace"], pod["metadata"]["name"], uid=meta["uid"]
+            )
+            if warning:
+                verdict = replace(verdict, message=f"{verdict.message}; {warning}")
+        return verdict
+
+    async def watch(self, execution: Manifest, pods: list[Manifest]) -> None:
+        """Watchdog tick for an unfinished execution: time-based verdicts and lost pods."""
+        status = execution.get("status") or {}
+        if is_terminal(status.get("phase")) or not status.get("podName"):
+            return  # not started yet: the create handler (with kopf's retries) owns that
+        meta = execution["metadata"]
+        pod = next((p for p in pods if owner_uid(p) == meta["uid"]), None)
+        if pod is None:
+            pod = await self.kube.read_pod(meta["namespace"], status["podName"], uid=meta["uid"])
+            if pod is None:
+                await self.record_lost(execution)
+                return
+        if pod_finished(pod):
+            finished = parse_time((terminated_state(pod) or {}).get("finishedAt"))
+            if finished is not None and now() - finished < FINISHED_POD_HANDOFF:
+                return
+            await self.follow(execution, pod)
+            return
+        mode = str((execution.get("spec") or {}).get("mode") or "run")
+        verdict = observe_pod(pod, log=None, mode=mode, now=now(), settings=self.settings)
+        if verdict.terminal or verdict.phase != status.get("phase"):
+            await self.follow(execution, pod)
+
+    # --- ending ---------------------------------------------------------------------------
+
+    async def cancel(self, execution: Manifest) -> None:
+        status = execution.get("status") or {}
+        if is_terminal(status.get("phase")):
+            return
+        meta = execution["metadata"]
+        finished = now()
+        started = parse_time(status.get("startedAt"))
+        duration = int((finished - started).total_seconds() * 1000) if started else None
+        verdict = Verdict(
+            "Cancelled",
+            "Cancelled",
+            f"cancelled on request ({CANCEL_ANNOTATION})",
+            retryable=False,
+            finished_at=finished,
+            duration_ms=duration,
+        )
+        await self.record(execution, verdict)
+        if status.get("podName"):
+            await self.kube.delete_pod(meta["namespace"], status["podName"], uid=meta["uid"])
+
+    async def record_lost(self, execution: Manifest) -> None:
+        await self.record(
+            execution,
+            Verdict(
+                "Error",
+                "PodLost",
+                "the sandbox pod disappeared before it reported a "
+                "result; the program did not run again",
+                retryable=True,
+                finished_at=now(),
+            ),
+        )
+
+    async def expire(self, execution: Manifest) -> None:
+        meta = execution["metadata"]
+        await self.kube.delete_execution(meta["namespace"], meta["name"], uid=meta["uid"])
+
+    def ttl_remaining(self, execution: Manifest) -> float:
+        """Seconds until a finished execution is due for deletion (0 when due)."""
+        status = execution.get("status") or {}
+        ttl = (execution.get("spec") or {}).get("ttlSecondsAfterFinished")
+        ttl = self.settings.default_ttl_seconds if ttl is None else int(ttl)
+        finished = parse_time(status.get("finishedAt")) or now()
+        return max(0.0, (finished + timedelta(seconds=ttl) - now()).total_seconds())
+
+    # --- writing status -------------------------------------------------------------------
+
+    async def record(
+        self, execution: Manifest, verdict: Verdict, *, pod_name: str | None = None
+    ) -> bool:
+        """Write the verdict into status (compare-and-swap); True if this call moved it."""
+        meta = execution["metadata"]
+        namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
+        current: Manifest | None = execution
+        for _ in range(MAX_WRITE_ATTEMPTS):
+            if current is None or current["metadata"].get("uid") != uid:
+                return False
+            previous = current.get("status") or {}
+            if not supersedes(verdict, previous):
+                return False
+            new = next_status(
+                previous,
+                verdict,
+                generation=current["metadata"].get("generation"),
+                pod_name=pod_name,
+                now=now(),
+            )
+            patch = status_patch(previous, new)
+            if not patch:
+                return False
+            try:
+                await self.kube.patch_execution_status(
+                    namespace,
+                    name,
+                    uid=uid,
+                    resource_version=current["metadata"]["resourceVersion"],
+                    status=patch,
+                )
+            except KubeError as error:
+                if error.status == 404:
+                    return False
+                if error.status != 409:
+                    raise
+                current = await self.kube.get_execution(namespace, name, uid=uid)
+                continue
+            self._announce(current, previous, new)
+            return True
+        raise kopf.TemporaryError(f"status of {namespace}/{name} kept changing", delay=1)
+
+    def _announce(self, execution: Manifest, previous: Manifest, new: Manifest) -> None:
+        phase = new["phase"]
+        if previous.get("phase") == phase:
+            return
+        message = f"{new.get('reason')}: {new.get('message', '')}".rstrip(": ")
+        kopf.event(
+            as_body(execution),
+            type="Normal" if phase in NORMAL_PHASES else "Warning",
+            reason=phase,
+            message=message,
+        )
+        if is_terminal(phase):
+            meta = execution["metadata"]
+            requests = self.kube.counter.settle(meta["uid"])
+            logger.info(
+                "execution %s/%s: %s (%s) after %d operator API requests",
+                meta["namespace"],
+                meta["name"],
+                phase,
+                new.get("reason"),
+                requests,
+            )
+
+
+def _spec_error_message(error: ValidationError | InvalidSpecError) -> str:
+    if isinstance(error, InvalidSpecError):
+        return str(error)
+    problems = []
+    for problem in error.errors():
+        where = ".".join(str(part) for part in problem["loc"])
+        problems.append(f"spec.{where}: {problem['msg']}")
+    return "; ".join(problems)
+
+
+def _pod_refused(error: KubeError, plan: Plan) -> Verdict:
+    if "RuntimeClass" in error.message:
+        return Verdict(
+            "Error",
+            "RuntimeClassNotFound",
+            f"RuntimeClass {plan.runtime_class_name!r} is not installed in the cluster "
+            f"({error.message})",
+            retryable=False,
+            finished_at=now(),
+        )
+    return Verdict(
+        "Error",
+        "PodRejected",
+        f"the API server refused the sandbox pod: {error.message}",
+        retryable=error.status == 403,
+        finished_at=now(),
+    )

@@ -1,0 +1,121 @@
+"""Operator settings, read from SANDPOD_* environment variables."""
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import AfterValidator, Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from sandpod_operator.catalog import DEFAULT_CATALOG_PATH
+from sandpod_operator.models import MAX_TIMEOUT_SECONDS, MAX_TTL_SECONDS
+from sandpod_operator.quantities import parse_quantity
+
+
+def _valid_quantity(text: str) -> str:
+    parse_quantity(text)
+    return text
+
+
+Quantity = Annotated[str, AfterValidator(_valid_quantity)]
+
+
+class OperatorSettings(BaseSettings):
+    """Everything an installation may tune. Limits here may only be lower than the CRD's."""
+
+    model_config = SettingsConfigDict(env_prefix="SANDPOD_", extra="ignore", frozen=True)
+
+    runtime_class_name: str = Field(
+        default="gvisor", description="RuntimeClass of sandbox pods whose spec names none."
+    )
+    allowed_runtime_classes: list[str] = Field(
+        default_factory=list,
+        description="Further RuntimeClasses a spec may name (JSON list). The default class is "
+        "always allowed; any other would let a user pick a weaker sandbox.",
+    )
+    catalog_path: Path = Field(default=DEFAULT_CATALOG_PATH, description="Language catalog.")
+
+    default_cpu: Quantity = "500m"
+    max_cpu: Quantity = "2"
+    cpu_request: Quantity = Field(
+        default="50m",
+        description="CPU request of every sandbox (capped at its limit): small, so that a "
+        "2-core node schedules many sandboxes; the limit bounds each one.",
+    )
+    default_memory: Quantity = "256Mi"
+    max_memory: Quantity = Field(
+        default="2Gi",
+        description="Largest memory limit a spec may ask for. The request equals the limit, "
+        "so the node never overcommits memory to sandboxes.",
+    )
+    default_ephemeral_storage: Quantity = "256Mi"
+    max_ephemeral_storage: Quantity = "1Gi"
+    ephemeral_storage_request: Quantity = "16Mi"
+    tmp_size_limit: Quantity = Field(
+        default="128Mi",
+        description="sizeLimit of the /tmp emptyDir (capped at the ephemeral-storage limit).",
+    )
+
+    max_timeout_seconds: int = Field(default=MAX_TIMEOUT_SECONDS, ge=1, le=MAX_TIMEOUT_SECONDS)
+    default_ttl_seconds: int = Field(default=3600, ge=0, le=MAX_TTL_SECONDS)
+
+    status_output_bytes: int = Field(
+        default=64 * 1024,
+        ge=0,
+        le=256 * 1024,
+        description="Bytes of each of stdout and stderr kept in status (the tail). The whole "
+        "object must fit etcd's 1.5 MiB with the spec.",
+    )
+    max_diagnostics: int = Field(default=200, ge=0, description="Lint findings kept in status.")
+    log_read_limit_bytes: int = Field(
+        default=64 * 1024 * 1024, ge=64 * 1024, description="Most pod log bytes read per run."
+    )
+
+    sandbox_uid: int = Field(default=65532, ge=1)
+    sandbox_gid: int = Field(default=65532, ge=1)
+    process_limit: int = Field(default=128, ge=1, description="RLIMIT_NPROC in the sandbox.")
+    file_size_limit_bytes: int = Field(default=100 * 1024 * 1024, ge=1, description="RLIMIT_FSIZE.")
+    open_files_limit: int = Field(default=1024, ge=16, description="RLIMIT_NOFILE.")
+
+    pod_startup_timeout_seconds: int = Field(
+        default=60,
+        ge=5,
+        description="How long a sandbox may take from creation to a running program (image, "
+        "sandbox start) before the execution ends with Error/StartupTimeout.",
+    )
+    unschedulable_grace_seconds: int = Field(
+        default=5,
+        ge=0,
+        description="How long a pod may stay unschedulable before Error/Unschedulable (a "
+        "full node can free up in that time).",
+    )
+    watchdog_interval_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        description="How often unfinished executions are re-checked for time-based verdicts "
+        "(startup timeout, unschedulable, lost pods).",
+    )
+
+    metrics_port: int = Field(
+        default=0, ge=0, le=65535, description="Serve Prometheus metrics here (0: off)."
+    )
+
+    @model_validator(mode="after")
+    def _defaults_within_maximums(self) -> "OperatorSettings":
+        pairs = [
+            ("default_cpu", "max_cpu"),
+            ("default_memory", "max_memory"),
+            ("default_ephemeral_storage", "max_ephemeral_storage"),
+        ]
+        for default, maximum in pairs:
+            if parse_quantity(getattr(self, default)) > parse_quantity(getattr(self, maximum)):
+                raise ValueError(f"{default} must not exceed {maximum}")
+        return self
+
+    @property
+    def runtime_classes(self) -> frozenset[str]:
+        return frozenset([self.runtime_class_name, *self.allowed_runtime_classes])
+
+    @property
+    def active_deadline_seconds_margin(self) -> int:
+        """Added to the timeout for the pod's activeDeadlineSeconds (a backstop only)."""
+        return self.pod_startup_timeout_seconds + 30
