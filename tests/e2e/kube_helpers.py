@@ -1,0 +1,71 @@
+"""Waiting helpers for tests against a real cluster: watch or poll with a deadline, never sleep."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pytest
+from kubernetes import client, watch
+
+T = TypeVar("T")
+
+
+def wait_until(
+    condition: Callable[[], T | None],
+    *,
+    timeout: float,
+    what: str,
+    interval: float = 0.2,
+) -> T:
+    """Polls `condition` until it returns something truthy, failing after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+TERMINAL_POD_PHASES = {"Succeeded", "Failed"}
+
+
+def wait_for_pod(
+    core_v1: client.CoreV1Api,
+    namespace: str,
+    name: str,
+    *,
+    until: Callable[[client.V1Pod], bool],
+    timeout: float,
+    what: str,
+) -> client.V1Pod:
+    """Watches one pod until `until(pod)` holds, failing after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    pod_watch = watch.Watch()
+    while (remaining := deadline - time.monotonic()) > 0:
+        pod = core_v1.read_namespaced_pod(name, namespace)
+        if until(pod):
+            return pod
+        for event in pod_watch.stream(
+            core_v1.list_namespaced_pod,
+            namespace,
+            field_selector=f"metadata.name={name}",
+            resource_version=pod.metadata.resource_version,
+            timeout_seconds=max(1, int(remaining)),
+        ):
+            candidate: Any = event["object"]
+            if until(candidate):
+                pod_watch.stop()
+                return candidate  # type: ignore[no-any-return]
+    pytest.fail(f"timed out after {timeout}s waiting for pod {namespace}/{name}: {what}")
+
+
+def pod_finished(pod: client.V1Pod) -> bool:
+    return pod.status is not None and pod.status.phase in TERMINAL_POD_PHASES
+
+
+def pod_running(pod: client.V1Pod) -> bool:
+    return pod.status is not None and pod.status.phase == "Running" and bool(pod.status.pod_ip)
