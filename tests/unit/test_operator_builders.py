@@ -1,0 +1,248 @@
+import json
+import os
+import re
+from typing import Any
+
+import pytest
+from sandpod_operator.builders import (
+    DENY_ALL_POLICY_NAME,
+    RUNNER_PATH,
+    InvalidSpecError,
+    Plan,
+    build_configmap,
+    build_egress_policy,
+    build_network_policy,
+    build_pod,
+    build_runner_config,
+    child_name,
+    plan_execution,
+)
+from sandpod_operator.catalog import Catalog, load_catalog
+from sandpod_operator.models import CodeExecutionSpec
+from sandpod_operator.settings import OperatorSettings
+
+UID = "0a1b2c3d-4e5f-6789-abcd-ef0123456789"
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+@pytest.fixture
+def catalog() -> Catalog:
+    return load_catalog()
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in os.environ:
+        if name.startswith("SANDPOD_"):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def settings() -> OperatorSettings:
+    return OperatorSettings()
+
+
+def spec(**fields: Any) -> CodeExecutionSpec:
+    return CodeExecutionSpec.model_validate({"language": "python", "source": "print(1)", **fields})
+
+
+def plan(catalog: Catalog, settings: OperatorSettings, **fields: Any) -> Plan:
+    return plan_execution(spec(**fields), catalog, settings)
+
+
+def test_child_names_are_deterministic_labels() -> None:
+    assert child_name("hello", UID) == "hello-0a1b2c3d"
+    assert child_name("hello", UID) == child_name("hello", UID)
+    assert child_name("hello", UID) != child_name("hello", "ffffffff-0000")
+    long_name = child_name("a" * 60 + "-xyz", UID)
+    assert len(long_name) <= 63 and DNS_LABEL.match(long_name)
+    assert DNS_LABEL.match(child_name("a" * 53 + "-" + "b" * 9, UID))
+
+
+def test_plan_applies_defaults(catalog: Catalog, settings: OperatorSettings) -> None:
+    planned = plan(catalog, settings)
+    assert planned.runtime_class_name == "gvisor"
+    assert planned.cpu == settings.default_cpu
+    assert planned.memory == settings.default_memory
+    assert planned.ttl_seconds_after_finished == settings.default_ttl_seconds
+    assert planned.language.file == "main.py"
+    custom = plan(catalog, settings, resources={"memory": "1Gi"}, ttlSecondsAfterFinished=0)
+    assert custom.memory == "1Gi"
+    assert custom.ttl_seconds_after_finished == 0
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"language": "cobol"}, "spec.language"),
+        ({"language": "bash", "mode": "lint"}, "spec.mode"),
+        ({"resources": {"memory": "32Gi"}}, "spec.resources.memory"),
+        ({"resources": {"cpu": "8"}}, "spec.resources.cpu"),
+        ({"runtimeClassName": "runc"}, "spec.runtimeClassName"),
+        ({"files": [{"path": "main.py", "content": ""}]}, "spec.files"),
+        ({"source": "€" * 200_000, "stdin": "€" * 200_000}, "spec.source"),
+    ],
+)
+def test_plan_refuses_what_this_installation_cannot_run(
+    catalog: Catalog, settings: OperatorSettings, fields: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(InvalidSpecError, match=re.escape(field)):
+        plan(catalog, settings, **fields)
+
+
+def test_plan_honours_lower_timeout_maximum(catalog: Catalog) -> None:
+    strict = OperatorSettings(max_timeout_seconds=30)
+    with pytest.raises(InvalidSpecError, match=r"spec\.timeoutSeconds"):
+        plan(catalog, strict, timeoutSeconds=60)
+
+
+def test_allowed_runtime_classes(catalog: Catalog) -> None:
+    settings = OperatorSettings(allowed_runtime_classes=["kata"])
+    assert plan(catalog, settings, runtimeClassName="kata").runtime_class_name == "kata"
+
+
+def test_runner_config_follows_the_protocol(catalog: Catalog, settings: OperatorSettings) -> None:
+    parsed = spec(
+        args=["-v"],
+        stdin="in",
+        files=[{"path": "data/a.csv", "content": "1"}, {"path": "b.txt", "content": "2"}],
+        mode="lint",
+        timeoutSeconds=7,
+    )
+    config = build_runner_config(parsed, plan_execution(parsed, catalog, settings), settings)
+    assert config == {
+        "mode": "lint",
+        "sourceFile": "main.py",
+        "command": ["python3", "main.py"],
+        "lintCommand": [
+            "ruff",
+            "check",
+            "--output-format=json",
+            "--no-cache",
+            "--isolated",
+            "main.py",
+        ],
+        "args": ["-v"],
+        "env": {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"},
+        "timeoutSeconds": 7,
+        "maxOutputBytes": 1024 * 1024,
+        "files": [{"key": "file-0", "path": "data/a.csv"}, {"key": "file-1", "path": "b.txt"}],
+        "hasStdin": True,
+        "limits": {"processes": 128, "fileSizeBytes": 100 * 1024 * 1024, "openFiles": 1024},
+    }
+
+
+def test_configmap_carries_code_and_config(catalog: Catalog, settings: OperatorSettings) -> None:
+    parsed = spec(source="print(2)", files=[{"path": "x.txt", "content": "hi"}])
+    configmap = build_configmap(
+        namespace="team-a",
+        execution_name="hello",
+        uid=UID,
+        spec=parsed,
+        plan=plan_execution(parsed, catalog, settings),
+        settings=settings,
+    )
+    assert configmap["metadata"]["name"] == "hello-0a1b2c3d"
+    assert configmap["metadata"]["namespace"] == "team-a"
+    assert configmap["immutable"] is True
+    data = configmap["data"]
+    assert data["source"] == "print(2)"
+    assert data["file-0"] == "hi"
+    assert "stdin" not in data
+    assert json.loads(data["config.json"])["hasStdin"] is False
+
+
+def test_pod_is_hardened(catalog: Catalog, settings: OperatorSettings) -> None:
+    planned = plan(catalog, settings, timeoutSeconds=20, resources={"memory": "512Mi"})
+    pod = build_pod(
+        namespace="ns", execution_name="hello", uid=UID, plan=planned, settings=settings
+    )
+    podspec = pod["spec"]
+    assert pod["metadata"]["labels"] == {
+        "app.kubernetes.io/managed-by": "sandpod",
+        "sandpod.dev/execution": "hello",
+        "sandpod.dev/role": "sandbox",
+    }
+    assert podspec["runtimeClassName"] == "gvisor"
+    assert podspec["automountServiceAccountToken"] is False
+    assert podspec["enableServiceLinks"] is False
+    assert podspec["restartPolicy"] == "Never"
+    assert podspec["dnsPolicy"] == "None" and podspec["dnsConfig"]["nameservers"]
+    assert podspec["hostname"] == "sandbox"
+    assert podspec["terminationGracePeriodSeconds"] <= 2
+    assert podspec["activeDeadlineSeconds"] > 20 + settings.pod_startup_timeout_seconds
+    assert podspec["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 65532,
+        "runAsGroup": 65532,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    (container,) = podspec["containers"]
+    assert container["image"] == "localhost/sandpod/python:0.1.0"
+    assert container["imagePullPolicy"] == "IfNotPresent"
+    assert container["command"] == [RUNNER_PATH, "/sandbox/input/config.json"]
+    assert "env" not in container and "envFrom" not in container
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert container["terminationMessagePolicy"] == "File"
+    resources = container["resources"]
+    assert resources["limits"] == {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "256Mi"}
+    assert resources["requests"] == {"cpu": "50m", "memory": "512Mi", "ephemeral-storage": "16Mi"}
+    volumes = {v["name"]: v for v in podspec["volumes"]}
+    assert volumes["input"]["configMap"]["name"] == "hello-0a1b2c3d"
+    assert volumes["tmp"]["emptyDir"] == {"sizeLimit": "128Mi"}
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert mounts["/sandbox/input"]["readOnly"] is True
+    assert set(mounts) == {"/sandbox/input", "/tmp"}
+
+
+def test_small_limits_cap_requests(catalog: Catalog, settings: OperatorSettings) -> None:
+    planned = plan(catalog, settings, resources={"cpu": "20m", "ephemeralStorage": "8Mi"})
+    pod = build_pod(namespace="ns", execution_name="x", uid=UID, plan=planned, settings=settings)
+    container = pod["spec"]["containers"][0]
+    assert container["resources"]["requests"]["cpu"] == "20m"
+    assert container["resources"]["requests"]["ephemeral-storage"] == "8Mi"
+    assert pod["spec"]["volumes"][1]["emptyDir"]["sizeLimit"] == "8Mi"
+
+
+def test_deny_all_network_policy() -> None:
+    policy = build_network_policy("ns")
+    assert policy["metadata"]["name"] == DENY_ALL_POLICY_NAME
+    assert policy["spec"] == {
+        "podSelector": {"matchLabels": {"sandpod.dev/role": "sandbox"}},
+        "policyTypes": ["Ingress", "Egress"],
+        "ingress": [],
+        "egress": [],
+    }
+
+
+def test_egress_policy_only_for_allowlists() -> None:
+    assert (
+        build_egress_policy(namespace="ns", execution_name="x", uid=UID, network=spec().network)
+        is None
+    )
+    network = spec(
+        network={
+            "egress": "allowlist",
+            "allow": [
+                {"cidr": "203.0.113.0/24", "ports": [{"port": 443}]},
+                {"cidr": "2001:db8::/32"},
+            ],
+        }
+    ).network
+    policy = build_egress_policy(namespace="ns", execution_name="x", uid=UID, network=network)
+    assert policy is not None
+    assert policy["spec"]["podSelector"]["matchLabels"]["sandpod.dev/execution"] == "x"
+    assert policy["spec"]["policyTypes"] == ["Egress"]
+    assert policy["spec"]["egress"] == [
+        {
+            "to": [{"ipBlock": {"cidr": "203.0.113.0/24"}}],
+            "ports": [{"port": 443, "protocol": "TCP"}],
+        },
+        {"to": [{"ipBlock": {"cidr": "2001:db8::/32"}}]},
+    ]

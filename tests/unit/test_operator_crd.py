@@ -1,0 +1,123 @@
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from sandpod_operator import crd
+
+REPO = Path(__file__).resolve().parents[2]
+COMMITTED = REPO / "crds" / "codeexecutions.sandpod.dev.yaml"
+
+
+def walk(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    found: list[tuple[str, dict[str, Any]]] = []
+    if isinstance(node, dict):
+        found.append((path, node))
+        for key, child in node.get("properties", {}).items():
+            found.extend(walk(child, f"{path}.{key}"))
+        if "items" in node:
+            found.extend(walk(node["items"], f"{path}[]"))
+        if isinstance(node.get("additionalProperties"), dict):
+            found.extend(walk(node["additionalProperties"], f"{path}{{}}"))
+    return found
+
+
+@pytest.fixture(scope="module")
+def generated() -> dict[str, Any]:
+    return crd.build_crd()
+
+
+@pytest.fixture(scope="module")
+def schema(generated: dict[str, Any]) -> dict[str, Any]:
+    return dict(generated["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+
+
+def test_committed_crd_matches_the_models() -> None:
+    assert COMMITTED.read_text() == crd.render(), (
+        "crds/ drifted from models.py: run `python -m sandpod_operator.crd`"
+    )
+    assert crd.main(["--check", "--output", str(COMMITTED)]) == 0
+
+
+def test_check_reports_drift(tmp_path: Path) -> None:
+    stale = tmp_path / "crd.yaml"
+    stale.write_text("old\n")
+    assert crd.main(["--check", "--output", str(stale)]) == 1
+    assert crd.main(["--output", str(stale)]) == 0
+    assert crd.main(["--check", "--output", str(stale)]) == 0
+
+
+def test_schema_is_structural(schema: dict[str, Any]) -> None:
+    forbidden = {"$ref", "$defs", "anyOf", "oneOf", "allOf", "not", "title", "const"}
+    for path, node in walk(schema):
+        assert not forbidden & set(node), f"{path}: {forbidden & set(node)}"
+        assert "type" in node or node.get("x-kubernetes-int-or-string"), f"{path}: untyped"
+        if node.get("x-kubernetes-int-or-string"):
+            assert "type" not in node
+        if "properties" in node:
+            assert "additionalProperties" not in node, path
+            assert set(node.get("required", [])) <= set(node["properties"]), path
+        assert node.get("default", "absent") is not None, f"{path}: null default"
+
+
+def test_every_property_is_described(schema: dict[str, Any]) -> None:
+    assert crd.undescribed_properties(schema) == []
+    for path, node in walk(schema):
+        if path.count(".") >= 1 and not path.endswith("[]"):
+            assert node.get("description"), path
+
+
+def test_translation_refuses_unions() -> None:
+    with pytest.raises(crd.SchemaError, match="union"):
+        crd.structural({"anyOf": [{"type": "string"}, {"type": "integer"}]}, {}, "x")
+    with pytest.raises(crd.SchemaError, match="exclusiveMinimum"):
+        crd.structural({"type": "integer", "exclusiveMinimum": 0}, {}, "x")
+
+
+def test_cel_rules(schema: dict[str, Any]) -> None:
+    spec = schema["properties"]["spec"]
+    rules = {r["message"]: r["rule"] for r in spec["x-kubernetes-validations"]}
+    assert rules["spec is immutable"] == "self == oldSelf"
+    assert any("files.map" in rule for rule in rules.values())
+    root_rules = [r["rule"] for r in schema["x-kubernetes-validations"]]
+    assert any("self.metadata.name" in rule for rule in root_rules)
+    cpu = spec["properties"]["resources"]["properties"]["cpu"]
+    assert "quantity(" in cpu["x-kubernetes-validations"][0]["rule"]
+    network = spec["properties"]["network"]
+    assert "allowlist" in network["x-kubernetes-validations"][0]["rule"]
+
+
+def test_bounds_are_in_the_schema(schema: dict[str, Any]) -> None:
+    props = schema["properties"]["spec"]["properties"]
+    timeout = props["timeoutSeconds"]
+    assert (timeout["minimum"], timeout["maximum"], timeout["default"]) == (1, 300, 10)
+    assert props["maxOutputBytes"]["maximum"] == 8 * 1024 * 1024
+    assert props["ttlSecondsAfterFinished"]["maximum"] == 604800
+    assert props["source"]["maxLength"] == 256 * 1024
+    assert props["files"]["maxItems"] == 32
+    assert props["files"]["x-kubernetes-list-map-keys"] == ["path"]
+    assert props["mode"]["enum"] == ["run", "lint"]
+    status = schema["properties"]["status"]["properties"]
+    assert status["conditions"]["x-kubernetes-list-type"] == "map"
+    assert status["startedAt"]["format"] == "date-time"
+
+
+def test_names_columns_and_subresources(generated: dict[str, Any]) -> None:
+    spec = generated["spec"]
+    assert generated["metadata"]["name"] == "codeexecutions.sandpod.dev"
+    assert spec["names"]["shortNames"] == ["cx"]
+    assert spec["names"]["categories"] == ["sandpod"]
+    version = spec["versions"][0]
+    assert version["subresources"] == {"status": {}}
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert columns["Language"] == ".spec.language"
+    assert columns["Phase"] == ".status.phase"
+    assert columns["Exit"] == ".status.exitCode"
+    assert columns["Duration(ms)"] == ".status.durationMs"
+    assert columns["Age"] == ".metadata.creationTimestamp"
+
+
+def test_yaml_is_lean_and_loads() -> None:
+    text = COMMITTED.read_text()
+    assert len(text) < 64 * 1024
+    assert yaml.safe_load(text)["kind"] == "CustomResourceDefinition"

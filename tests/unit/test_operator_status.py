@@ -1,0 +1,457 @@
+"""Status derivation from realistic pod objects (as `kubectl get pod -o json` shows them)."""
+
+import json
+import os
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sandpod_operator.runner_log import LogReader, LogSummary
+from sandpod_operator.settings import OperatorSettings
+from sandpod_operator.status import (
+    Verdict,
+    next_status,
+    observe_pod,
+    pod_finished,
+    status_patch,
+    supersedes,
+)
+
+CREATED = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
+NOW = CREATED + timedelta(seconds=10)
+
+
+def stamp(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in os.environ:
+        if name.startswith("SANDPOD_"):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def settings() -> OperatorSettings:
+    return OperatorSettings(pod_startup_timeout_seconds=60, unschedulable_grace_seconds=5)
+
+
+def make_pod(
+    phase: str = "Pending",
+    state: dict[str, Any] | None = None,
+    *,
+    scheduled: tuple[str, str | None, datetime] | None = ("True", None, CREATED),
+    reason: str | None = None,
+    message: str | None = None,
+    created: datetime = CREATED,
+) -> dict[str, Any]:
+    conditions: list[dict[str, Any]] = []
+    if scheduled is not None:
+        status, why, since = scheduled
+        condition = {
+            "type": "PodScheduled",
+            "status": status,
+            "lastProbeTime": None,
+            "lastTransitionTime": stamp(since),
+        }
+        if why:
+            condition["reason"] = why
+            condition["message"] = "0/1 nodes are available: 1 Insufficient memory."
+        conditions.append(condition)
+    pod_status: dict[str, Any] = {"phase": phase, "conditions": conditions, "qosClass": "Burstable"}
+    if state is not None:
+        pod_status["containerStatuses"] = [
+            {
+                "name": "sandbox",
+                "image": "localhost/sandpod/python:0.1.0",
+                "ready": False,
+                "restartCount": 0,
+                "started": "running" in state,
+                "state": state,
+            }
+        ]
+    if reason:
+        pod_status["reason"] = reason
+    if message:
+        pod_status["message"] = message
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "hello-0a1b2c3d",
+            "namespace": "team-a",
+            "uid": "5e0c7f8a-pod",
+            "creationTimestamp": stamp(created),
+            "labels": {"sandpod.dev/execution": "hello", "sandpod.dev/role": "sandbox"},
+        },
+        "spec": {
+            "runtimeClassName": "gvisor",
+            "containers": [
+                {
+                    "name": "sandbox",
+                    "image": "localhost/sandpod/python:0.1.0",
+                    "resources": {"limits": {"cpu": "500m", "memory": "256Mi"}},
+                }
+            ],
+        },
+        "status": pod_status,
+    }
+
+
+def waiting(reason: str, message: str = "") -> dict[str, Any]:
+    return {"waiting": {"reason": reason, "message": message}}
+
+
+def terminated(
+    exit_code: int,
+    reason: str = "Completed",
+    result: dict[str, Any] | None = None,
+    started: datetime = CREATED + timedelta(seconds=2),
+    finished: datetime = CREATED + timedelta(seconds=3),
+) -> dict[str, Any]:
+    state: dict[str, Any] = {
+        "exitCode": exit_code,
+        "reason": reason,
+        "startedAt": stamp(started),
+        "finishedAt": stamp(finished),
+    }
+    if result is not None:
+        state["message"] = json.dumps(result)
+    return {"terminated": state}
+
+
+def result(**fields: Any) -> dict[str, Any]:
+    return {
+        "exitCode": 0,
+        "signal": None,
+        "timedOut": False,
+        "durationMs": 812,
+        "stdoutBytes": 0,
+        "stderrBytes": 0,
+        "stdoutTruncated": False,
+        "stderrTruncated": False,
+        "peakMemoryBytes": 20_000_000,
+        "diagnostics": None,
+        "error": None,
+        **fields,
+    }
+
+
+def log_of(stdout: str = "", stderr: str = "", runner: dict[str, Any] | None = None) -> LogSummary:
+    reader = LogReader(tail_bytes=64 * 1024)
+    lines: list[dict[str, Any]] = []
+    if stdout:
+        lines.append({"stream": "stdout", "data": stdout})
+    if stderr:
+        lines.append({"stream": "stderr", "data": stderr})
+    if runner is not None:
+        lines.append({"result": runner})
+    reader.feed(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+    return reader.finish()
+
+
+def observe(
+    pod: dict[str, Any],
+    settings: OperatorSettings,
+    log: LogSummary | None = None,
+    mode: str = "run",
+    now: datetime = NOW,
+) -> Verdict:
+    return observe_pod(pod, log=log, mode=mode, now=now, settings=settings)
+
+
+# --- before the program runs ----------------------------------------------------------------
+
+
+def test_new_pod_is_pending(settings: OperatorSettings) -> None:
+    verdict = observe(make_pod(scheduled=None), settings)
+    assert (verdict.phase, verdict.reason) == ("Pending", "PodCreated")
+    assert not verdict.terminal
+
+
+def test_container_creating_is_pending(settings: OperatorSettings) -> None:
+    verdict = observe(make_pod(state=waiting("ContainerCreating")), settings)
+    assert (verdict.phase, verdict.reason) == ("Pending", "ContainerCreating")
+    assert (observe(make_pod(), settings).reason) == "Scheduled"
+
+
+@pytest.mark.parametrize(
+    "reason", ["ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName"]
+)
+def test_missing_image_is_an_error_at_once(settings: OperatorSettings, reason: str) -> None:
+    message = 'failed to pull image "localhost/sandpod/python:0.1.0": connection refused'
+    verdict = observe(make_pod(state=waiting(reason, message)), settings)
+    assert (verdict.phase, verdict.reason, verdict.retryable) == ("Error", "ImageNotFound", False)
+    assert "localhost/sandpod/python:0.1.0" in verdict.message and reason in verdict.message
+    assert verdict.finished_at == NOW
+
+
+def test_container_config_error(settings: OperatorSettings) -> None:
+    pod = make_pod(state=waiting("CreateContainerConfigError", 'configmap "x" not found'))
+    verdict = observe(pod, settings)
+    assert (verdict.phase, verdict.reason) == ("Error", "ContainerConfigError")
+
+
+def test_unschedulable_after_grace(settings: OperatorSettings) -> None:
+    fresh = make_pod(scheduled=("False", "Unschedulable", NOW - timedelta(seconds=2)))
+    verdict = observe(fresh, settings)
+    assert (verdict.phase, verdict.reason) == ("Pending", "Unschedulable")
+    stale = make_pod(scheduled=("False", "Unschedulable", NOW - timedelta(seconds=5)))
+    verdict = observe(stale, settings)
+    assert (verdict.phase, verdict.reason, verdict.retryable) == ("Error", "Unschedulable", True)
+    assert "Insufficient memory" in verdict.message
+
+
+def test_startup_timeout(settings: OperatorSettings) -> None:
+    pod = make_pod(state=waiting("ContainerCreating"), created=NOW - timedelta(seconds=61))
+    verdict = observe(pod, settings)
+    assert (verdict.phase, verdict.reason, verdict.retryable) == ("Error", "StartupTimeout", True)
+    assert "ContainerCreating" in verdict.message
+
+
+def test_running(settings: OperatorSettings) -> None:
+    started = CREATED + timedelta(seconds=2)
+    pod = make_pod("Running", {"running": {"startedAt": stamp(started)}})
+    verdict = observe(pod, settings)
+    assert (verdict.phase, verdict.reason, verdict.started_at) == ("Running", "Started", started)
+    assert not pod_finished(pod)
+
+
+# --- after the program ran -------------------------------------------------------------------
+
+
+def test_success_with_output(settings: OperatorSettings) -> None:
+    runner = result(stdoutBytes=2)
+    pod = make_pod("Succeeded", terminated(0, result=runner))
+    assert pod_finished(pod)
+    verdict = observe(pod, settings, log=log_of(stdout="4\n", runner=runner))
+    assert (verdict.phase, verdict.reason, verdict.exit_code) == ("Succeeded", "Completed", 0)
+    assert verdict.stdout == "4\n" and verdict.stderr == ""
+    assert verdict.stdout_truncated is False
+    assert verdict.duration_ms == 812
+    assert verdict.started_at == CREATED + timedelta(seconds=2)
+    assert verdict.finished_at == CREATED + timedelta(seconds=3)
+
+
+def test_nonzero_exit_keeps_stderr(settings: OperatorSettings) -> None:
+    runner = result(exitCode=1)
+    pod = make_pod("Failed", terminated(1, "Error", result=runner))
+    stderr = 'Traceback (most recent call last):\nNameError: name "pritn" is not defined\n'
+    verdict = observe(pod, settings, log=log_of(stderr=stderr, runner=runner))
+    assert (verdict.phase, verdict.reason, verdict.exit_code) == ("Failed", "NonZeroExit", 1)
+    assert verdict.stderr == stderr
+    assert verdict.retryable is False
+
+
+def test_runner_timeout(settings: OperatorSettings) -> None:
+    runner = result(exitCode=None, signal=9, timedOut=True, durationMs=10_003)
+    pod = make_pod("Failed", terminated(124, "Error", result=runner))
+    verdict = observe(pod, settings, log=log_of(stdout="tick\n", runner=runner))
+    assert (verdict.phase, verdict.reason) == ("TimedOut", "DeadlineExceeded")
+    assert verdict.stdout == "tick\n"
+    assert verdict.duration_ms == 10_003
+
+
+def test_oom_killed_by_the_kubelet(settings: OperatorSettings) -> None:
+    pod = make_pod("Failed", terminated(137, "OOMKilled"))
+    verdict = observe(pod, settings, log=log_of())
+    assert (verdict.phase, verdict.reason, verdict.signal) == ("Failed", "OOMKilled", 9)
+    assert "256Mi" in verdict.message
+
+
+def test_oom_killed_inside_the_sandbox(settings: OperatorSettings) -> None:
+    runner = result(exitCode=None, signal=9, peakMemoryBytes=255 * 1024 * 1024)
+    pod = make_pod("Failed", terminated(137, "Error", result=runner))
+    assert observe(pod, settings, log=log_of(runner=runner)).reason == "OOMKilled"
+    small = result(exitCode=None, signal=9, peakMemoryBytes=10 * 1024 * 1024)
+    pod = make_pod("Failed", terminated(137, "Error", result=small))
+    verdict = observe(pod, settings, log=log_of(runner=small))
+    assert (verdict.phase, verdict.reason) == ("Failed", "Signaled")
+    assert "SIGKILL" in verdict.message
+
+
+def test_killed_by_a_signal(settings: OperatorSettings) -> None:
+    runner = result(exitCode=None, signal=11)
+    pod = make_pod("Failed", terminated(139, "Error", result=runner))
+    verdict = observe(pod, settings, log=log_of(runner=runner))
+    assert (verdict.phase, verdict.reason, verdict.signal) == ("Failed", "Signaled", 11)
+    assert "SIGSEGV" in verdict.message
+
+
+def test_pod_deadline_exceeded(settings: OperatorSettings) -> None:
+    ran = make_pod(
+        "Failed",
+        terminated(137, "Error"),
+        reason="DeadlineExceeded",
+        message="Pod was active on the node longer than the specified deadline",
+    )
+    verdict = observe(ran, settings, log=log_of())
+    assert (verdict.phase, verdict.reason) == ("TimedOut", "DeadlineExceeded")
+    never = make_pod("Failed", waiting("ContainerCreating"), reason="DeadlineExceeded")
+    verdict = observe(never, settings)
+    assert (verdict.phase, verdict.reason, verdict.retryable) == ("Error", "StartupTimeout", True)
+
+
+def test_evictions(settings: OperatorSettings) -> None:
+    disk = make_pod(
+        "Failed",
+        terminated(137, "Error"),
+        reason="Evicted",
+        message='Usage of EmptyDir volume "tmp" exceeds the limit "128Mi".',
+    )
+    verdict = observe(disk, settings, log=log_of())
+    assert (verdict.phase, verdict.reason) == ("Failed", "StorageLimitExceeded")
+    node = make_pod(
+        "Failed",
+        terminated(137, "Error"),
+        reason="Evicted",
+        message="The node was low on resource: memory.",
+    )
+    verdict = observe(node, settings, log=log_of())
+    assert (verdict.phase, verdict.reason, verdict.retryable) == ("Error", "Evicted", True)
+
+
+def test_runner_error(settings: OperatorSettings) -> None:
+    runner = result(exitCode=None, error='exec: "python3": executable file not found in $PATH')
+    pod = make_pod("Failed", terminated(125, "Error", result=runner))
+    verdict = observe(pod, settings, log=log_of(runner=runner))
+    assert (verdict.phase, verdict.reason) == ("Error", "RunnerError")
+    assert "python3" in verdict.message
+
+
+def test_container_that_could_not_start(settings: OperatorSettings) -> None:
+    state = terminated(128, "StartError")
+    state["terminated"]["message"] = "exec: /opt/sandpod/bin/sandpod-runner: no such file"
+    verdict = observe(make_pod("Failed", state), settings, log=log_of())
+    assert (verdict.phase, verdict.reason) == ("Error", "ContainerStartFailed")
+    assert "sandpod-runner" in verdict.message
+
+
+def test_no_result_at_all(settings: OperatorSettings) -> None:
+    verdict = observe(make_pod("Failed", terminated(2, "Error")), settings, log=log_of())
+    assert (verdict.phase, verdict.reason, verdict.exit_code) == ("Error", "NoResult", 2)
+
+
+def test_termination_message_suffices_without_log(settings: OperatorSettings) -> None:
+    runner = result(exitCode=3, stdoutTruncated=True)
+    verdict = observe(make_pod("Failed", terminated(3, "Error", result=runner)), settings)
+    assert (verdict.phase, verdict.exit_code) == ("Failed", 3)
+    assert verdict.stdout is None and verdict.stdout_truncated is True
+
+
+def test_lint_mode(settings: OperatorSettings) -> None:
+    findings = [{"code": "F401", "message": "`os` imported but unused", "line": 1, "column": 8}]
+    runner = result(exitCode=1, diagnostics=findings * 300)
+    pod = make_pod("Failed", terminated(1, "Error", result=runner))
+    verdict = observe(pod, settings, log=log_of(runner=runner), mode="lint")
+    assert (verdict.phase, verdict.reason, verdict.exit_code) == ("Succeeded", "Completed", 1)
+    assert verdict.diagnostics is not None and len(verdict.diagnostics) == 200
+    assert verdict.message == "the linter reported 300 findings"
+
+
+# --- folding verdicts into status -------------------------------------------------------------
+
+
+def test_status_lifecycle_and_conditions() -> None:
+    pending = next_status(
+        None,
+        Verdict("Pending", "PodCreated", "waiting for a node"),
+        generation=1,
+        pod_name="hello-0a1b2c3d",
+        now=CREATED,
+    )
+    conditions = {c["type"]: c for c in pending["conditions"]}
+    assert pending["phase"] == "Pending" and pending["podName"] == "hello-0a1b2c3d"
+    assert conditions["Accepted"]["status"] == "True"
+    assert conditions["Started"]["status"] == "False"
+    assert conditions["Completed"]["status"] == "False"
+    assert "Succeeded" not in conditions
+    assert pending["observedGeneration"] == 1
+
+    started = CREATED + timedelta(seconds=2)
+    running = next_status(
+        pending,
+        Verdict("Running", "Started", started_at=started),
+        generation=1,
+        pod_name=None,
+        now=started,
+    )
+    conditions = {c["type"]: c for c in running["conditions"]}
+    assert running["podName"] == "hello-0a1b2c3d"
+    assert running["startedAt"] == stamp(started)
+    assert conditions["Accepted"]["lastTransitionTime"] == stamp(CREATED)
+    assert conditions["Started"]["lastTransitionTime"] == stamp(started)
+
+    end = CREATED + timedelta(seconds=3)
+    done = next_status(
+        running,
+        Verdict(
+            "Succeeded",
+            "Completed",
+            "exit code 0",
+            retryable=False,
+            finished_at=end,
+            exit_code=0,
+            duration_ms=812,
+            stdout="4\n",
+            stderr="",
+            stdout_truncated=False,
+            stderr_truncated=False,
+        ),
+        generation=1,
+        pod_name=None,
+        now=end,
+    )
+    conditions = {c["type"]: c for c in done["conditions"]}
+    assert done["startedAt"] == stamp(started)
+    assert done["finishedAt"] == stamp(end)
+    assert done["exitCode"] == 0 and done["stdout"] == "4\n" and done["stderr"] == ""
+    assert conditions["Completed"]["status"] == "True"
+    assert conditions["Succeeded"]["status"] == "True"
+    assert conditions["Started"]["lastTransitionTime"] == stamp(started)
+    assert [c["type"] for c in done["conditions"]] == sorted(conditions)
+
+
+def test_refused_execution_is_not_accepted() -> None:
+    refused = next_status(
+        None,
+        Verdict("Error", "InvalidSpec", "spec.language: unknown", retryable=False, finished_at=NOW),
+        generation=1,
+        pod_name=None,
+        now=NOW,
+    )
+    conditions = {c["type"]: c for c in refused["conditions"]}
+    assert conditions["Accepted"]["status"] == "False"
+    assert conditions["Accepted"]["reason"] == "InvalidSpec"
+    assert conditions["Succeeded"]["status"] == "False"
+    assert "podName" not in refused
+
+
+def test_writing_the_same_verdict_twice_changes_nothing() -> None:
+    verdict = Verdict("Failed", "NonZeroExit", "exit 1", exit_code=1, finished_at=NOW)
+    first = next_status(
+        {"phase": "Running", "podName": "p"}, verdict, generation=1, pod_name=None, now=NOW
+    )
+    again = next_status(first, verdict, generation=1, pod_name=None, now=NOW + timedelta(1))
+    assert again == first
+    assert status_patch(first, again) == {}
+
+
+def test_verdicts_never_go_backwards() -> None:
+    pending = Verdict("Pending", "PodCreated")
+    running = Verdict("Running", "Started")
+    failed = Verdict("Error", "PodLost")
+    assert supersedes(pending, None)
+    assert supersedes(running, {"phase": "Pending"})
+    assert not supersedes(pending, {"phase": "Running"})
+    assert supersedes(failed, {"phase": "Running"})
+    assert not supersedes(Verdict("Succeeded", "Completed"), {"phase": "Error"})
+    assert not supersedes(running, {"phase": "Cancelled"})
+
+
+def test_status_patch_nulls_removed_fields() -> None:
+    old = {"phase": "Pending", "reason": "Unschedulable", "message": "0/1 nodes"}
+    new = {"phase": "Running", "reason": "Started"}
+    assert status_patch(old, new) == {"phase": "Running", "reason": "Started", "message": None}
+    assert status_patch(None, new) == new
