@@ -43,8 +43,8 @@ stop_pods() {
 kill_remaining_processes() {
   local round pids
   for round in 1 2 3 4 5; do
-    pids=$(find "$PIDS_CGROUP" /sys/fs/cgroup/pids/kubepods -name cgroup.procs -exec cat {} + 2>/dev/null \
-      | sort -u)
+    pids=$({ find "$PIDS_CGROUP" /sys/fs/cgroup/pids/kubepods -name cgroup.procs -exec cat {} + \
+      2>/dev/null || true; } | sort -u)
     [ -z "$pids" ] && return 0
     # shellcheck disable=SC2086
     kill -KILL $pids 2>/dev/null || true
@@ -66,21 +66,27 @@ remove_network() {
   if [ -x "$VENV/bin/python" ]; then
     PYTHONPATH="$CLUSTER_SCRIPTS_DIR" "$VENV/bin/python" -m sandpod_netpol cleanup >/dev/null 2>&1 || true
   fi
-  # The CNI bridge plugin's masquerade chains (CNI-*) and the portmap chains.
-  local table chain
-  for table in nat filter; do
-    for chain in $(iptables -t "$table" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^CNI-/ { print $2 }'); do
-      iptables -t "$table" -S 2>/dev/null | awk -v chain="$chain" '$1 == "-A" && $0 ~ "-j " chain "( |$)" { $1 = "-D"; print }' \
-        | while read -r rule; do eval "iptables -t $table $rule" 2>/dev/null || true; done
-    done
-    for chain in $(iptables -t "$table" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^CNI-/ { print $2 }'); do
-      iptables -t "$table" -F "$chain" 2>/dev/null || true
-    done
-    for chain in $(iptables -t "$table" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^CNI-/ { print $2 }'); do
-      iptables -t "$table" -X "$chain" 2>/dev/null || true
+  # What kube-proxy's cleanup leaves: kubelet's KUBE-* chains (firewall, canaries) and the
+  # CNI plugins' CNI-* chains, in every table and both address families.
+  local iptables table
+  for iptables in iptables ip6tables; do
+    for table in filter nat mangle; do
+      remove_chains "$iptables" "$table" '^(KUBE|CNI)-'
     done
   done
   rm -rf "$STATE_DIR/cni/ipam"
+}
+
+# remove_chains IPTABLES TABLE REGEX: unhooks, flushes and deletes the chains whose names match.
+remove_chains() {
+  local iptables=$1 table=$2 pattern=$3 chains chain rule
+  chains=$("$iptables" -t "$table" -S 2>/dev/null | awk -v p="$pattern" '$1 == "-N" && $2 ~ p { print $2 }')
+  [ -n "$chains" ] || return 0
+  "$iptables" -t "$table" -S 2>/dev/null | awk -v p="$pattern" '$1 == "-A" && $2 !~ p && / -j / {
+      for (i = 1; i < NF; i++) if ($i == "-j" && $(i + 1) ~ p) { $1 = "-D"; print; break } }' \
+    | while read -r rule; do eval "$iptables -t $table $rule" 2>/dev/null || true; done
+  for chain in $chains; do "$iptables" -t "$table" -F "$chain" 2>/dev/null || true; done
+  for chain in $chains; do "$iptables" -t "$table" -X "$chain" 2>/dev/null || true; done
 }
 
 unmount_state() {
