@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 export KUBECONFIG ?= $(CURDIR)/.cluster/kubeconfig
 
-.PHONY: venv cluster-build cluster-up cluster-down
+.PHONY: venv cluster-build cluster-up cluster-down images test test-unit
 
 # The project's Python environment (operator, gateway, tests, the cluster's NetworkPolicy enforcer).
 venv: $(VENV)/.installed
@@ -23,3 +23,24 @@ cluster-up: venv cluster-build
 
 cluster-down:
 	hack/cluster/down.sh
+
+# Builds every image (sandbox languages, operator, gateway) with no registry and imports it into
+# the local cluster's containerd; cached in ~/.cache/sandpod/images. IMAGES_FLAGS=--no-import builds only.
+.PHONY: images
+images:
+	hack/images/build.sh $(IMAGES_FLAGS)
+
+# Sandbox, operator and gateway images, built with no registry and imported into the cluster.
+images: venv cluster-up
+	hack/images/build.sh
+
+# Every test: the runner's Go tests, unit tests, then everything against the real cluster;
+# the cluster lifecycle test (down, then up again) runs last.
+test: venv cluster-up images
+	cd images/runner && go test -count=1 ./...
+	$(VENV)/bin/pytest -rs tests/unit tests/e2e tests/lifecycle
+
+# Only what needs no cluster.
+test-unit: venv
+	cd images/runner && go test -count=1 ./...
+	$(VENV)/bin/pytest -rs tests/unit
