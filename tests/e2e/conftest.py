@@ -6,14 +6,23 @@ KUBECONFIG points at. A missing cluster is an error, never a skip.
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from kube_helpers import wait_until
 from kubernetes import client, config
+from operator_process import (
+    MISSING_IMAGE,
+    MISSING_IMAGE_LANGUAGE,
+    MISSING_RUNTIME_CLASS,
+    OperatorProcess,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,3 +82,74 @@ def _default_service_account_exists(core_v1: client.CoreV1Api, namespace: str) -
             return False
         raise
     return True
+
+
+# --- sandpod's CRD and a locally running operator (tests/e2e/test_operator.py and others) ---
+
+CRD_PATH = REPO_ROOT / "crds" / "codeexecutions.sandpod.dev.yaml"
+
+
+@pytest.fixture(scope="session")
+def sandpod_crd(api_client: client.ApiClient) -> str:
+    """Applies crds/ (create or replace) and waits until the API serves CodeExecutions."""
+    manifest = yaml.safe_load(CRD_PATH.read_text())
+    extensions = client.ApiextensionsV1Api(api_client)
+    name = manifest["metadata"]["name"]
+    try:
+        extensions.create_custom_resource_definition(manifest)
+    except client.ApiException as error:
+        if error.status != 409:
+            raise
+        current: Any = extensions.read_custom_resource_definition(name)
+        manifest["metadata"]["resourceVersion"] = current.metadata.resource_version
+        extensions.replace_custom_resource_definition(name, manifest)
+
+    def established() -> bool:
+        crd: Any = extensions.read_custom_resource_definition(name)
+        conditions = {c.type: c.status for c in (crd.status.conditions or [])}
+        return conditions.get("Established") == "True"
+
+    wait_until(established, timeout=30, what=f"CRD {name} to be established")
+    objects = client.CustomObjectsApi(api_client)
+
+    def served() -> bool:
+        try:
+            objects.list_cluster_custom_object("sandpod.dev", "v1alpha1", "codeexecutions", limit=1)
+        except client.ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
+
+    wait_until(served, timeout=30, what=f"{name} to be served")
+    return str(name)
+
+
+@pytest.fixture(scope="session")
+def sandpod_operator(
+    sandpod_crd: str, kubeconfig_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    """The operator, running on this machine against the test cluster, for the whole session."""
+    workdir = tmp_path_factory.mktemp("operator")
+    catalog = yaml.safe_load(
+        (REPO_ROOT / "operator" / "sandpod_operator" / "catalog.yaml").read_text()
+    )
+    catalog["languages"][MISSING_IMAGE_LANGUAGE] = {
+        "image": MISSING_IMAGE,
+        "file": "main.sh",
+        "command": ["sh", "main.sh"],
+    }
+    catalog_path = workdir / "catalog.yaml"
+    catalog_path.write_text(yaml.safe_dump(catalog))
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(kubeconfig_path),
+        "SANDPOD_CATALOG_PATH": str(catalog_path),
+        "SANDPOD_ALLOWED_RUNTIME_CLASSES": json.dumps([MISSING_RUNTIME_CLASS]),
+        "SANDPOD_MAX_MEMORY": "64Gi",
+        "SANDPOD_UNSCHEDULABLE_GRACE_SECONDS": "2",
+    }
+    operator = OperatorProcess(env, workdir / "operator.log")
+    operator.start()
+    yield operator
+    operator.stop()

@@ -1,0 +1,455 @@
+"""The operator end to end: CodeExecutions on the real cluster, with the real sandbox images.
+
+The operator runs as a local process (`sandpod_operator` fixture, conftest.py) against the
+cluster in KUBECONFIG; each test gets a fresh namespace. Waits poll with deadlines.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import yaml
+from kube_helpers import wait_until
+from kubernetes import client
+from operator_process import MISSING_IMAGE_LANGUAGE, MISSING_RUNTIME_CLASS, OperatorProcess
+from sandpod_operator.quantities import parse_quantity
+
+GROUP, VERSION, PLURAL = "sandpod.dev", "v1alpha1", "codeexecutions"
+TERMINAL = {"Succeeded", "Failed", "TimedOut", "Error", "Cancelled"}
+# gVisor starts an interpreter in about a second; image unpack and scheduling add a few more.
+RUN_TIMEOUT = 90
+
+pytestmark = pytest.mark.usefixtures("sandpod_operator")
+
+Execution = dict[str, Any]
+
+
+def manifest(name: str, spec: dict[str, Any]) -> Execution:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "CodeExecution",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def create(objects: client.CustomObjectsApi, namespace: str, name: str, **spec: Any) -> Execution:
+    body = manifest(name, spec)
+    return cast(
+        Execution, objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    )
+
+
+def get(objects: client.CustomObjectsApi, namespace: str, name: str) -> Execution | None:
+    try:
+        return cast(
+            Execution, objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        )
+    except client.ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def wait_for(
+    objects: client.CustomObjectsApi,
+    namespace: str,
+    name: str,
+    phases: set[str] = TERMINAL,
+    timeout: float = RUN_TIMEOUT,
+) -> Execution:
+    def reached() -> Execution | None:
+        execution = get(objects, namespace, name)
+        phase = ((execution or {}).get("status") or {}).get("phase")
+        return execution if phase in phases else None
+
+    return wait_until(reached, timeout=timeout, what=f"{namespace}/{name} to reach {phases}")
+
+
+def status(execution: Execution) -> dict[str, Any]:
+    return dict(execution.get("status") or {})
+
+
+def conditions(execution: Execution) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in status(execution).get("conditions", [])}
+
+
+def pod_gone(core: client.CoreV1Api, namespace: str, name: str) -> Callable[[], bool]:
+    def gone() -> bool:
+        try:
+            core.read_namespaced_pod(name, namespace)
+        except client.ApiException as error:
+            if error.status == 404:
+                return True
+            raise
+        return False
+
+    return gone
+
+
+def events_about(core: client.CoreV1Api, namespace: str, kind: str, name: str) -> list[Any]:
+    selector = f"involvedObject.kind={kind},involvedObject.name={name}"
+    return list(core.list_namespaced_event(namespace, field_selector=selector).items)
+
+
+def kubectl(kubeconfig: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["kubectl", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+        timeout=60,
+        check=False,
+    )
+
+
+# --- success in every language -----------------------------------------------------------------
+
+PROGRAMS = {
+    "python": "import sys\nprint(sum(range(10)))\nprint('warn', file=sys.stderr)\n",
+    "javascript": "console.log([1, 2, 3].reduce((a, b) => a + b) + 39);\n",
+    "typescript": "const n: number = 6 * 7;\nconsole.log(`${n}`);\n",
+    "bash": 'echo "$((40 + 2))"\necho args: "$@"\n',
+}
+EXPECTED_STDOUT = {
+    "python": "45\n",
+    "javascript": "45\n",
+    "typescript": "42\n",
+    "bash": "42\nargs: a b\n",
+}
+
+
+@pytest.mark.parametrize("language", sorted(PROGRAMS))
+def test_success(
+    language: str,
+    namespace: str,
+    custom_objects: client.CustomObjectsApi,
+    core_v1: client.CoreV1Api,
+) -> None:
+    extra = {"args": ["a", "b"]} if language == "bash" else {}
+    created = create(
+        custom_objects, namespace, "hello", language=language, source=PROGRAMS[language], **extra
+    )
+    assert created["spec"]["timeoutSeconds"] == 10  # defaulted by the API server
+    done = wait_for(custom_objects, namespace, "hello")
+    st = status(done)
+    assert st["phase"] == "Succeeded", st
+    assert st["reason"] == "Completed"
+    assert st["exitCode"] == 0
+    assert st["stdout"] == EXPECTED_STDOUT[language]
+    assert st["stdoutTruncated"] is False and st["stderrTruncated"] is False
+    if language == "python":
+        assert st["stderr"] == "warn\n"
+    assert st["durationMs"] >= 0
+    assert st["startedAt"] <= st["finishedAt"]
+    assert st["observedGeneration"] == done["metadata"]["generation"]
+    conds = conditions(done)
+    assert conds["Completed"]["status"] == "True"
+    assert conds["Succeeded"]["status"] == "True"
+    assert conds["Started"]["status"] == "True"
+    # The result is recorded, so the pod is removed; the phase transitions left Events.
+    wait_until(pod_gone(core_v1, namespace, st["podName"]), timeout=30, what="the pod to go")
+    reasons = {e.reason for e in events_about(core_v1, namespace, "CodeExecution", "hello")}
+    assert "Succeeded" in reasons
+
+
+def test_nonzero_exit_keeps_stderr(namespace: str, custom_objects: client.CustomObjectsApi) -> None:
+    source = "import sys\nprint('partial')\nprint('boom', file=sys.stderr)\nsys.exit(3)\n"
+    create(custom_objects, namespace, "fails", language="python", source=source)
+    st = status(wait_for(custom_objects, namespace, "fails"))
+    assert (st["phase"], st["reason"], st["exitCode"]) == ("Failed", "NonZeroExit", 3)
+    assert st["stdout"] == "partial\n"
+    assert st["stderr"] == "boom\n"
+    assert st["retryable"] is False
+    assert (
+        conditions(wait_for(custom_objects, namespace, "fails"))["Succeeded"]["status"] == "False"
+    )
+
+
+def test_stdin_and_files(namespace: str, custom_objects: client.CustomObjectsApi) -> None:
+    source = "import sys\nprint(sys.stdin.read().upper(), open('data/in.txt').read())\n"
+    create(
+        custom_objects,
+        namespace,
+        "io",
+        language="python",
+        source=source,
+        stdin="abc",
+        files=[{"path": "data/in.txt", "content": "xyz"}],
+    )
+    st = status(wait_for(custom_objects, namespace, "io"))
+    assert st["phase"] == "Succeeded", st
+    assert st["stdout"] == "ABC xyz\n"
+
+
+def test_timeout(namespace: str, custom_objects: client.CustomObjectsApi) -> None:
+    create(
+        custom_objects,
+        namespace,
+        "spins",
+        language="python",
+        source="print('start', flush=True)\nwhile True:\n    pass\n",
+        timeoutSeconds=2,
+    )
+    st = status(wait_for(custom_objects, namespace, "spins"))
+    assert (st["phase"], st["reason"]) == ("TimedOut", "DeadlineExceeded"), st
+    assert st["stdout"] == "start\n"
+    assert 2000 <= st["durationMs"] < 10_000
+
+
+def test_memory_over_the_limit_is_oom_killed(
+    namespace: str, custom_objects: client.CustomObjectsApi
+) -> None:
+    source = "chunks = []\nwhile True:\n    chunks.append(bytearray(16 * 1024 * 1024))\n"
+    create(
+        custom_objects,
+        namespace,
+        "hungry",
+        language="python",
+        source=source,
+        resources={"memory": "128Mi"},
+        timeoutSeconds=30,
+    )
+    st = status(wait_for(custom_objects, namespace, "hungry"))
+    assert (st["phase"], st["reason"]) == ("Failed", "OOMKilled"), st
+    assert "128Mi" in st["message"]
+
+
+def test_lint_mode_reports_diagnostics(
+    namespace: str, custom_objects: client.CustomObjectsApi
+) -> None:
+    create(custom_objects, namespace, "lint", language="python", mode="lint", source="import os\n")
+    st = status(wait_for(custom_objects, namespace, "lint"))
+    assert st["phase"] == "Succeeded", st
+    assert [d["code"] for d in st["diagnostics"]] == ["F401"]
+
+
+# --- the sandbox cannot run: Error quickly, never Pending forever ---------------------------------
+
+
+def test_missing_runtime_class(namespace: str, custom_objects: client.CustomObjectsApi) -> None:
+    started = time.monotonic()
+    create(
+        custom_objects,
+        namespace,
+        "no-runtime",
+        language="python",
+        source="print(1)",
+        runtimeClassName=MISSING_RUNTIME_CLASS,
+    )
+    done = wait_for(custom_objects, namespace, "no-runtime", timeout=20)
+    st = status(done)
+    assert (st["phase"], st["reason"], st["retryable"]) == ("Error", "RuntimeClassNotFound", False)
+    assert MISSING_RUNTIME_CLASS in st["message"]
+    assert conditions(done)["Accepted"]["status"] == "False"
+    assert time.monotonic() - started < 20
+
+
+def test_missing_image(
+    namespace: str, custom_objects: client.CustomObjectsApi, core_v1: client.CoreV1Api
+) -> None:
+    create(custom_objects, namespace, "no-image", language=MISSING_IMAGE_LANGUAGE, source="true")
+    st = status(wait_for(custom_objects, namespace, "no-image", timeout=45))
+    assert (st["phase"], st["reason"]) == ("Error", "ImageNotFound"), st
+    assert "does-not-exist" in st["message"]
+    wait_until(pod_gone(core_v1, namespace, st["podName"]), timeout=30, what="the pod to go")
+
+
+def test_unschedulable(
+    namespace: str, custom_objects: client.CustomObjectsApi, core_v1: client.CoreV1Api
+) -> None:
+    node: Any = core_v1.list_node().items[0]
+    allocatable = int(parse_quantity(node.status.allocatable["memory"]))
+    too_much = f"{allocatable // 2**30 + 2}Gi"  # within the CRD's 64Gi bound, beyond the node
+    create(
+        custom_objects,
+        namespace,
+        "too-big",
+        language="python",
+        source="print(1)",
+        resources={"memory": too_much},
+    )
+    st = status(wait_for(custom_objects, namespace, "too-big", timeout=30))
+    assert (st["phase"], st["reason"], st["retryable"]) == ("Error", "Unschedulable", True), st
+    assert "memory" in st["message"].lower()
+
+
+# --- refused by the API server itself ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"timeoutSeconds": 0}, "spec.timeoutSeconds"),
+        ({"timeoutSeconds": 3600}, "spec.timeoutSeconds"),
+        ({"resources": {"memory": "1Ti"}}, "spec.resources.memory"),
+        ({"resources": {"cpu": "lots"}}, "spec.resources.cpu"),
+        ({"files": [{"path": "../escape", "content": ""}]}, "spec.files[0].path"),
+        ({"language": "Python!"}, "spec.language"),
+        ({"mode": "compile"}, "spec.mode"),
+        ({"maxOutputBytes": 10}, "spec.maxOutputBytes"),
+        ({"network": {"egress": "allowlist"}}, "network.allow"),
+    ],
+)
+def test_invalid_spec_is_refused_by_kubectl_apply(
+    change: dict[str, Any],
+    field: str,
+    namespace: str,
+    kubeconfig_path: Path,
+    custom_objects: client.CustomObjectsApi,
+) -> None:
+    body = manifest("bad", {"language": "python", "source": "print(1)", **change})
+    result = kubectl(
+        kubeconfig_path, "apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(body)
+    )
+    assert result.returncode != 0
+    assert field in result.stderr, result.stderr
+    assert get(custom_objects, namespace, "bad") is None
+
+
+def test_bad_name_and_spec_changes_are_refused(
+    namespace: str, kubeconfig_path: Path, custom_objects: client.CustomObjectsApi
+) -> None:
+    dotted = manifest("a.b", {"language": "python", "source": "print(1)"})
+    result = kubectl(
+        kubeconfig_path, "apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(dotted)
+    )
+    assert result.returncode != 0 and "metadata.name" in result.stderr, result.stderr
+
+    create(custom_objects, namespace, "fixed", language="python", source="print(1)")
+    changed = manifest("fixed", {"language": "python", "source": "print(2)"})
+    result = kubectl(
+        kubeconfig_path, "apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(changed)
+    )
+    assert result.returncode != 0
+    assert "spec is immutable" in result.stderr, result.stderr
+
+
+def test_explain_describes_fields(kubeconfig_path: Path, sandpod_crd: str) -> None:
+    def explained() -> str | None:
+        result = kubectl(kubeconfig_path, "explain", "codeexecution.spec.timeoutSeconds")
+        return result.stdout if result.returncode == 0 else None
+
+    text = wait_until(explained, timeout=30, what="kubectl explain to know CodeExecution")
+    assert "Wall-clock limit" in text
+
+
+# --- lifecycle: deletion, cancel, TTL ------------------------------------------------------------
+
+
+def test_deleting_a_running_execution_removes_its_pod(
+    namespace: str, custom_objects: client.CustomObjectsApi, core_v1: client.CoreV1Api
+) -> None:
+    create(
+        custom_objects, namespace, "long", language="bash", source="sleep 60", timeoutSeconds=120
+    )
+    running = wait_for(custom_objects, namespace, "long", phases={"Running"})
+    pod_name = status(running)["podName"]
+    custom_objects.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "long")
+    wait_until(pod_gone(core_v1, namespace, pod_name), timeout=10, what="the pod to go")
+    wait_until(
+        lambda: get(custom_objects, namespace, "long") is None,
+        timeout=10,
+        what="the execution to go",
+    )
+
+
+def test_cancel(
+    namespace: str, custom_objects: client.CustomObjectsApi, core_v1: client.CoreV1Api
+) -> None:
+    create(
+        custom_objects, namespace, "stop-me", language="bash", source="sleep 60", timeoutSeconds=120
+    )
+    running = wait_for(custom_objects, namespace, "stop-me", phases={"Running"})
+    custom_objects.patch_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        "stop-me",
+        {"metadata": {"annotations": {"sandpod.dev/cancel": "true"}}},
+    )
+    st = status(wait_for(custom_objects, namespace, "stop-me", timeout=15))
+    assert (st["phase"], st["reason"]) == ("Cancelled", "Cancelled")
+    wait_until(
+        pod_gone(core_v1, namespace, status(running)["podName"]), timeout=10, what="the pod to go"
+    )
+
+
+def test_finished_executions_expire_after_their_ttl(
+    namespace: str, custom_objects: client.CustomObjectsApi
+) -> None:
+    create(
+        custom_objects,
+        namespace,
+        "brief",
+        language="bash",
+        source="echo hi",
+        ttlSecondsAfterFinished=3,
+    )
+    done = wait_for(custom_objects, namespace, "brief")
+    assert status(done)["phase"] == "Succeeded"
+    kept = create(custom_objects, namespace, "kept", language="bash", source="echo hi")
+    wait_until(
+        lambda: get(custom_objects, namespace, "brief") is None,
+        timeout=30,
+        what="the execution to expire",
+    )
+    assert status(wait_for(custom_objects, namespace, "kept"))["phase"] == "Succeeded"
+    assert get(custom_objects, namespace, "kept") is not None, kept
+
+
+# --- the operator dies mid-batch ----------------------------------------------------------------
+
+
+def test_operator_killed_mid_batch_loses_nothing_and_runs_nothing_twice(
+    namespace: str,
+    custom_objects: client.CustomObjectsApi,
+    core_v1: client.CoreV1Api,
+    sandpod_operator: OperatorProcess,
+) -> None:
+    names = [f"batch-{i}" for i in range(10)]
+    for i, name in enumerate(names):
+        source = f"import time\ntime.sleep(2)\nprint('done {i}')\n"
+        create(custom_objects, namespace, name, language="python", source=source)
+
+    def sandbox_pods() -> list[Any]:
+        return list(core_v1.list_namespaced_pod(namespace).items)
+
+    wait_until(sandbox_pods, timeout=RUN_TIMEOUT, what="the first sandbox pods")
+    sandpod_operator.kill()
+    try:
+        # With the operator down the pods run on; their results wait in the pods.
+        wait_until(
+            lambda: any(p.status.phase == "Succeeded" for p in sandbox_pods()),
+            timeout=RUN_TIMEOUT,
+            what="a pod to finish while the operator is down",
+        )
+    finally:
+        sandpod_operator.start()
+
+    for i, name in enumerate(names):
+        st = status(wait_for(custom_objects, namespace, name, timeout=2 * RUN_TIMEOUT))
+        assert st["phase"] == "Succeeded", (name, st, sandpod_operator.log_tail())
+        assert st["stdout"] == f"done {i}\n"
+        # Exactly one pod ever ran for it: the scheduler placed one pod uid under its name.
+        scheduled = [
+            e
+            for e in events_about(core_v1, namespace, "Pod", st["podName"])
+            if e.reason == "Scheduled"
+        ]
+        assert len({e.involved_object.uid for e in scheduled}) == 1, (name, scheduled)
+        # And it was declared finished once.
+        finished = [
+            e
+            for e in events_about(core_v1, namespace, "CodeExecution", name)
+            if e.reason == "Succeeded"
+        ]
+        assert sum(e.count or 1 for e in finished) <= 1, (name, finished)
