@@ -82,11 +82,13 @@ CLIENT = textwrap.dedent(
     import socket, sys
     proto, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    kind = socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM
+    kind = socket.SOCK_DGRAM if proto == "udp" else socket.SOCK_STREAM
     address = socket.getaddrinfo(host, port, family, kind)[0][4]
     s = socket.socket(family, kind); s.settimeout(1.0)
     try:
         s.connect(address)
+        if proto == "tcp-connect":  # a server that speaks first only after TLS
+            sys.exit(0)
         if proto == "udp":
             s.send(b"ping")
         sys.exit(0 if s.recv(10) == b"ok" else 1)
@@ -120,8 +122,8 @@ def sh(*argv: str, stdin: str | None = None, env: dict[str, str] | None = None) 
 
 
 class Lab:
-    def __init__(self) -> None:
-        suffix = os.getpid()
+    def __init__(self, tag: str) -> None:
+        suffix = f"{tag}{os.getpid()}"
         self.node = f"snp-test-node-{suffix}"
         self.ext = f"snp-test-ext-{suffix}"
         self.pods = {name: f"snp-test-{name}-{suffix}" for name in PODS}
@@ -131,7 +133,7 @@ class Lab:
     def in_ns(self, namespace: str, *argv: str) -> list[str]:
         return ["ip", "netns", "exec", namespace, *argv]
 
-    def build(self) -> None:
+    def build(self, *, fake_api_server: bool = True) -> None:
         node = self.node
         for namespace in [node, self.ext, *self.pods.values()]:
             sh("ip", "netns", "add", namespace)
@@ -198,7 +200,7 @@ class Lab:
             "COMMIT",
         ]
         sh(*self.in_ns(node, "iptables-restore", "--noflush"), stdin="\n".join(nat) + "\n")
-        self.serve(node, "tcp/6443", f"udp/53@{NODE_IP}")
+        self.serve(node, *(["tcp/6443"] if fake_api_server else []), f"udp/53@{NODE_IP}")
         self.serve(self.ext, "tcp/443")
         self.serve(self.pods["a"], "tcp/8080")
         self.serve(self.pods["b"], "tcp/8080", "tcp/9090", "udp/5353")
@@ -267,7 +269,7 @@ class Lab:
 
 @pytest.fixture(scope="module")
 def lab() -> Iterator[Lab]:
-    lab = Lab()
+    lab = Lab("k")
     try:
         lab.build()
         yield lab
@@ -452,3 +454,377 @@ def test_cleanup_removes_every_trace(lab: Lab) -> None:
     assert not [name for name in lab.sets() if name.startswith("SANDPOD-NP")]
     assert "DNAT" in lab.saved(4)  # other rules stay
     lab.cleanup()  # twice is fine
+
+
+# --- the enforcer process, the CNI plugin and a real API server -------------------------------
+#
+# A private etcd + kube-apiserver (the local cluster's build; skipped without it) runs
+# inside a second lab's node namespace, with no scheduler or kubelet: pods are bound to
+# "node-1" and never start, and their addresses come only from CNI ADDs, as they do for a
+# pod whose status the kubelet has not reported yet.
+
+PLUGIN = REPO / "hack" / "cluster" / "sandpod_netpol" / "cni_plugin.py"
+TOKEN = "snp-test-token"
+
+
+def _kube_bin_dir() -> Path | None:
+    if os.environ.get("SANDPOD_KUBE_BIN_DIR"):
+        return Path(os.environ["SANDPOD_KUBE_BIN_DIR"])
+    cache = Path(os.environ.get("SANDPOD_CACHE") or Path.home() / ".cache" / "sandpod")
+    builds = sorted(cache.glob("bin/kubernetes-*/kube-apiserver"), key=lambda p: p.stat().st_mtime)
+    return builds[-1].parent if builds else None
+
+
+class Cluster:
+    """etcd, kube-apiserver and the enforcer inside lab.node; the plugin run as containerd would."""
+
+    def __init__(self, lab: Lab, bin_dir: Path, workdir: Path) -> None:
+        self.lab = lab
+        self.bin_dir = bin_dir
+        self.workdir = workdir
+        self.socket = workdir / "netpol.sock"
+        self.kubeconfig = workdir / "kubeconfig"
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.enforcer: subprocess.Popen[bytes] | None = None
+        self.enforcer_log = workdir / "enforcer.log"
+        self.syncs = 0
+
+    def start(self) -> None:
+        work = self.workdir
+        sh("openssl", "genrsa", "-out", str(work / "sa.key"), "2048")
+        (work / "tokens.csv").write_text(f'{TOKEN},admin,admin,"system:masters"\n')
+        self._spawn(
+            "etcd",
+            "--data-dir",
+            str(work / "etcd"),
+            "--unsafe-no-fsync",
+            "--log-level",
+            "error",
+            "--listen-client-urls",
+            "http://127.0.0.1:2379",
+            "--advertise-client-urls",
+            "http://127.0.0.1:2379",
+            "--listen-peer-urls",
+            "http://127.0.0.1:2380",
+        )
+        self._spawn(
+            "kube-apiserver",
+            "--etcd-servers",
+            "http://127.0.0.1:2379",
+            "--bind-address",
+            NODE_IP,
+            "--advertise-address",
+            NODE_IP,
+            "--secure-port",
+            "6443",
+            "--cert-dir",
+            str(work / "certs"),
+            "--token-auth-file",
+            str(work / "tokens.csv"),
+            "--authorization-mode",
+            "AlwaysAllow",
+            "--service-account-issuer",
+            "https://kubernetes.default.svc",
+            "--service-account-key-file",
+            str(work / "sa.key"),
+            "--service-account-signing-key-file",
+            str(work / "sa.key"),
+            "--service-cluster-ip-range",
+            "10.96.0.0/16",
+        )
+        self.kubeconfig.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "lab",
+                    "clusters": [
+                        {
+                            "name": "lab",
+                            "cluster": {
+                                "server": f"https://{NODE_IP}:6443",
+                                "insecure-skip-tls-verify": True,
+                            },
+                        }
+                    ],
+                    "users": [{"name": "admin", "user": {"token": TOKEN}}],
+                    "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "admin"}}],
+                }
+            )
+        )
+        wait_until(lambda: self.kubectl_ok("get", "--raw", "/readyz"), 60, "API server ready")
+        wait_until(
+            lambda: self.kubectl_ok("create", "serviceaccount", "default"), 30, "service account"
+        )
+        self.start_enforcer()
+
+    def _spawn(self, binary: str, *args: str) -> None:
+        log = (self.workdir / f"{binary}.log").open("wb")
+        command = self.lab.in_ns(self.lab.node, str(self.bin_dir / binary), *args)
+        self.processes.append(subprocess.Popen(command, stdout=log, stderr=log))
+
+    def start_enforcer(self) -> None:
+        log = self.enforcer_log.open("ab")
+        command = self.lab.in_ns(
+            self.lab.node,
+            sys.executable,
+            "-m",
+            "sandpod_netpol",
+            "run",
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--node-name",
+            "node-1",
+            "--pod-cidr",
+            "10.244.0.0/24",
+            "--socket",
+            str(self.socket),
+            "--resync-seconds",
+            "2",
+        )
+        self.enforcer = subprocess.Popen(command, stderr=log, env=self.lab.env)
+        self.syncs += 1
+        wait_until(
+            lambda: self.enforcer_log.read_text().count("synced with the API server") >= self.syncs,
+            30,
+            "enforcer synced",
+        )
+
+    def stop_enforcer(self) -> None:
+        assert self.enforcer is not None
+        self.enforcer.terminate()
+        assert self.enforcer.wait(timeout=10) == 0
+        self.enforcer = None
+
+    def stop(self) -> None:
+        for process in [*([self.enforcer] if self.enforcer else []), *reversed(self.processes)]:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def kubectl_ok(self, *args: str, stdin: str | None = None) -> bool:
+        return self._kubectl(*args, stdin=stdin).returncode == 0
+
+    def kubectl(self, *args: str, stdin: str | None = None) -> str:
+        result = self._kubectl(*args, stdin=stdin)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    def _kubectl(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        command = self.lab.in_ns(
+            self.lab.node,
+            str(self.bin_dir / "kubectl"),
+            "--kubeconfig",
+            str(self.kubeconfig),
+            *args,
+        )
+        return subprocess.run(command, input=stdin, capture_output=True, text=True)
+
+    def apply(self, *objects: dict[str, Any]) -> None:
+        self.kubectl(
+            "apply",
+            "-f",
+            "-",
+            stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}),
+        )
+
+    def cni(
+        self, command: str, pod: str, ip: str | None = None, container_id: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the plugin executable as containerd would, chained after the bridge plugin."""
+        conf: dict[str, Any] = {
+            "cniVersion": "1.0.0",
+            "name": "sandpod",
+            "type": "sandpod-netpol",
+            "socket": str(self.socket),
+            "timeoutSeconds": 10,
+        }
+        if ip is not None:
+            conf["prevResult"] = prev_result(ip)
+        env = {
+            "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+            "CNI_COMMAND": command,
+            "CNI_CONTAINERID": container_id or f"sandbox-{pod}",
+            "CNI_NETNS": f"/var/run/netns/{self.lab.pods.get(pod, pod)}",
+            "CNI_IFNAME": "eth0",
+            "CNI_PATH": "/usr/lib/cni",
+            "CNI_ARGS": f"IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={pod};"
+            f"K8S_POD_INFRA_CONTAINER_ID={container_id or f'sandbox-{pod}'}",
+        }
+        return subprocess.run(
+            [str(PLUGIN)], input=json.dumps(conf), env=env, capture_output=True, text=True
+        )
+
+
+def prev_result(ip: str) -> dict[str, Any]:
+    return {
+        "cniVersion": "1.0.0",
+        "interfaces": [
+            {"name": "cni0", "mac": "aa:bb:cc:dd:ee:01"},
+            {"name": "eth0", "mac": "aa:bb:cc:dd:ee:02", "sandbox": "/var/run/netns/x"},
+        ],
+        "ips": [{"address": f"{ip}/24", "gateway": GATEWAY, "interface": 1}],
+        "routes": [{"dst": "0.0.0.0/0"}],
+        "dns": {},
+    }
+
+
+def wait_until(condition: Any, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def pod_object(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": labels},
+        "spec": {
+            "nodeName": "node-1",
+            "automountServiceAccountToken": False,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "example.invalid/never-pulled",
+                    "ports": B_PORTS if name == "b" else [],
+                }
+            ],
+        },
+    }
+
+
+def policy_object(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", **policy(name, spec)}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    bin_dir = _kube_bin_dir()
+    if bin_dir is None:
+        pytest.skip("no kube-apiserver/etcd build (set SANDPOD_KUBE_BIN_DIR)")
+    lab = Lab("e")
+    cluster = Cluster(lab, bin_dir, tmp_path_factory.mktemp("netpol-cluster"))
+    try:
+        lab.build(fake_api_server=False)
+        cluster.start()
+        cluster.apply(*(pod_object(name, LABELS[name]) for name in "abc"))
+        yield cluster
+    finally:
+        cluster.stop()
+        subprocess.run(
+            lab.in_ns(lab.node, sys.executable, "-m", "sandpod_netpol", "cleanup"),
+            env=lab.env,
+            capture_output=True,
+        )
+        lab.teardown()
+
+
+def test_cni_version(cluster: Cluster) -> None:
+    result = cluster.cni("VERSION", "a")
+    assert result.returncode == 0
+    assert "1.0.0" in json.loads(result.stdout)["supportedVersions"]
+
+
+def test_pods_are_cut_off_until_their_cni_add_and_reachable_right_after(cluster: Cluster) -> None:
+    lab = cluster.lab
+    assert not lab.reaches("a", "tcp", PODS["b"], 8080)  # not set up through the plugin yet
+    for name in "abc":
+        result = cluster.cni("ADD", name, PODS[name])
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert json.loads(result.stdout) == prev_result(PODS[name])
+    # No waiting: ADD returned only once the rules knew the pods.
+    assert lab.reaches("a", "tcp", PODS["b"], 8080)
+    assert lab.reaches("b", "udp", DNS_SERVICE, 53)
+    assert lab.reaches("b", "tcp-connect", API_SERVICE, 443)
+    assert cluster.cni("CHECK", "a", PODS["a"]).returncode == 0
+
+
+def test_policies_take_effect_within_seconds(cluster: Cluster) -> None:
+    lab = cluster.lab
+    cluster.apply(policy_object("deny-ingress", {"podSelector": {}, "policyTypes": ["Ingress"]}))
+    wait_until(lambda: not lab.reaches("a", "tcp", PODS["b"], 8080), 5, "deny-all ingress")
+    assert lab.reaches("node", "tcp", PODS["b"], 8080)
+    cluster.kubectl("delete", "networkpolicy", "deny-ingress")
+    wait_until(lambda: lab.reaches("a", "tcp", PODS["b"], 8080), 5, "policy deleted")
+
+
+def test_label_changes_move_pods_in_and_out_of_policies(cluster: Cluster) -> None:
+    lab = cluster.lab
+    cluster.apply(
+        policy_object(
+            "web-from-clients",
+            {
+                "podSelector": {"matchLabels": {"app": "web"}},
+                "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "client"}}}]}],
+            },
+        )
+    )
+    wait_until(lambda: not lab.reaches("c", "tcp", PODS["b"], 8080), 5, "c shut out")
+    assert lab.reaches("a", "tcp", PODS["b"], 9090)
+    cluster.kubectl("label", "pod", "c", "app=client", "--overwrite")
+    wait_until(lambda: lab.reaches("c", "tcp", PODS["b"], 8080), 5, "c relabelled as client")
+    cluster.kubectl("label", "pod", "c", "app=other", "--overwrite")
+    cluster.kubectl("delete", "networkpolicy", "web-from-clients")
+
+
+def test_a_new_sandbox_pod_is_isolated_from_its_first_packet(cluster: Cluster) -> None:
+    lab = cluster.lab
+    cluster.apply(
+        policy_object(
+            "sandbox",
+            {
+                "podSelector": {"matchLabels": {"app": "sandbox"}},
+                "policyTypes": ["Ingress", "Egress"],
+            },
+        ),
+        pod_object("d", {"app": "sandbox"}),
+    )
+    result = cluster.cni("ADD", "d", PODS["d"])  # right away: the watch may not have caught up
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not lab.reaches("d", "udp", DNS_SERVICE, 53)
+    assert not lab.reaches("d", "tcp-connect", API_SERVICE, 443)
+    assert not lab.reaches("d", "tcp-connect", NODE_IP, 6443)
+    assert not lab.reaches("d", "tcp", PODS["a"], 8080)
+    assert not lab.reaches("d", "tcp", EXT_ALLOWED, 443)
+    assert not lab.reaches("a", "tcp", PODS["d"], 8080)
+    assert lab.reaches("node", "tcp", PODS["d"], 8080)
+
+
+def test_add_for_a_pod_the_api_does_not_know_fails(cluster: Cluster) -> None:
+    result = cluster.cni("ADD", "ghost", "10.244.0.50")
+    assert result.returncode == 1
+    error = json.loads(result.stdout)
+    assert error["code"] == 11
+    assert "ghost" in error["details"]
+
+
+def test_del_forgets_the_address(cluster: Cluster) -> None:
+    lab = cluster.lab
+    assert cluster.cni("DEL", "d", container_id="an-older-sandbox").returncode == 0
+    assert cluster.cni("CHECK", "d", PODS["d"]).returncode == 0  # a stale DEL changes nothing
+    result = cluster.cni("DEL", "d")
+    assert result.returncode == 0 and result.stdout == ""
+    cluster.kubectl("label", "pod", "d", "app=open", "--overwrite")
+    wait_until(lambda: cluster.cni("CHECK", "d", PODS["d"]).returncode == 1, 5, "d forgotten")
+    assert not lab.reaches("d", "tcp", PODS["a"], 8080)  # unknown address, even unpoliced
+
+
+def test_rules_outlive_the_enforcer_and_come_back_from_its_state(cluster: Cluster) -> None:
+    lab = cluster.lab
+    cluster.apply(policy_object("deny-ingress", {"podSelector": {}, "policyTypes": ["Ingress"]}))
+    wait_until(lambda: not lab.reaches("a", "tcp", PODS["b"], 8080), 5, "deny-all ingress")
+    cluster.stop_enforcer()
+    assert not lab.reaches("a", "tcp", PODS["b"], 8080)  # still enforced while it is down
+    refused = cluster.cni("ADD", "a", PODS["a"])
+    assert refused.returncode == 1 and json.loads(refused.stdout)["code"] == 11
+    assert cluster.cni("DEL", "ghost").returncode == 0  # teardown never blocks
+    cluster.kubectl("delete", "networkpolicy", "deny-ingress")
+    cluster.start_enforcer()
+    # The pods have no status IP: only the saved CNI attachments know their addresses.
+    wait_until(lambda: lab.reaches("a", "tcp", PODS["b"], 8080), 5, "policy gone after restart")
+    assert cluster.cni("CHECK", "b", PODS["b"]).returncode == 0

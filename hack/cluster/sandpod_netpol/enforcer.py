@@ -247,7 +247,7 @@ class Enforcer:
             pod = await read_json(self._core.read_namespaced_pod, name, namespace)
             policies = await read_json(self._networking.list_namespaced_network_policy, namespace)
         except (ApiError, aiohttp.ClientError, TimeoutError) as error:
-            raise CniRequestError(f"reading {namespace}/{name}: {error!r}") from None
+            raise CniRequestError(f"reading pod {namespace}/{name}: {error}") from None
         uid = (pod.get("metadata") or {}).get("uid")
         wanted_uid = request.get("uid")
         if wanted_uid and wanted_uid != uid:

@@ -98,10 +98,14 @@ class ObjectStore:
 
 async def _checked(response: aiohttp.ClientResponse) -> aiohttp.ClientResponse:
     if response.status != 200:
-        message = await response.text()
+        body = await response.text()
         response.release()
+        try:
+            message = str(json.loads(body)["message"])  # a metav1.Status
+        except (ValueError, KeyError, TypeError):
+            message = body.strip()
         error = ResourceExpired if response.status == 410 else ApiError
-        raise error(response.status, message.strip())
+        raise error(response.status, message)
     return response
 
 
