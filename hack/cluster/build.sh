@@ -60,6 +60,10 @@ go_build() {
   mv "$out_dir.partial" "$out_dir"
   touch "$out_dir/.complete"
   log "built $name in $(($(date +%s) - started)) s into $out_dir"
+  local stale
+  for stale in "$SANDPOD_CACHE/bin/$name"-*; do
+    [ "$stale" = "$out_dir" ] || rm -rf "$stale"
+  done
 }
 
 # patched_module NAME VERSION: a copy of the wrapper module whose dependency NAME's module
