@@ -1,0 +1,1 @@
+"""sandpod gateway: the HTTP (and MCP) front door for agents."""

@@ -1,0 +1,202 @@
+"""API keys and tenants.
+
+The keys live hashed in a Kubernetes Secret (key ``tenants.yaml``, format in
+docs/gateway.md). A tenant is a namespace plus limits. The Secret is read on
+first use and again whenever the cached copy is older than the refresh
+interval; if a refresh fails the previous copy keeps serving.
+"""
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import logging
+import re
+import time
+from dataclasses import dataclass
+from typing import Annotated, Protocol
+
+import yaml
+from kubernetes_asyncio.client import ApiClient, CoreV1Api
+from kubernetes_asyncio.client.exceptions import ApiException
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
+from pydantic.alias_generators import to_camel
+from sandpod_operator.models import DNS_LABEL_PATTERN
+from sandpod_operator.quantities import parse_quantity
+
+TENANTS_SECRET_KEY = "tenants.yaml"
+
+logger = logging.getLogger(__name__)
+
+
+def _quantity(text: str) -> str:
+    parse_quantity(text)
+    return text
+
+
+Quantity = Annotated[str, AfterValidator(_quantity)]
+
+
+class _CamelModel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class TenantLimits(_CamelModel):
+    max_timeout_seconds: int = Field(default=60, ge=1)
+    max_memory: Quantity = "512Mi"
+    max_cpu: Quantity = "1"
+    max_concurrent: int = Field(default=5, ge=1)
+
+
+class ApiKeyEntry(_CamelModel):
+    name: str | None = None
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="hex SHA-256 of the key")
+
+    @field_validator("sha256", mode="before")
+    @classmethod
+    def lowercase(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+
+class TenantConfig(_CamelModel):
+    namespace: str | None = Field(default=None, max_length=63, pattern=DNS_LABEL_PATTERN)
+    limits: TenantLimits = Field(default_factory=TenantLimits)
+    api_keys: list[ApiKeyEntry] = Field(default_factory=list)
+
+
+class TenantsConfig(_CamelModel):
+    tenants: dict[str, TenantConfig] = Field(default_factory=dict)
+
+    @field_validator("tenants")
+    @classmethod
+    def tenant_names_are_labels(cls, tenants: dict[str, TenantConfig]) -> dict[str, TenantConfig]:
+        for name in tenants:
+            if len(name) > 63 or not re.fullmatch(DNS_LABEL_PATTERN, name):
+                raise ValueError(f"tenant name {name!r} must be a DNS label (a-z, 0-9, -)")
+        return tenants
+
+
+@dataclass(frozen=True)
+class Tenant:
+    name: str
+    namespace: str
+    limits: TenantLimits
+
+
+def hash_api_key(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def parse_tenants_config(text: str) -> TenantsConfig:
+    """Parse the Secret's tenants.yaml; ValueError with a readable message if it is wrong."""
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{TENANTS_SECRET_KEY} is not valid YAML: {exc}") from exc
+    try:
+        return TenantsConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ValueError(f"{TENANTS_SECRET_KEY} is not valid: {exc}") from exc
+
+
+class KeyIndex:
+    """Resolves API keys to tenants, comparing hashes in constant time."""
+
+    def __init__(self, config: TenantsConfig) -> None:
+        self._entries: list[tuple[bytes, Tenant]] = []
+        for name, tenant_config in config.tenants.items():
+            tenant = Tenant(
+                name=name,
+                namespace=tenant_config.namespace or name,
+                limits=tenant_config.limits,
+            )
+            for key in tenant_config.api_keys:
+                self._entries.append((bytes.fromhex(key.sha256), tenant))
+
+    def resolve(self, key: str) -> Tenant | None:
+        digest = hashlib.sha256(key.encode("utf-8")).digest()
+        found: Tenant | None = None
+        # Look at every entry, so the time taken does not depend on which one matches.
+        for candidate, tenant in self._entries:
+            if hmac.compare_digest(candidate, digest):
+                found = tenant
+        return found
+
+
+class KeyStoreUnavailable(Exception):
+    """The API keys could not be loaded (and none were loaded before)."""
+
+
+class ApiKeyStore(Protocol):
+    async def authenticate(self, key: str) -> Tenant | None: ...
+
+    async def check_ready(self) -> None:
+        """Raise KeyStoreUnavailable if keys cannot be served."""
+
+
+class SecretApiKeyStore:
+    """API keys from a Kubernetes Secret, cached for ``refresh_seconds``."""
+
+    def __init__(
+        self, api_client: ApiClient, namespace: str, secret_name: str, refresh_seconds: float
+    ) -> None:
+        self._core = CoreV1Api(api_client)
+        self._namespace = namespace
+        self._secret_name = secret_name
+        self._refresh_seconds = refresh_seconds
+        self._index: KeyIndex | None = None
+        self._loaded_at = 0.0
+        self._lock = asyncio.Lock()
+
+    async def authenticate(self, key: str) -> Tenant | None:
+        index = await self._current_index()
+        return index.resolve(key)
+
+    async def check_ready(self) -> None:
+        await self._current_index()
+
+    async def _current_index(self) -> KeyIndex:
+        if self._index is not None and not self._is_stale():
+            return self._index
+        async with self._lock:
+            if self._index is None or self._is_stale():
+                await self._refresh()
+            assert self._index is not None
+            return self._index
+
+    def _is_stale(self) -> bool:
+        return time.monotonic() - self._loaded_at >= self._refresh_seconds
+
+    async def _refresh(self) -> None:
+        try:
+            self._index = KeyIndex(await self._load())
+        except (ApiException, ValueError, OSError) as exc:
+            if self._index is None:
+                raise KeyStoreUnavailable(str(exc)) from exc
+            logger.warning("keeping the previous API keys; reloading them failed: %s", exc)
+        # Also after a failure: while older keys serve, a broken Secret is retried once per
+        # interval, not on every request.
+        self._loaded_at = time.monotonic()
+
+    async def _load(self) -> TenantsConfig:
+        try:
+            secret = await self._core.read_namespaced_secret(self._secret_name, self._namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise ValueError(
+                    f"Secret {self._namespace}/{self._secret_name} does not exist"
+                ) from exc
+            raise
+        encoded = (secret.data or {}).get(TENANTS_SECRET_KEY)
+        if encoded is None:
+            raise ValueError(
+                f"Secret {self._namespace}/{self._secret_name} has no key {TENANTS_SECRET_KEY}"
+            )
+        return parse_tenants_config(base64.b64decode(encoded).decode("utf-8"))

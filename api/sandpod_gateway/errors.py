@@ -1,0 +1,173 @@
+"""JSON errors: every error answer is {"error": {"code", "message", "details"}}."""
+
+import logging
+from collections.abc import Mapping, Sequence
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+logger = logging.getLogger(__name__)
+
+# Stable codes for errors Starlette/FastAPI raise themselves.
+HTTP_STATUS_CODES: dict[int, str] = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "invalid_request",
+    429: "too_many_requests",
+    503: "unavailable",
+}
+
+
+class ErrorDetail(BaseModel):
+    field: str | None = Field(default=None, description="Where the problem is, e.g. body.code")
+    message: str
+    type: str | None = Field(default=None, description="Machine-readable kind of problem")
+    limit: int | str | None = Field(default=None, description="The limit that was exceeded")
+
+
+class ErrorBody(BaseModel):
+    code: str = Field(description="Stable, machine-readable error code")
+    message: str = Field(description="Human-readable explanation")
+    details: list[ErrorDetail] = Field(default_factory=list)
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+class GatewayError(Exception):
+    """An error answer: status, stable code, human message, optional details and headers."""
+
+    def __init__(
+        self,
+        status_code: int,
+        code: str,
+        message: str,
+        details: Sequence[ErrorDetail] = (),
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.code = code
+        self.message = message
+        self.details = list(details)
+        self.headers = dict(headers or {})
+
+
+def error_response(
+    status_code: int,
+    code: str,
+    message: str,
+    details: Sequence[ErrorDetail] = (),
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    body = ErrorResponse(error=ErrorBody(code=code, message=message, details=list(details)))
+    return JSONResponse(
+        body.model_dump(mode="json", exclude_none=True),
+        status_code=status_code,
+        headers=dict(headers) if headers else None,
+    )
+
+
+def format_location(location: Sequence[int | str]) -> str:
+    """("body", "files", 0, "path") -> "body.files[0].path"."""
+    text = ""
+    for part in location:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else str(part)
+    return text
+
+
+def validation_details(errors: Sequence[Any]) -> list[ErrorDetail]:
+    """Field-level details of pydantic errors, without echoing the (possibly huge) input."""
+    return [
+        ErrorDetail(
+            field=format_location(error.get("loc", ())),
+            message=str(error.get("msg", "invalid value")),
+            type=str(error.get("type", "value_error")),
+        )
+        for error in errors
+    ]
+
+
+async def handle_gateway_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, GatewayError)
+    return error_response(exc.status_code, exc.code, exc.message, exc.details, exc.headers)
+
+
+async def handle_validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    return error_response(
+        422,
+        "invalid_request",
+        "The request is not valid; see details.",
+        validation_details(exc.errors()),
+    )
+
+
+async def handle_http_exception(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    status = exc.status_code
+    code = HTTP_STATUS_CODES.get(status, "error")
+    message = exc.detail if isinstance(exc.detail, str) else HTTPStatus(status).phrase
+    return error_response(status, code, message, headers=exc.headers)
+
+
+async def handle_unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    logger.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(500, "internal_error", "Internal error; the request may be retried.")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(GatewayError, handle_gateway_error)
+    app.add_exception_handler(RequestValidationError, handle_validation_error)
+    app.add_exception_handler(StarletteHTTPException, handle_http_exception)
+    app.add_exception_handler(Exception, handle_unexpected_error)
+
+
+ERROR_DESCRIPTIONS: dict[int, str] = {
+    400: "Bad request: unknown language (the message lists the known ones), "
+    "lint not available, invalid cursor",
+    401: "Missing or invalid API key",
+    404: "No such execution for this tenant",
+    409: "Conflict (Idempotency-Key reused for a different request)",
+    413: "Request body or code too large",
+    422: "Invalid input, or over a tenant limit (details name the field and the limit)",
+    429: "Too many executions running for this tenant; see Retry-After",
+    503: "The cluster or the API keys are unavailable; see Retry-After",
+}
+
+
+def error_responses(*status_codes: int, streaming: bool = False) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` entries for error answers.
+
+    FastAPI documents a `model` in the route's own media type; a streaming route's
+    errors are still JSON, so those refer to the ErrorResponse schema by hand.
+    """
+    if streaming:
+        schema = {"$ref": "#/components/schemas/ErrorResponse"}
+        return {
+            code: {
+                "description": ERROR_DESCRIPTIONS[code],
+                "content": {"application/json": {"schema": schema}},
+            }
+            for code in status_codes
+        }
+    return {
+        code: {"model": ErrorResponse, "description": ERROR_DESCRIPTIONS[code]}
+        for code in status_codes
+    }

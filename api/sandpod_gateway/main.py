@@ -1,0 +1,67 @@
+"""The gateway app: ``uvicorn sandpod_gateway.main:create_app --factory``."""
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib.metadata import version
+
+from fastapi import FastAPI
+
+from sandpod_gateway.auth import SecretApiKeyStore
+from sandpod_gateway.body_limit import BodySizeLimitMiddleware
+from sandpod_gateway.errors import install_error_handlers
+from sandpod_gateway.executions import AdmissionControl
+from sandpod_gateway.kube_service import KubernetesExecutionService, open_api_client
+from sandpod_gateway.languages import load_language_catalog
+from sandpod_gateway.mcp_server import build_mcp_server, new_session_manager
+from sandpod_gateway.metrics import GatewayMetrics, MetricsMiddleware
+from sandpod_gateway.routers import executions, health, languages, mcp, tools
+from sandpod_gateway.settings import GatewaySettings
+
+DESCRIPTION = """\
+Run untrusted code in short-lived gVisor sandboxes on Kubernetes.
+
+Authenticate with `Authorization: Bearer <api key>`. Errors are JSON:
+`{"error": {"code": "...", "message": "...", "details": [...]}}`.
+MCP clients: streamable HTTP at `/mcp` (tool `run_code`), same API key.
+"""
+
+
+def create_app(settings: GatewaySettings | None = None) -> FastAPI:
+    settings = settings or GatewaySettings()
+    catalog = load_language_catalog(settings.catalog_path)
+    metrics = GatewayMetrics()
+    mcp_server = build_mcp_server(catalog)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        api_client = await open_api_client(settings)
+        try:
+            app.state.key_store = SecretApiKeyStore(
+                api_client,
+                namespace=settings.api_keys_namespace,
+                secret_name=settings.api_keys_secret,
+                refresh_seconds=settings.api_keys_refresh_seconds,
+            )
+            app.state.execution_service = KubernetesExecutionService(api_client)
+            app.state.mcp_sessions = new_session_manager(mcp_server, settings)
+            async with app.state.mcp_sessions.run():
+                yield
+        finally:
+            await api_client.close()
+
+    app = FastAPI(
+        title="sandpod gateway",
+        version=version("sandpod"),
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.catalog = catalog
+    app.state.metrics = metrics
+    app.state.admission = AdmissionControl()
+    install_error_handlers(app)
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    for module in (executions, languages, tools, health, mcp):
+        app.include_router(module.router)
+    return app

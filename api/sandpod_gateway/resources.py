@@ -1,0 +1,236 @@
+"""Pure translation between the gateway's HTTP shapes and CodeExecution resources."""
+
+import hashlib
+import secrets
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+from sandpod_operator.models import (
+    API_VERSION,
+    DEFAULT_OUTPUT_BYTES,
+    KIND,
+    TERMINAL_PHASES,
+    CodeExecutionSpec,
+    Diagnostic,
+    Resources,
+    SourceFile,
+    execution_name_problem,
+)
+
+from sandpod_gateway.errors import ErrorDetail, GatewayError, format_location
+from sandpod_gateway.schemas import CreateExecutionRequest, ExecutionResult, ExecutionStatus
+
+TENANT_LABEL = "sandpod.dev/tenant"
+REQUEST_HASH_ANNOTATION = "sandpod.dev/request-sha256"
+NAME_PREFIX = "cx-"
+
+PHASE_STATUS: dict[str, ExecutionStatus] = {
+    "Pending": ExecutionStatus.pending,
+    "Running": ExecutionStatus.running,
+    "Succeeded": ExecutionStatus.success,
+    "Failed": ExecutionStatus.error,
+    "TimedOut": ExecutionStatus.timeout,
+    "Cancelled": ExecutionStatus.cancelled,
+    "Error": ExecutionStatus.sandbox_error,
+}
+# Spec field -> request field, for errors the spec model finds.
+REQUEST_FIELDS = {
+    "source": "code",
+    "timeoutSeconds": "timeout_seconds",
+    "maxOutputBytes": "max_output_bytes",
+}
+
+Resource = dict[str, Any]
+
+
+def is_execution_name(text: str) -> bool:
+    """Whether text can name a CodeExecution (so is worth looking up)."""
+    return execution_name_problem(text) is None
+
+
+def execution_name(tenant: str, idempotency_key: str | None) -> str:
+    """The CR name: derived from tenant and Idempotency-Key, so a retry names the same CR."""
+    if idempotency_key is None:
+        return NAME_PREFIX + secrets.token_hex(8)
+    digest = hashlib.sha256(f"{tenant}\n{idempotency_key}".encode()).hexdigest()
+    return NAME_PREFIX + digest[:20]
+
+
+def request_fingerprint(request: CreateExecutionRequest) -> str:
+    """Hash of the request as sent, to tell a true retry from a reused Idempotency-Key."""
+    canonical = request.model_dump_json(exclude_unset=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def code_size(request: CreateExecutionRequest) -> int:
+    """UTF-8 bytes of everything the execution carries as content."""
+    size = len(request.code.encode())
+    size += sum(len(f.content.encode()) + len(f.path) for f in request.files)
+    size += len(request.stdin.encode()) if request.stdin is not None else 0
+    size += sum(len(arg.encode()) for arg in request.args)
+    return size
+
+
+def _spec_error_field(location: tuple[int | str, ...]) -> str:
+    head, *rest = location or ("spec",)
+    return format_location(("body", REQUEST_FIELDS.get(str(head), str(head)), *rest))
+
+
+def build_code_execution(
+    *,
+    name: str,
+    tenant: str,
+    request: CreateExecutionRequest,
+    timeout_seconds: int,
+    memory: str,
+    ttl_seconds_after_finished: int,
+) -> Resource:
+    """The CodeExecution manifest for a request with its limits resolved.
+
+    The spec goes through the CRD's own model, so what it refuses is a 422 here
+    rather than a round trip to the API server.
+    """
+    try:
+        spec = CodeExecutionSpec(
+            language=request.language,
+            source=request.code,
+            files=[SourceFile(path=f.path, content=f.content) for f in request.files],
+            stdin=request.stdin,
+            args=request.args,
+            mode=request.mode,
+            timeout_seconds=timeout_seconds,
+            resources=Resources(memory=memory, cpu=request.cpu),
+            ttl_seconds_after_finished=ttl_seconds_after_finished,
+            max_output_bytes=request.max_output_bytes or DEFAULT_OUTPUT_BYTES,
+        )
+    except ValidationError as exc:
+        raise GatewayError(
+            422,
+            "invalid_request",
+            "The request is not valid; see details.",
+            [
+                ErrorDetail(
+                    field=_spec_error_field(tuple(error["loc"])),
+                    message=error["msg"],
+                    type=error["type"],
+                )
+                for error in exc.errors()
+            ],
+        ) from exc
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {
+            "name": name,
+            "labels": {TENANT_LABEL: tenant, "app.kubernetes.io/created-by": "sandpod-gateway"},
+            "annotations": {REQUEST_HASH_ANNOTATION: request_fingerprint(request)},
+        },
+        "spec": spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+    }
+
+
+def phase(resource: Resource) -> str | None:
+    value = (resource.get("status") or {}).get("phase")
+    return value if isinstance(value, str) else None
+
+
+def is_terminal(resource: Resource) -> bool:
+    return phase(resource) in TERMINAL_PHASES
+
+
+def belongs_to(resource: Resource, tenant: str) -> bool:
+    labels = (resource.get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(TENANT_LABEL) == tenant)
+
+
+def execution_status(resource: Resource) -> ExecutionStatus:
+    return PHASE_STATUS.get(phase(resource) or "Pending", ExecutionStatus.pending)
+
+
+# The status is read field by field and leniently: a status this gateway version does
+# not fully understand must still give an answer, never a 500.
+
+
+def _timestamp(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _output(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _diagnostics(value: object) -> list[Diagnostic] | None:
+    if not isinstance(value, list):
+        return None
+    diagnostics = []
+    for item in value:
+        try:
+            diagnostics.append(Diagnostic.model_validate(item))
+        except ValidationError:
+            continue
+    return diagnostics
+
+
+def error_message(status: ExecutionStatus, resource: Resource) -> str | None:
+    """What went wrong, in one sentence an agent can act on."""
+    st = resource.get("status") or {}
+    message, reason = _text(st.get("message")), _text(st.get("reason"))
+    if status == ExecutionStatus.error:
+        if message:
+            return message
+        if reason == "OOMKilled":
+            return "The program ran out of memory and was killed"
+        if _int(st.get("signal")) is not None:
+            return f"The program was killed by signal {st['signal']}"
+        return f"The program exited with code {st.get('exitCode')}"
+    if status == ExecutionStatus.timeout:
+        limit = (resource.get("spec") or {}).get("timeoutSeconds")
+        return message or f"The program exceeded its time limit of {limit} s and was killed"
+    if status == ExecutionStatus.cancelled:
+        return message or "The execution was cancelled"
+    if status == ExecutionStatus.sandbox_error:
+        return ": ".join(part for part in (reason, message) if part) or "The sandbox failed"
+    return None
+
+
+def execution_result(resource: Resource) -> ExecutionResult:
+    """The agent-facing view of a CodeExecution."""
+    metadata = resource.get("metadata") or {}
+    spec = resource.get("spec") or {}
+    st = resource.get("status") or {}
+    status = execution_status(resource)
+    retryable = st.get("retryable")
+    return ExecutionResult(
+        id=str(metadata.get("name", "")),
+        status=status,
+        language=str(spec.get("language", "")),
+        mode=str(spec.get("mode") or "run"),
+        stdout=_output(st.get("stdout")),
+        stderr=_output(st.get("stderr")),
+        exit_code=_int(st.get("exitCode")),
+        signal=_int(st.get("signal")),
+        execution_time_ms=_int(st.get("durationMs")),
+        error_message=error_message(status, resource),
+        reason=_text(st.get("reason")),
+        retryable=retryable if isinstance(retryable, bool) else None,
+        stdout_truncated=st.get("stdoutTruncated") is True,
+        stderr_truncated=st.get("stderrTruncated") is True,
+        diagnostics=_diagnostics(st.get("diagnostics")),
+        created_at=_timestamp(metadata.get("creationTimestamp")),
+        started_at=_timestamp(st.get("startedAt")),
+        finished_at=_timestamp(st.get("finishedAt")),
+    )

@@ -1,0 +1,184 @@
+"""/v1/executions: create (and wait), get, list, cancel, stream."""
+
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, Query, Response
+from fastapi.sse import EventSourceResponse, ServerSentEvent
+
+from sandpod_gateway.dependencies import (
+    AdmissionDep,
+    CatalogDep,
+    CurrentTenant,
+    ExecutionServiceDep,
+    MetricsDep,
+    SettingsDep,
+)
+from sandpod_gateway.errors import GatewayError, error_responses
+from sandpod_gateway.executions import (
+    create_execution,
+    execution_events,
+    get_owned_execution,
+    unavailable,
+)
+from sandpod_gateway.resources import TENANT_LABEL, Resource, execution_result, is_terminal
+from sandpod_gateway.schemas import (
+    TERMINAL_STATUSES,
+    CreateExecutionRequest,
+    ExecutionPage,
+    ExecutionResult,
+)
+from sandpod_gateway.service import InvalidCursor, KubernetesUnavailable
+
+router = APIRouter(prefix="/v1/executions", tags=["executions"])
+
+# Every route here authenticates (401), validates (422) and talks to the cluster (503).
+COMMON_ERRORS = (401, 422, 503)
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=255,
+        pattern=r"^[\x21-\x7e]+$",
+        description="Retrying a create with the same key returns the same execution",
+    ),
+]
+
+
+async def owned_execution(
+    execution_id: str, tenant: CurrentTenant, service: ExecutionServiceDep, settings: SettingsDep
+) -> Resource:
+    return await get_owned_execution(execution_id, tenant, service, settings)
+
+
+OwnedExecution = Annotated[Resource, Depends(owned_execution)]
+
+
+@router.post(
+    "",
+    response_model=ExecutionResult,
+    summary="Run code",
+    description="Creates an execution. With wait=true (default) answers 200 with the result "
+    "once it has finished; with wait=false, or if it is still running when the wait ends, "
+    "answers 202 with its current state.",
+    responses={
+        202: {"model": ExecutionResult, "description": "Accepted; not finished yet"},
+        **error_responses(*COMMON_ERRORS, 400, 409, 413, 429),
+    },
+)
+async def post_execution(
+    body: CreateExecutionRequest,
+    response: Response,
+    tenant: CurrentTenant,
+    service: ExecutionServiceDep,
+    catalog: CatalogDep,
+    settings: SettingsDep,
+    admission: AdmissionDep,
+    metrics: MetricsDep,
+    idempotency_key: IdempotencyKey = None,
+    wait: Annotated[bool, Query(description="Wait for the result")] = True,
+) -> ExecutionResult:
+    outcome = await create_execution(
+        body,
+        tenant=tenant,
+        service=service,
+        catalog=catalog,
+        settings=settings,
+        admission=admission,
+        idempotency_key=idempotency_key,
+        wait=wait,
+    )
+    result = outcome.result
+    if outcome.created:
+        metrics.executions.labels(result.language, result.status.value).inc()
+    response.status_code = 200 if result.status in TERMINAL_STATUSES else 202
+    response.headers["Location"] = f"{router.prefix}/{result.id}"
+    return result
+
+
+@router.get(
+    "",
+    response_model=ExecutionPage,
+    summary="List executions",
+    responses=error_responses(*COMMON_ERRORS, 400),
+)
+async def list_executions(
+    tenant: CurrentTenant,
+    service: ExecutionServiceDep,
+    settings: SettingsDep,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    cursor: Annotated[str | None, Query(min_length=1, max_length=4096)] = None,
+) -> ExecutionPage:
+    try:
+        page = await service.list(
+            tenant.namespace,
+            label_selector=f"{TENANT_LABEL}={tenant.name}",
+            limit=limit,
+            cursor=cursor,
+        )
+    except InvalidCursor as exc:
+        raise GatewayError(400, "invalid_cursor", "The cursor is invalid or expired") from exc
+    except KubernetesUnavailable as exc:
+        raise unavailable(exc, settings) from exc
+    return ExecutionPage(
+        items=[execution_result(item) for item in page.items], next_cursor=page.next_cursor
+    )
+
+
+@router.get(
+    "/{execution_id}",
+    response_model=ExecutionResult,
+    summary="Get an execution",
+    responses=error_responses(*COMMON_ERRORS, 404),
+)
+async def get_execution(execution: OwnedExecution) -> ExecutionResult:
+    return execution_result(execution)
+
+
+@router.delete(
+    "/{execution_id}",
+    response_model=ExecutionResult,
+    summary="Cancel an execution",
+    description="Asks for the execution to be stopped (202); the result turns to cancelled "
+    "shortly. An execution that has finished already is returned as it is (200).",
+    responses={
+        202: {"model": ExecutionResult, "description": "Cancel requested"},
+        **error_responses(*COMMON_ERRORS, 404),
+    },
+)
+async def cancel_execution(
+    execution: OwnedExecution,
+    response: Response,
+    tenant: CurrentTenant,
+    service: ExecutionServiceDep,
+    settings: SettingsDep,
+) -> ExecutionResult:
+    if is_terminal(execution):
+        return execution_result(execution)
+    try:
+        execution = await service.cancel(tenant.namespace, execution["metadata"]["name"])
+    except KubernetesUnavailable as exc:
+        raise unavailable(exc, settings) from exc
+    response.status_code = 202
+    return execution_result(execution)
+
+
+@router.get(
+    "/{execution_id}/stream",
+    response_class=EventSourceResponse,
+    summary="Stream output",
+    description='Server-Sent Events: `stdout` and `stderr` ({"data": text}) as the program '
+    "writes, then `exit` with the result (an ExecutionResult). `error` "
+    '({"code", "message"}) if the stream cannot continue.',
+    responses=error_responses(*COMMON_ERRORS, 404, streaming=True),
+)
+async def stream_execution(
+    execution: OwnedExecution,
+    tenant: CurrentTenant,
+    service: ExecutionServiceDep,
+    settings: SettingsDep,
+) -> AsyncIterator[ServerSentEvent]:
+    async for event in execution_events(execution, tenant.namespace, service, settings):
+        yield event

@@ -1,0 +1,47 @@
+"""/healthz (the process is up), /readyz (it can serve), /metrics (Prometheus)."""
+
+import logging
+from typing import Literal
+
+from fastapi import APIRouter, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel
+
+from sandpod_gateway.auth import KeyStoreUnavailable
+from sandpod_gateway.dependencies import ExecutionServiceDep, KeyStoreDep, MetricsDep
+from sandpod_gateway.errors import GatewayError, error_responses
+from sandpod_gateway.service import KubernetesUnavailable
+
+logger = logging.getLogger(__name__)
+
+router = APIRouter(tags=["health"])
+
+
+class HealthStatus(BaseModel):
+    status: Literal["ok", "ready"]
+
+
+@router.get("/healthz", response_model=HealthStatus, summary="Liveness")
+async def healthz() -> HealthStatus:
+    return HealthStatus(status="ok")
+
+
+@router.get(
+    "/readyz",
+    response_model=HealthStatus,
+    summary="Readiness: API keys loaded and CodeExecutions served by the cluster",
+    responses=error_responses(503),
+)
+async def readyz(key_store: KeyStoreDep, service: ExecutionServiceDep) -> HealthStatus:
+    try:
+        await key_store.check_ready()
+        await service.check_ready()
+    except (KeyStoreUnavailable, KubernetesUnavailable) as exc:
+        logger.warning("not ready: %s", exc)
+        raise GatewayError(503, "not_ready", f"Not ready: {exc}") from exc
+    return HealthStatus(status="ready")
+
+
+@router.get("/metrics", include_in_schema=False)
+async def metrics(gateway_metrics: MetricsDep) -> Response:
+    return Response(generate_latest(gateway_metrics.registry), media_type=CONTENT_TYPE_LATEST)

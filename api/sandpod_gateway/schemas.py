@@ -1,0 +1,149 @@
+"""The gateway's HTTP shapes (snake_case, agent-facing). Bounds come from the
+CodeExecution models, so a request that passes here also passes the CRD."""
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from sandpod_operator.models import (
+    CPU_BOUNDS,
+    MAX_ARG_CHARS,
+    MAX_ARGS,
+    MAX_FILES,
+    MAX_OUTPUT_BYTES,
+    MAX_TIMEOUT_SECONDS,
+    MEMORY_BOUNDS,
+    MIN_OUTPUT_BYTES,
+    RELATIVE_PATH_PATTERN,
+    Diagnostic,
+)
+
+
+def _utf8_encodable(value: str) -> str:
+    # JSON may carry lone surrogates (\ud800) that no Kubernetes object can hold.
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError("text must be valid Unicode (no lone surrogates)") from exc
+    return value
+
+
+Text = Annotated[str, AfterValidator(_utf8_encodable)]
+Memory = Annotated[
+    str,
+    Field(max_length=32, examples=["256Mi"]),
+    AfterValidator(MEMORY_BOUNDS.check),
+]
+Cpu = Annotated[str, Field(max_length=32, examples=["500m"]), AfterValidator(CPU_BOUNDS.check)]
+
+
+class ExecutionStatus(StrEnum):
+    pending = "pending"
+    running = "running"
+    success = "success"
+    error = "error"
+    timeout = "timeout"
+    cancelled = "cancelled"
+    sandbox_error = "sandbox_error"
+
+
+TERMINAL_STATUSES = frozenset(
+    {
+        ExecutionStatus.success,
+        ExecutionStatus.error,
+        ExecutionStatus.timeout,
+        ExecutionStatus.cancelled,
+        ExecutionStatus.sandbox_error,
+    }
+)
+
+
+class FileInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(
+        min_length=1,
+        max_length=255,
+        pattern=RELATIVE_PATH_PATTERN,
+        description="Relative path in the work directory, e.g. data/input.csv",
+    )
+    content: Text
+
+
+class CreateExecutionRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"language": "python", "code": "print(2 + 2)"}]},
+    )
+
+    language: str = Field(min_length=1, max_length=63, description="See GET /v1/languages")
+    code: Annotated[Text, Field(min_length=1, description="The program text")]
+    mode: Literal["run", "lint"] = Field(
+        default="run", description="run: execute; lint: static checks only (diagnostics)"
+    )
+    stdin: Text | None = None
+    args: list[Annotated[Text, Field(max_length=MAX_ARG_CHARS)]] = Field(
+        default_factory=list, max_length=MAX_ARGS
+    )
+    files: list[FileInput] = Field(default_factory=list, max_length=MAX_FILES)
+    timeout_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_TIMEOUT_SECONDS,
+        description="Wall-clock limit in seconds; default from the gateway, "
+        "at most the tenant's maximum",
+    )
+    memory: Memory | None = Field(default=None, description="Memory limit, e.g. 256Mi")
+    cpu: Cpu | None = Field(default=None, description="CPU limit, e.g. 500m")
+    max_output_bytes: int | None = Field(
+        default=None,
+        ge=MIN_OUTPUT_BYTES,
+        le=MAX_OUTPUT_BYTES,
+        description="Cap per output stream; the rest is dropped and *_truncated set",
+    )
+
+
+class ExecutionResult(BaseModel):
+    id: str
+    status: ExecutionStatus
+    language: str
+    mode: str = "run"
+    stdout: str = ""
+    stderr: str = ""
+    exit_code: int | None = None
+    signal: int | None = None
+    execution_time_ms: int | None = None
+    error_message: str | None = None
+    reason: str | None = None
+    retryable: bool | None = None
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    diagnostics: list[Diagnostic] | None = None
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+class ExecutionPage(BaseModel):
+    items: list[ExecutionResult]
+    next_cursor: str | None = Field(
+        default=None, description="Pass as ?cursor= to get the next page; null on the last page"
+    )
+
+
+class OutputEvent(BaseModel):
+    """Data of the SSE events ``stdout`` and ``stderr``."""
+
+    data: str
+
+
+class LanguageInfo(BaseModel):
+    name: str
+    version: str | None = None
+    description: str | None = None
+    lint: bool = Field(default=False, description="Whether mode=lint is available")
+
+
+class LanguageList(BaseModel):
+    languages: list[LanguageInfo]

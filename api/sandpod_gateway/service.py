@@ -1,0 +1,75 @@
+"""What the HTTP layer needs from Kubernetes, as a protocol (the real one: kubernetes.py)."""
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sandpod_gateway.runner_frames import OutputChunk
+
+Resource = dict[str, Any]
+
+
+class ExecutionNotFound(Exception):
+    """No such CodeExecution in that namespace."""
+
+
+class ExecutionAlreadyExists(Exception):
+    """A CodeExecution with that name exists already."""
+
+
+class ExecutionRejected(Exception):
+    """The API server refused the CodeExecution (schema or CEL validation)."""
+
+    def __init__(self, message: str, causes: list[tuple[str | None, str]]) -> None:
+        super().__init__(message)
+        self.message = message
+        self.causes = causes
+
+
+class InvalidCursor(Exception):
+    """A list continue token that is malformed or expired."""
+
+
+class KubernetesUnavailable(Exception):
+    """The API server could not be reached or failed."""
+
+
+@dataclass(frozen=True)
+class ExecutionPageData:
+    items: list[Resource]
+    next_cursor: str | None
+
+
+class ExecutionService(Protocol):
+    async def create(self, namespace: str, manifest: Resource) -> Resource:
+        """Create the CR; ExecutionAlreadyExists on a name clash, ExecutionRejected if invalid."""
+        ...
+
+    async def get(self, namespace: str, name: str) -> Resource:
+        """The CR; ExecutionNotFound if it does not exist."""
+        ...
+
+    async def list(
+        self, namespace: str, *, label_selector: str, limit: int | None, cursor: str | None
+    ) -> ExecutionPageData:
+        """One page of CRs (all of them with limit None); InvalidCursor for a bad cursor."""
+        ...
+
+    async def cancel(self, namespace: str, name: str) -> Resource:
+        """Ask the operator to cancel (annotation); the CR as patched."""
+        ...
+
+    async def wait(self, namespace: str, name: str, timeout: float) -> Resource:
+        """The CR once it is terminal, or as it is when ``timeout`` seconds have passed."""
+        ...
+
+    def stream(self, namespace: str, name: str, timeout: float) -> AsyncIterator[OutputChunk]:
+        """Live output chunks of the run as the pod produces them; ends with the output.
+
+        Yields nothing if the pod is already gone. Gives up after ``timeout`` seconds.
+        """
+        ...
+
+    async def check_ready(self) -> None:
+        """Raise KubernetesUnavailable if the API server cannot serve CodeExecutions."""
+        ...

@@ -1,0 +1,59 @@
+"""Gateway configuration, read from SANDPOD_GATEWAY_* environment variables."""
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import AfterValidator, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from sandpod_operator.catalog import DEFAULT_CATALOG_PATH
+from sandpod_operator.models import MAX_CONTENT_CHARS, MAX_TTL_SECONDS, MEMORY_BOUNDS
+
+SERVICE_ACCOUNT_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def own_namespace() -> str:
+    """The namespace the gateway runs in (its service account's), or sandpod-system."""
+    try:
+        return SERVICE_ACCOUNT_NAMESPACE_FILE.read_text().strip() or "sandpod-system"
+    except OSError:
+        return "sandpod-system"
+
+
+class GatewaySettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SANDPOD_GATEWAY_")
+
+    kubeconfig: Path | None = Field(
+        default=None,
+        description="Kubeconfig file; unset: in-cluster config, "
+        "else $KUBECONFIG or ~/.kube/config.",
+    )
+    catalog_path: Path = Field(
+        default=DEFAULT_CATALOG_PATH,
+        description="Language catalog; the same file the operator reads.",
+    )
+    api_keys_secret: str = "sandpod-api-keys"
+    api_keys_namespace: str = Field(default_factory=own_namespace)
+    api_keys_refresh_seconds: float = Field(default=30.0, gt=0)
+
+    default_timeout_seconds: int = Field(default=10, ge=1)
+    default_memory: Annotated[str, AfterValidator(MEMORY_BOUNDS.check)] = "256Mi"
+    ttl_seconds_after_finished: int = Field(default=3600, ge=0, le=MAX_TTL_SECONDS)
+    wait_margin_seconds: float = Field(
+        default=120.0,
+        ge=0,
+        description="How long a waiting request waits beyond the execution's own timeout "
+        "(scheduling, image pull, sandbox start).",
+    )
+    max_code_bytes: int = Field(
+        default=256 * 1024,
+        ge=1,
+        le=MAX_CONTENT_CHARS,
+        description="Largest code + files + stdin an execution may carry (UTF-8 bytes).",
+    )
+    max_request_bytes: int = Field(default=1024 * 1024, ge=1024)
+    default_retry_after_seconds: int = Field(default=5, ge=1)
+    mcp_allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Host headers the MCP endpoint accepts (DNS-rebinding protection); "
+        "empty: any host (every request needs an API key anyway).",
+    )

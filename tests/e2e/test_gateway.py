@@ -1,0 +1,318 @@
+"""The gateway end to end: a uvicorn process against the cluster, with the operator running.
+
+Each test gets fresh tenant namespaces and API keys, added to the gateway's keys Secret.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+import yaml
+from kube_helpers import wait_until
+from kubernetes import client
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+KEYS_SECRET = "sandpod-api-keys"
+# Pod start under gVisor plus the program; generous, the tests never wait this long on success.
+REQUEST_TIMEOUT = 180.0
+
+LIVE_PROGRAM = """\
+import time
+print("first", flush=True)
+time.sleep(2)
+print("second", flush=True)
+"""
+SLEEPER = "import time\ntime.sleep(90)\n"
+
+
+@dataclass
+class Gateway:
+    url: str
+    keys_namespace: str
+    core_v1: client.CoreV1Api
+    log_path: Path
+
+    def add_tenant(self, name: str, namespace: str, **limits: Any) -> str:
+        """A new API key for tenant `name`; returns once the gateway accepts it."""
+        key = f"sk-{secrets.token_urlsafe(24)}"
+        secret = self.core_v1.read_namespaced_secret(KEYS_SECRET, self.keys_namespace)
+        tenants = yaml.safe_load(base64.b64decode(secret.data["tenants.yaml"]).decode()) or {}
+        tenants.setdefault("tenants", {})[name] = {
+            "namespace": namespace,
+            "limits": limits,
+            "apiKeys": [{"name": "e2e", "sha256": hashlib.sha256(key.encode()).hexdigest()}],
+        }
+        self.core_v1.patch_namespaced_secret(
+            KEYS_SECRET,
+            self.keys_namespace,
+            {"stringData": {"tenants.yaml": yaml.safe_dump(tenants)}},
+        )
+        with self.client(key) as probe:
+            wait_until(
+                lambda: probe.get("/v1/languages").status_code == 200,
+                timeout=30,
+                what=f"the gateway to accept the key of tenant {name}",
+            )
+        return key
+
+    def client(self, key: str) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=REQUEST_TIMEOUT,
+        )
+
+    def log_tail(self, lines: int = 60) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def gateway(
+    sandpod_operator: Any,
+    kubeconfig_path: Path,
+    core_v1: client.CoreV1Api,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Gateway]:
+    """`uvicorn sandpod_gateway.main:create_app --factory` with its keys Secret in a namespace
+    of its own, for the whole session."""
+    keys_namespace = f"sandpod-gateway-e2e-{uuid.uuid4().hex[:6]}"
+    core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=keys_namespace)))
+    core_v1.create_namespaced_secret(
+        keys_namespace,
+        client.V1Secret(
+            metadata=client.V1ObjectMeta(name=KEYS_SECRET),
+            string_data={"tenants.yaml": "tenants: {}\n"},
+        ),
+    )
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("gateway") / "gateway.log"
+    env = {
+        **os.environ,
+        "SANDPOD_GATEWAY_KUBECONFIG": str(kubeconfig_path),
+        "SANDPOD_GATEWAY_API_KEYS_NAMESPACE": keys_namespace,
+        "SANDPOD_GATEWAY_API_KEYS_SECRET": KEYS_SECRET,
+        "SANDPOD_GATEWAY_API_KEYS_REFRESH_SECONDS": "1",
+    }
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "sandpod_gateway.main:create_app",
+                "--factory",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO_ROOT,
+        )
+    gateway = Gateway(f"http://127.0.0.1:{port}", keys_namespace, core_v1, log_path)
+
+    def ready() -> bool:
+        if process.poll() is not None:
+            pytest.fail(f"the gateway exited ({process.returncode}):\n{gateway.log_tail()}")
+        try:
+            return httpx.get(f"{gateway.url}/readyz", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(ready, timeout=60, what="the gateway's /readyz")
+        yield gateway
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        core_v1.delete_namespace(keys_namespace, propagation_policy="Background")
+
+
+@pytest.fixture
+def other_namespace(core_v1: client.CoreV1Api, namespace: str) -> Iterator[str]:
+    """A second fresh namespace, for a second tenant."""
+    name = f"{namespace[:50]}-other"
+    core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    core_v1.delete_namespace(name, propagation_policy="Background", grace_period_seconds=0)
+
+
+@pytest.fixture
+def alice(gateway: Gateway, namespace: str) -> Iterator[httpx.Client]:
+    """A tenant in the test's namespace that may run one execution at a time."""
+    key = gateway.add_tenant(namespace, namespace, maxTimeoutSeconds=120, maxConcurrent=1)
+    with gateway.client(key) as http:
+        yield http
+
+
+def run(http: httpx.Client, code: str, **fields: Any) -> httpx.Response:
+    return http.post("/v1/executions", json={"language": "python", "code": code, **fields})
+
+
+def start(http: httpx.Client, code: str, **fields: Any) -> str:
+    response = http.post(
+        "/v1/executions",
+        params={"wait": "false"},
+        json={"language": "python", "code": code, **fields},
+    )
+    assert response.status_code == 202, response.text
+    execution_id: str = response.json()["id"]
+    return execution_id
+
+
+def iter_sse(lines: Iterator[str]) -> Iterator[tuple[str, Any]]:
+    """(event, JSON data) of each Server-Sent Event, as soon as its blank line arrives."""
+    event, data = "message", []
+    for line in lines:
+        if line == "":
+            if data:
+                yield event, json.loads("\n".join(data))
+            event, data = "message", []
+        elif line.startswith("event:"):
+            event = line[len("event:") :].strip()
+        elif line.startswith("data:"):
+            data.append(line[len("data:") :].removeprefix(" "))
+
+
+def test_run_waits_for_the_result(alice: httpx.Client) -> None:
+    success = run(alice, "print(2 + 2)")
+    failure = run(alice, "import sys\nprint('bad', file=sys.stderr)\nsys.exit(3)")
+
+    assert success.status_code == 200, success.text
+    result = success.json()
+    assert result["status"] == "success"
+    assert result["stdout"] == "4\n"
+    assert result["exit_code"] == 0
+    assert isinstance(result["execution_time_ms"], int)
+    assert failure.json()["status"] == "error"
+    assert failure.json()["exit_code"] == 3
+    assert failure.json()["stderr"] == "bad\n"
+
+
+def test_stream_delivers_output_while_the_program_runs(alice: httpx.Client) -> None:
+    execution_id = start(alice, LIVE_PROGRAM)
+
+    arrivals: list[tuple[float, str, Any]] = []
+    with alice.stream("GET", f"/v1/executions/{execution_id}/stream") as response:
+        assert response.status_code == 200
+        for event, data in iter_sse(response.iter_lines()):
+            arrivals.append((time.monotonic(), event, data))
+
+    events = [event for _, event, _ in arrivals]
+    assert events[-1] == "exit", events
+    assert arrivals[-1][2]["status"] == "success"
+    stdout = [(at, data["data"]) for at, event, data in arrivals if event == "stdout"]
+    assert "".join(text for _, text in stdout) == "first\nsecond\n"
+    first_at = next(at for at, text in stdout if "first" in text)
+    second_at = next(at for at, text in stdout if "second" in text)
+    # "first" came in its own event, while the program was still sleeping before "second".
+    assert first_at < second_at
+    assert second_at - first_at >= 1.0
+
+
+def test_cancel_stops_a_running_execution(alice: httpx.Client) -> None:
+    execution_id = start(alice, SLEEPER, timeout_seconds=120)
+
+    cancelled = alice.delete(f"/v1/executions/{execution_id}")
+
+    assert cancelled.status_code == 202, cancelled.text
+    result = wait_until(
+        lambda: (
+            (r := alice.get(f"/v1/executions/{execution_id}").json())["status"] == "cancelled" and r
+        ),
+        timeout=60,
+        what="the execution to be cancelled",
+    )
+    assert "cancel" in result["error_message"]
+
+
+def test_another_tenants_execution_is_404(
+    gateway: Gateway, alice: httpx.Client, other_namespace: str
+) -> None:
+    execution_id = run(alice, "print(1)").json()["id"]
+    bob_key = gateway.add_tenant(other_namespace, other_namespace)
+
+    with gateway.client(bob_key) as bob:
+        assert bob.get(f"/v1/executions/{execution_id}").status_code == 404
+        assert bob.delete(f"/v1/executions/{execution_id}").status_code == 404
+        assert bob.get(f"/v1/executions/{execution_id}/stream").status_code == 404
+        assert bob.get("/v1/executions").json()["items"] == []
+    with gateway.client("sk-not-a-key") as stranger:
+        assert stranger.get(f"/v1/executions/{execution_id}").status_code == 401
+
+
+def test_a_retried_create_returns_the_same_execution(
+    alice: httpx.Client, custom_objects: client.CustomObjectsApi, namespace: str
+) -> None:
+    headers = {"Idempotency-Key": f"retry-{uuid.uuid4()}"}
+    body = {"language": "python", "code": "print('once')"}
+
+    first = alice.post("/v1/executions", json=body, headers=headers)
+    retry = alice.post("/v1/executions", json=body, headers=headers)
+
+    assert first.status_code == retry.status_code == 200
+    assert retry.json()["id"] == first.json()["id"]
+    assert retry.json()["stdout"] == "once\n"
+    listed = custom_objects.list_namespaced_custom_object(
+        "sandpod.dev", "v1alpha1", namespace, "codeexecutions"
+    )
+    assert len(listed["items"]) == 1
+
+
+def test_over_the_concurrency_limit_is_429(alice: httpx.Client) -> None:
+    running = start(alice, SLEEPER, timeout_seconds=120)
+    try:
+        refused = alice.post(
+            "/v1/executions", params={"wait": "false"}, json={"language": "python", "code": "1"}
+        )
+
+        assert refused.status_code == 429, refused.text
+        assert int(refused.headers["Retry-After"]) >= 1
+        assert refused.json()["error"]["code"] == "concurrency_limit"
+    finally:
+        alice.delete(f"/v1/executions/{running}")
+
+
+async def test_an_mcp_client_lists_and_runs_run_code(gateway: Gateway, namespace: str) -> None:
+    key = gateway.add_tenant(namespace, namespace)
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=REQUEST_TIMEOUT)
+
+    async with http, Client(streamable_http_client(f"{gateway.url}/mcp", http_client=http)) as mcp:
+        tools = (await mcp.list_tools()).tools
+        result = await mcp.call_tool("run_code", {"language": "python", "code": "print(6 * 7)"})
+
+    assert [tool.name for tool in tools] == ["run_code"]
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    assert result.structured_content["status"] == "success"
+    assert result.structured_content["stdout"] == "42\n"

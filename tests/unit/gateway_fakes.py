@@ -1,0 +1,193 @@
+"""In-memory stand-ins for the gateway's Kubernetes side, for HTTP-layer unit tests
+(installed through app.dependency_overrides). The fake service plays the operator:
+``runner`` decides how each execution ends and what it prints."""
+
+import copy
+import itertools
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+from sandpod_gateway.auth import Tenant, TenantLimits
+from sandpod_gateway.dependencies import get_execution_service, get_key_store
+from sandpod_gateway.main import create_app
+from sandpod_gateway.runner_frames import OutputChunk
+from sandpod_gateway.service import (
+    ExecutionAlreadyExists,
+    ExecutionNotFound,
+    ExecutionPageData,
+    InvalidCursor,
+    KubernetesUnavailable,
+)
+from sandpod_gateway.settings import GatewaySettings
+from sandpod_operator.models import CANCEL_ANNOTATION, TERMINAL_PHASES
+
+Resource = dict[str, Any]
+
+
+@dataclass
+class Run:
+    """How a fake execution ends: its final status and the output chunks it streams."""
+
+    status: dict[str, Any]
+    chunks: list[OutputChunk] = field(default_factory=list)
+
+
+def echo_runner(spec: Resource) -> Run:
+    """Succeeds, printing its source back; sources starting with "fail" exit 1."""
+    source = spec["source"]
+    if source.startswith("fail"):
+        return Run(
+            {"phase": "Failed", "exitCode": 1, "stdout": "", "stderr": "boom\n", "durationMs": 7},
+            [OutputChunk("stderr", "boom\n")],
+        )
+    return Run(
+        {"phase": "Succeeded", "exitCode": 0, "stdout": source, "stderr": "", "durationMs": 5},
+        [OutputChunk("stdout", source)],
+    )
+
+
+class FakeExecutionService:
+    def __init__(self, runner: Callable[[Resource], Run] | None = echo_runner) -> None:
+        """runner None: executions never finish by themselves (they stay Pending)."""
+        self.runner = runner
+        self.objects: dict[tuple[str, str], Resource] = {}
+        self.created: list[Resource] = []
+        self.pod_gone: set[str] = set()
+        self.ready = True
+        self._versions = itertools.count(1)
+
+    def _store(self, namespace: str, resource: Resource) -> Resource:
+        resource["metadata"]["resourceVersion"] = str(next(self._versions))
+        self.objects[(namespace, resource["metadata"]["name"])] = resource
+        return copy.deepcopy(resource)
+
+    def finish(self, namespace: str, name: str) -> None:
+        """Run the execution to its end, as the operator would."""
+        resource = self.objects[(namespace, name)]
+        if resource.get("status", {}).get("phase") in TERMINAL_PHASES or self.runner is None:
+            return
+        resource["status"] = self.runner(resource["spec"]).status
+        self._store(namespace, resource)
+
+    async def create(self, namespace: str, manifest: Resource) -> Resource:
+        name = manifest["metadata"]["name"]
+        if (namespace, name) in self.objects:
+            raise ExecutionAlreadyExists(name)
+        resource = copy.deepcopy(manifest)
+        resource["metadata"]["namespace"] = namespace
+        resource["metadata"]["creationTimestamp"] = datetime.now(UTC).isoformat()
+        self.created.append(copy.deepcopy(resource))
+        return self._store(namespace, resource)
+
+    async def get(self, namespace: str, name: str) -> Resource:
+        try:
+            return copy.deepcopy(self.objects[(namespace, name)])
+        except KeyError:
+            raise ExecutionNotFound(name) from None
+
+    async def list(
+        self, namespace: str, *, label_selector: str, limit: int | None, cursor: str | None
+    ) -> ExecutionPageData:
+        key, _, value = label_selector.partition("=")
+        items = [
+            copy.deepcopy(resource)
+            for (ns, _), resource in sorted(self.objects.items())
+            if ns == namespace and resource["metadata"].get("labels", {}).get(key) == value
+        ]
+        if cursor is not None and not cursor.isdigit():
+            raise InvalidCursor(cursor)
+        start = int(cursor or 0)
+        end = len(items) if limit is None else start + limit
+        return ExecutionPageData(
+            items=items[start:end], next_cursor=str(end) if end < len(items) else None
+        )
+
+    async def cancel(self, namespace: str, name: str) -> Resource:
+        resource = self.objects.get((namespace, name))
+        if resource is None:
+            raise ExecutionNotFound(name)
+        resource["metadata"].setdefault("annotations", {})[CANCEL_ANNOTATION] = "true"
+        patched = self._store(namespace, resource)
+        resource["status"] = {"phase": "Cancelled", "reason": "Cancelled"}
+        self._store(namespace, resource)
+        return patched
+
+    async def wait(self, namespace: str, name: str, timeout: float) -> Resource:
+        self.finish(namespace, name)
+        return await self.get(namespace, name)
+
+    async def stream(self, namespace: str, name: str, timeout: float) -> AsyncIterator[OutputChunk]:
+        resource = await self.get(namespace, name)
+        if name in self.pod_gone or self.runner is None:
+            return
+        for chunk in self.runner(resource["spec"]).chunks:
+            yield chunk
+        self.finish(namespace, name)
+
+    async def check_ready(self) -> None:
+        if not self.ready:
+            raise KubernetesUnavailable("fake cluster is down")
+
+
+class FakeKeyStore:
+    def __init__(self, keys: dict[str, Tenant]) -> None:
+        self.keys = keys
+
+    async def authenticate(self, key: str) -> Tenant | None:
+        return self.keys.get(key)
+
+    async def check_ready(self) -> None:
+        return None
+
+
+def tenant(name: str, namespace: str | None = None, **limits: Any) -> Tenant:
+    return Tenant(name=name, namespace=namespace or f"ns-{name}", limits=TenantLimits(**limits))
+
+
+UNREACHABLE_KUBECONFIG = """\
+apiVersion: v1
+kind: Config
+clusters: [{name: none, cluster: {server: "https://127.0.0.1:9"}}]
+users: [{name: none, user: {token: none}}]
+contexts: [{name: none, context: {cluster: none, user: none}}]
+current-context: none
+"""
+
+
+def make_app(
+    service: FakeExecutionService,
+    keys: dict[str, Tenant],
+    kubeconfig_dir: Path | None = None,
+    **settings: Any,
+) -> FastAPI:
+    """The real app with the fakes behind its dependencies. For tests that run its
+    lifespan (needed by /mcp), pass kubeconfig_dir: the lifespan then opens a client for
+    a cluster that is never contacted."""
+    if kubeconfig_dir is not None:
+        kubeconfig = kubeconfig_dir / "kubeconfig"
+        kubeconfig.write_text(UNREACHABLE_KUBECONFIG)
+        settings["kubeconfig"] = kubeconfig
+    app = create_app(GatewaySettings(**settings))
+    app.dependency_overrides[get_execution_service] = lambda: service
+    app.dependency_overrides[get_key_store] = lambda: FakeKeyStore(keys)
+    return app
+
+
+def parse_sse(text: str) -> list[tuple[str, Any]]:
+    """(event, decoded JSON data) of each event in a text/event-stream body."""
+    events = []
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        event, data = "message", []
+        for line in block.split("\n"):
+            if line.startswith("event:"):
+                event = line[len("event:") :].strip()
+            elif line.startswith("data:"):
+                data.append(line[len("data:") :].removeprefix(" "))
+        if data:
+            events.append((event, json.loads("\n".join(data))))
+    return events

@@ -1,0 +1,88 @@
+"""MCP at /mcp: an MCP client lists run_code and runs code through the gateway."""
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx2
+import pytest
+from fastapi import FastAPI
+from gateway_fakes import FakeExecutionService, make_app, tenant
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+KEY = "sk-mcp-0123456789"
+
+
+@pytest.fixture
+def service() -> FakeExecutionService:
+    return FakeExecutionService()
+
+
+@pytest.fixture
+def app(tmp_path: Path, service: FakeExecutionService) -> FastAPI:
+    return make_app(service, {KEY: tenant("agents")}, kubeconfig_dir=tmp_path)
+
+
+@asynccontextmanager
+async def http_client(app: FastAPI, key: str | None) -> AsyncIterator[httpx2.AsyncClient]:
+    """A client of the running app (its lifespan entered and left in the test's own task)."""
+    async with (
+        app.router.lifespan_context(app),
+        httpx2.AsyncClient(
+            transport=httpx2.ASGITransport(app=app),
+            base_url="http://gateway",
+            headers={"Authorization": f"Bearer {key}"} if key else {},
+        ) as client,
+    ):
+        yield client
+
+
+async def test_an_mcp_client_lists_and_calls_run_code(
+    app: FastAPI, service: FakeExecutionService
+) -> None:
+    async with (
+        http_client(app, KEY) as http,
+        Client(streamable_http_client("http://gateway/mcp", http_client=http)) as client,
+    ):
+        tools = (await client.list_tools()).tools
+        result = await client.call_tool("run_code", {"language": "python", "code": "print(5)"})
+
+    [tool] = tools
+    assert tool.name == "run_code"
+    assert tool.input_schema["properties"]["language"]["enum"] == [
+        "bash",
+        "javascript",
+        "python",
+        "typescript",
+    ]
+    assert tool.input_schema["required"] == ["language", "code"]
+    assert not result.is_error
+    assert result.structured_content is not None
+    assert result.structured_content["status"] == "success"
+    assert result.structured_content["stdout"] == "print(5)"
+    [created] = service.created
+    assert created["metadata"]["namespace"] == "ns-agents"
+
+
+async def test_run_code_errors_are_tool_errors(app: FastAPI) -> None:
+    async with (
+        http_client(app, KEY) as http,
+        Client(streamable_http_client("http://gateway/mcp", http_client=http)) as client,
+    ):
+        result = await client.call_tool("run_code", {"language": "cobol", "code": "x"})
+
+    assert result.is_error
+    assert "unknown_language" in str(result.content)
+
+
+async def test_mcp_without_a_valid_key_is_401(app: FastAPI) -> None:
+    for key in (None, "sk-wrong"):
+        async with http_client(app, key) as http:
+            response = await http.post(
+                "/mcp",
+                json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                headers={"Accept": "application/json, text/event-stream"},
+            )
+        assert response.status_code == 401
+        assert response.json()["error"]["code"] == "unauthorized"

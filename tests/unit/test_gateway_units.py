@@ -1,0 +1,301 @@
+"""Pure parts of the gateway: manifests, result mapping, runner frames, API keys."""
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sandpod_gateway.auth import KeyIndex, hash_api_key, parse_tenants_config
+from sandpod_gateway.errors import GatewayError, format_location
+from sandpod_gateway.executions import retry_after_seconds
+from sandpod_gateway.resources import (
+    REQUEST_HASH_ANNOTATION,
+    TENANT_LABEL,
+    build_code_execution,
+    execution_name,
+    execution_result,
+    request_fingerprint,
+)
+from sandpod_gateway.runner_frames import MAX_FRAME_BYTES, FrameDecoder, OutputChunk, decode_frame
+from sandpod_gateway.schemas import CreateExecutionRequest, ExecutionStatus
+from sandpod_operator.models import API_VERSION, KIND, CodeExecutionSpec, execution_name_problem
+
+
+def request(**fields: Any) -> CreateExecutionRequest:
+    return CreateExecutionRequest.model_validate(
+        {"language": "python", "code": "print(1)", **fields}
+    )
+
+
+def manifest(req: CreateExecutionRequest, **overrides: Any) -> dict[str, Any]:
+    options: dict[str, Any] = {
+        "name": "cx-1",
+        "tenant": "team-a",
+        "request": req,
+        "timeout_seconds": 10,
+        "memory": "256Mi",
+        "ttl_seconds_after_finished": 600,
+    }
+    return build_code_execution(**{**options, **overrides})
+
+
+# --- manifests --------------------------------------------------------------------------
+
+
+def test_the_manifest_is_a_valid_code_execution() -> None:
+    built = manifest(request(files=[{"path": "a/b.txt", "content": "x"}], stdin="in", cpu="1"))
+
+    assert built["apiVersion"] == API_VERSION
+    assert built["kind"] == KIND
+    assert built["metadata"]["labels"][TENANT_LABEL] == "team-a"
+    spec = CodeExecutionSpec.model_validate(built["spec"])
+    assert spec.source == "print(1)"
+    assert spec.files[0].path == "a/b.txt"
+    assert spec.stdin == "in"
+    assert (spec.resources.memory, spec.resources.cpu) == ("256Mi", "1")
+    assert spec.timeout_seconds == 10
+    assert spec.ttl_seconds_after_finished == 600
+
+
+def test_the_manifest_records_the_request_fingerprint() -> None:
+    built = manifest(request())
+
+    assert built["metadata"]["annotations"][REQUEST_HASH_ANNOTATION] == request_fingerprint(
+        request()
+    )
+    assert request_fingerprint(request()) != request_fingerprint(request(code="print(2)"))
+
+
+def test_what_the_resource_model_refuses_is_a_422_on_the_request_field() -> None:
+    with pytest.raises(GatewayError) as refused:
+        manifest(request(), timeout_seconds=10_000)
+
+    assert refused.value.status_code == 422
+    assert refused.value.details[0].field == "body.timeout_seconds"
+
+
+def test_names_are_deterministic_per_tenant_and_key_and_valid() -> None:
+    assert execution_name("a", "key") == execution_name("a", "key")
+    assert execution_name("a", "key") != execution_name("b", "key")
+    assert execution_name("a", None) != execution_name("a", None)
+    for name in (execution_name("a", "k" * 255), execution_name("a", None)):
+        assert execution_name_problem(name) is None
+
+
+# --- results ----------------------------------------------------------------------------
+
+
+def resource(status: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "cx-1", "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {"language": "python", "mode": "run", "timeoutSeconds": 10, **spec},
+        **({"status": status} if status is not None else {}),
+    }
+
+
+@pytest.mark.parametrize(
+    ("status", "expected", "message"),
+    [
+        (None, ExecutionStatus.pending, None),
+        ({"phase": "Running"}, ExecutionStatus.running, None),
+        ({"phase": "Succeeded", "exitCode": 0}, ExecutionStatus.success, None),
+        (
+            {"phase": "Failed", "exitCode": 3},
+            ExecutionStatus.error,
+            "The program exited with code 3",
+        ),
+        (
+            {"phase": "Failed", "reason": "OOMKilled", "exitCode": 137},
+            ExecutionStatus.error,
+            "The program ran out of memory and was killed",
+        ),
+        (
+            {"phase": "Failed", "signal": 9},
+            ExecutionStatus.error,
+            "The program was killed by signal 9",
+        ),
+        (
+            {"phase": "TimedOut"},
+            ExecutionStatus.timeout,
+            "The program exceeded its time limit of 10 s and was killed",
+        ),
+        ({"phase": "Cancelled"}, ExecutionStatus.cancelled, "The execution was cancelled"),
+        (
+            {"phase": "Error", "reason": "ImageNotFound", "message": "no image x"},
+            ExecutionStatus.sandbox_error,
+            "ImageNotFound: no image x",
+        ),
+    ],
+)
+def test_phases_map_to_agent_statuses(
+    status: dict[str, Any] | None, expected: ExecutionStatus, message: str | None
+) -> None:
+    result = execution_result(resource(status))
+
+    assert result.status == expected
+    assert result.error_message == message
+
+
+def test_the_result_carries_the_status_fields() -> None:
+    result = execution_result(
+        resource(
+            {
+                "phase": "Succeeded",
+                "exitCode": 0,
+                "stdout": "out",
+                "stderr": "err",
+                "stdoutTruncated": True,
+                "durationMs": 41,
+                "retryable": False,
+                "startedAt": "2026-01-01T00:00:01Z",
+                "finishedAt": "2026-01-01T00:00:02Z",
+                "diagnostics": [{"code": "F401", "message": "unused", "line": 1, "column": 8}],
+            },
+            mode="lint",
+        )
+    )
+
+    assert (result.id, result.language, result.mode) == ("cx-1", "python", "lint")
+    assert (result.stdout, result.stderr, result.exit_code) == ("out", "err", 0)
+    assert (result.stdout_truncated, result.stderr_truncated) == (True, False)
+    assert result.execution_time_ms == 41
+    assert result.retryable is False
+    assert result.started_at == datetime(2026, 1, 1, 0, 0, 1, tzinfo=UTC)
+    assert result.created_at == datetime(2026, 1, 1, tzinfo=UTC)
+    assert result.diagnostics is not None
+    assert result.diagnostics[0].code == "F401"
+
+
+def test_an_odd_status_still_maps_without_failing() -> None:
+    result = execution_result(
+        resource(
+            {
+                "phase": "Succeeded",
+                "exitCode": "zero",
+                "stdout": 5,
+                "startedAt": "yesterday",
+                "diagnostics": [{"nope": 1}, "x", {"message": "kept"}],
+                "signal": True,
+            }
+        )
+    )
+
+    assert result.status == ExecutionStatus.success
+    assert (result.exit_code, result.stdout, result.started_at, result.signal) == (
+        None,
+        "",
+        None,
+        None,
+    )
+    assert [d.message for d in result.diagnostics or []] == ["kept"]
+
+
+# --- Retry-After ------------------------------------------------------------------------
+
+
+def test_retry_after_is_the_time_until_the_first_running_execution_must_end() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    started = (now - timedelta(seconds=8)).isoformat()
+    active = [
+        {"spec": {"timeoutSeconds": 30}, "status": {"startedAt": started}},
+        {"spec": {"timeoutSeconds": 10}, "status": {"startedAt": started}},
+        {"spec": {"timeoutSeconds": 10}},  # still pending: no estimate
+    ]
+
+    assert retry_after_seconds(active, now, default=5) == 2
+    assert retry_after_seconds(active[2:], now, default=5) == 5
+    overdue = [{"spec": {"timeoutSeconds": 1}, "status": {"startedAt": started}}]
+    assert retry_after_seconds(overdue, now, default=5) == 1
+    long = [{"spec": {"timeoutSeconds": 300}, "status": {"startedAt": now.isoformat()}}]
+    assert retry_after_seconds(long, now, default=5) == 60
+
+
+# --- runner frames ----------------------------------------------------------------------
+
+
+def test_frames_decode_to_chunks_and_skip_everything_else() -> None:
+    assert decode_frame(b'{"stream": "stdout", "data": "hi\\n"}') == OutputChunk("stdout", "hi\n")
+    assert decode_frame(b'{"stream": "stderr", "data": ""}') == OutputChunk("stderr", "")
+    for line in (b'{"result": {"exitCode": 0}}', b"not json", b"[1]", b'{"stream": "x"}'):
+        assert decode_frame(line) is None
+
+
+def test_the_decoder_reassembles_lines_split_anywhere() -> None:
+    log = (
+        b'{"stream": "stdout", "data": "a\\u00e9"}\n'
+        b'{"stream": "stderr", "data": "b"}\n'
+        b'{"result": {"exitCode": 0}}'
+    )
+    decoder = FrameDecoder()
+
+    chunks = [chunk for i in range(len(log)) for chunk in decoder.feed(log[i : i + 1])]
+
+    assert chunks == [OutputChunk("stdout", "a\u00e9"), OutputChunk("stderr", "b")]
+    assert decoder.finish() == []
+
+
+def test_the_decoder_keeps_a_last_line_without_newline() -> None:
+    decoder = FrameDecoder()
+
+    assert decoder.feed(b'{"stream": "stdout", "data": "x"}') == []
+    assert decoder.finish() == [OutputChunk("stdout", "x")]
+
+
+def test_the_decoder_drops_an_overlong_line_and_recovers() -> None:
+    decoder = FrameDecoder()
+
+    assert decoder.feed(b"x" * (MAX_FRAME_BYTES + 1)) == []
+    assert decoder.feed(b'tail"}\n{"stream": "stdout", "data": "ok"}\n') == [
+        OutputChunk("stdout", "ok")
+    ]
+
+
+# --- API keys ---------------------------------------------------------------------------
+
+TENANTS_YAML = f"""
+tenants:
+  team-a:
+    namespace: sandbox-a
+    limits: {{maxTimeoutSeconds: 30, maxMemory: 1Gi, maxCpu: "2", maxConcurrent: 3}}
+    apiKeys:
+      - {{name: ci, sha256: "{hash_api_key("sk-a1")}"}}
+      - {{name: laptop, sha256: "{hash_api_key("sk-a2").upper()}"}}
+  team-b:
+    apiKeys:
+      - sha256: {hash_api_key("sk-b")}
+"""
+
+
+def test_keys_resolve_to_their_tenant() -> None:
+    index = KeyIndex(parse_tenants_config(TENANTS_YAML))
+
+    team_a = index.resolve("sk-a1")
+    assert team_a is not None
+    assert (team_a.name, team_a.namespace) == ("team-a", "sandbox-a")
+    assert team_a.limits.max_timeout_seconds == 30
+    assert team_a.limits.max_concurrent == 3
+    assert index.resolve("sk-a2") == team_a
+    team_b = index.resolve("sk-b")
+    assert team_b is not None
+    assert (team_b.namespace, team_b.limits.max_concurrent) == ("team-b", 5)
+    assert index.resolve("sk-a") is None
+    assert index.resolve("") is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "tenants: [",
+        "tenants: {Team_A: {}}",
+        "tenants: {a: {apiKeys: [{sha256: short}]}}",
+        "tenants: {a: {limits: {maxMemory: lots}}}",
+        "tenants: {a: {surprise: 1}}",
+    ],
+)
+def test_a_broken_tenants_file_is_refused_with_a_message(text: str) -> None:
+    with pytest.raises(ValueError, match=r"tenants\.yaml"):
+        parse_tenants_config(text)
+
+
+def test_locations_read_like_paths() -> None:
+    assert format_location(("body", "files", 0, "path")) == "body.files[0].path"
+    assert format_location(()) == ""
