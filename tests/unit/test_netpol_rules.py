@@ -456,6 +456,20 @@ def test_empty_from_list_allows_every_source() -> None:
     assert not fw.allows(Packet(A, B, dport=8081))
 
 
+def test_an_empty_rule_allows_everything() -> None:
+    open_web = policy(
+        "open",
+        selector={"matchLabels": {"app": "web"}},
+        ingress=[{}],
+        egress=[{}],
+        types=["Ingress", "Egress"],
+    )
+    fw = firewall([deny_all("Ingress"), open_web], three_pods())
+    assert fw.allows(Packet(EXTERNAL, B, "udp", 9))
+    assert fw.allows(Packet(B, NODE_IP, dport=6443), hook="INPUT")
+    assert not fw.allows(Packet(B, A))  # a is under deny-all ingress
+
+
 def test_peer_selector_matching_no_pods_allows_nothing() -> None:
     fw = firewall(
         [allow_to_web([{"podSelector": {"matchLabels": {"app": "nobody"}}}])], three_pods()
