@@ -87,6 +87,10 @@ def test_del_succeeds_without_an_enforcer(tmp_path: Path) -> None:
     assert run("DEL", ENV, conf(tmp_path)) is None
 
 
+def test_del_succeeds_without_kubernetes_args(tmp_path: Path) -> None:
+    assert run("DEL", {}, conf(tmp_path)) is None
+
+
 def test_gc_and_status_are_no_ops(tmp_path: Path) -> None:
     assert run("GC", ENV, conf(tmp_path, cniVersion="1.1.0")) is None
     assert run("STATUS", ENV, conf(tmp_path, cniVersion="1.1.0")) is None

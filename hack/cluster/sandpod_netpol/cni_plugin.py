@@ -107,6 +107,8 @@ def run(command: str, environ: Mapping[str, str], stdin: str) -> dict[str, Any] 
     namespace = args.get("K8S_POD_NAMESPACE", "")
     name = args.get("K8S_POD_NAME", "")
     container_id = environ.get("CNI_CONTAINERID", "")
+    if command == "DEL" and not (namespace and name and container_id):
+        return None  # not a pod the enforcer could know; teardown must succeed
     if not namespace or not name or not container_id:
         raise PluginError(
             INVALID_ENVIRONMENT, "K8S_POD_NAMESPACE, K8S_POD_NAME or CNI_CONTAINERID missing"
