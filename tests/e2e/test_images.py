@@ -1,0 +1,311 @@
+"""The sandbox images on the cluster, without the operator.
+
+Each test writes a ConfigMap the way docs/runner-protocol.md says the operator
+does, starts a hardened gVisor pod on one of the language images (built and
+imported by `make images`), waits for it to end and reads the runner's framed
+pod log and the termination message.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kube_helpers import wait_for_pod
+from kubernetes import client
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+VERSION = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
+RUNNER = "/opt/sandpod/bin/sandpod-runner"
+INPUT_DIR = "/sandbox/input"
+SANDBOX_UID = 65532
+POD_TIMEOUT_SECONDS = 180
+# Waiting reasons that mean the pod will never run: fail at once with them.
+STUCK_REASONS = {
+    "ErrImageNeverPull",
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+}
+
+
+@dataclass(frozen=True)
+class Language:
+    image: str
+    source_file: str
+    command: list[str]
+    env: dict[str, str]
+
+
+PYTHON_ENV = {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+LANGUAGES = {
+    "python": Language("python", "main.py", ["python3", "main.py"], PYTHON_ENV),
+    "javascript": Language("node", "main.js", ["node", "main.js"], {}),
+    "typescript": Language("node", "main.ts", ["tsx", "main.ts"], {}),
+    "bash": Language("bash", "main.sh", ["bash", "main.sh"], {}),
+}
+LINT_COMMAND = ["ruff", "check", "--output-format=json", "--no-cache", "--isolated", "main.py"]
+
+HELLO_PROGRAMS = {
+    "python": 'import sys\nprint("hello from python")\n'
+    'print("oops from python", file=sys.stderr)\nsys.exit(3)\n',
+    "javascript": 'console.log("hello from javascript");\n'
+    'console.error("oops from javascript");\nprocess.exitCode = 3;\n',
+    "typescript": "interface Greeting { text: string }\n"
+    'const greeting: Greeting = { text: "hello from typescript" };\n'
+    "console.log(greeting.text);\n"
+    'console.error("oops from typescript");\n'
+    "process.exitCode = 3 as number;\n",
+    "bash": 'echo "hello from bash"\necho "oops from bash" >&2\nexit 3\n',
+}
+
+
+@dataclass(frozen=True)
+class Run:
+    phase: str
+    stdout: str
+    stderr: str
+    result: dict[str, Any]
+    termination: dict[str, Any]
+    container_exit_code: int
+
+
+def run_config(language: Language, **overrides: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "mode": "run",
+        "sourceFile": language.source_file,
+        "command": language.command,
+        "args": [],
+        "env": language.env,
+        "timeoutSeconds": 20,
+        "maxOutputBytes": 1 << 20,
+        "files": [],
+        "hasStdin": False,
+        "limits": {"processes": 128, "fileSizeBytes": 100 << 20, "openFiles": 1024},
+    }
+    config.update(overrides)
+    return config
+
+
+def sandbox_pod(name: str, image: str, config_map: str, timeout_seconds: int) -> client.V1Pod:
+    """A pod hardened as the operator's sandbox pods are."""
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, labels={"app.kubernetes.io/name": "sandpod-test"}),
+        spec=client.V1PodSpec(
+            runtime_class_name="gvisor",
+            restart_policy="Never",
+            automount_service_account_token=False,
+            enable_service_links=False,
+            termination_grace_period_seconds=0,
+            active_deadline_seconds=timeout_seconds + 60,
+            security_context=client.V1PodSecurityContext(
+                run_as_non_root=True,
+                run_as_user=SANDBOX_UID,
+                run_as_group=SANDBOX_UID,
+                seccomp_profile=client.V1SeccompProfile(type="RuntimeDefault"),
+            ),
+            containers=[
+                client.V1Container(
+                    name="runner",
+                    image=f"localhost/sandpod/{image}:{VERSION}",
+                    image_pull_policy="Never",
+                    command=[RUNNER, f"{INPUT_DIR}/config.json"],
+                    termination_message_policy="File",
+                    security_context=client.V1SecurityContext(
+                        read_only_root_filesystem=True,
+                        allow_privilege_escalation=False,
+                        capabilities=client.V1Capabilities(drop=["ALL"]),
+                    ),
+                    resources=client.V1ResourceRequirements(
+                        limits={"cpu": "1", "memory": "512Mi", "ephemeral-storage": "256Mi"},
+                        requests={"cpu": "100m", "memory": "64Mi"},
+                    ),
+                    volume_mounts=[
+                        client.V1VolumeMount(name="input", mount_path=INPUT_DIR, read_only=True),
+                        client.V1VolumeMount(name="tmp", mount_path="/tmp"),
+                    ],
+                )
+            ],
+            volumes=[
+                client.V1Volume(
+                    name="input", config_map=client.V1ConfigMapVolumeSource(name=config_map)
+                ),
+                client.V1Volume(
+                    name="tmp", empty_dir=client.V1EmptyDirVolumeSource(size_limit="128Mi")
+                ),
+            ],
+        ),
+    )
+
+
+def finished_or_stuck(pod: client.V1Pod) -> bool:
+    if pod.status is None:
+        return False
+    if pod.status.phase in {"Succeeded", "Failed"}:
+        return True
+    for status in pod.status.container_statuses or []:
+        waiting = status.state.waiting if status.state else None
+        if waiting is not None and (waiting.reason or "") in STUCK_REASONS:
+            return True
+    return False
+
+
+def parse_log(log: str) -> tuple[str, str, dict[str, Any]]:
+    """Splits the runner's framed log into stdout, stderr and the result record."""
+    streams: dict[str, list[str]] = {"stdout": [], "stderr": []}
+    records = [json.loads(line) for line in log.splitlines() if line.strip()]
+    assert records, "the pod log is empty"
+    *frames, last = records
+    assert set(last) == {"result"}, f"the last log line is not the result: {last}"
+    for frame in frames:
+        streams[frame["stream"]].append(frame["data"])
+    return "".join(streams["stdout"]), "".join(streams["stderr"]), last["result"]
+
+
+def run_in_sandbox(
+    core_v1: client.CoreV1Api,
+    namespace: str,
+    name: str,
+    language: Language,
+    source: str,
+    **config_overrides: Any,
+) -> Run:
+    config = run_config(language, **config_overrides)
+    core_v1.create_namespaced_config_map(
+        namespace,
+        client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name=name),
+            data={"config.json": json.dumps(config), "source": source},
+        ),
+    )
+    core_v1.create_namespaced_pod(
+        namespace, sandbox_pod(name, language.image, name, config["timeoutSeconds"])
+    )
+    pod = wait_for_pod(
+        core_v1,
+        namespace,
+        name,
+        until=finished_or_stuck,
+        timeout=POD_TIMEOUT_SECONDS,
+        what="to finish",
+    )
+    assert pod.status is not None and pod.status.container_statuses
+    state = pod.status.container_statuses[0].state
+    terminated = state.terminated if state else None
+    assert terminated is not None, (
+        f"pod {name} did not run: {state.waiting if state else None} "
+        "(are the images built and imported? run `make images`)"
+    )
+    assert terminated.message, f"pod {name} left no termination message"
+    stdout, stderr, result = parse_log(
+        core_v1.read_namespaced_pod_log(name, namespace, container="runner")
+    )
+    return Run(
+        phase=pod.status.phase or "",
+        stdout=stdout,
+        stderr=stderr,
+        result=result,
+        termination=json.loads(terminated.message),
+        container_exit_code=terminated.exit_code,
+    )
+
+
+@pytest.mark.parametrize("language_name", sorted(HELLO_PROGRAMS))
+def test_hello_world_keeps_stdout_stderr_and_exit_code_apart(
+    core_v1: client.CoreV1Api, namespace: str, language_name: str
+) -> None:
+    run = run_in_sandbox(
+        core_v1, namespace, "hello", LANGUAGES[language_name], HELLO_PROGRAMS[language_name]
+    )
+
+    assert run.stdout == f"hello from {language_name}\n"
+    assert run.stderr == f"oops from {language_name}\n"
+    assert run.result["exitCode"] == 3
+    assert run.result["error"] is None
+    assert run.result["timedOut"] is False
+    assert run.termination == run.result
+    assert run.container_exit_code == 3
+    assert run.phase == "Failed"
+
+
+def test_python_imports_numpy_and_pandas(core_v1: client.CoreV1Api, namespace: str) -> None:
+    source = (
+        "import numpy as np\n"
+        "import pandas as pd\n"
+        "frame = pd.DataFrame({'x': np.arange(1, 5)})\n"
+        "print(int(frame['x'].sum()))\n"
+    )
+    run = run_in_sandbox(core_v1, namespace, "numpy", LANGUAGES["python"], source)
+
+    assert run.stderr == ""
+    assert run.stdout == "10\n"
+    assert run.result["exitCode"] == 0
+    assert run.phase == "Succeeded"
+
+
+def test_python_lint_mode_reports_unused_import(core_v1: client.CoreV1Api, namespace: str) -> None:
+    run = run_in_sandbox(
+        core_v1,
+        namespace,
+        "lint",
+        LANGUAGES["python"],
+        "import os\n",
+        mode="lint",
+        lintCommand=LINT_COMMAND,
+    )
+
+    diagnostics = run.result["diagnostics"]
+    assert isinstance(diagnostics, list)
+    assert {"code": "F401", "line": 1, "column": 8} in [
+        {key: diagnostic[key] for key in ("code", "line", "column")} for diagnostic in diagnostics
+    ]
+    assert run.result["error"] is None
+
+
+def test_child_ignoring_sigterm_is_killed_at_the_timeout(
+    core_v1: client.CoreV1Api, namespace: str
+) -> None:
+    source = (
+        "import signal, subprocess, sys, time\n"
+        "ignore_term = 'import signal, time; "
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)'\n"
+        "subprocess.Popen([sys.executable, '-c', ignore_term], start_new_session=True)\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print('started', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    run = run_in_sandbox(
+        core_v1, namespace, "timeout", LANGUAGES["python"], source, timeoutSeconds=3
+    )
+
+    assert run.stdout == "started\n"
+    assert run.result["timedOut"] is True
+    assert run.result["exitCode"] is None
+    assert 2900 <= run.result["durationMs"] < 10_000
+    assert run.container_exit_code == 124
+    assert run.termination["timedOut"] is True
+
+
+def test_output_flood_is_cut_at_the_cap_and_flagged(
+    core_v1: client.CoreV1Api, namespace: str
+) -> None:
+    flood_bytes = 5_000_000
+    cap = 4096
+    source = f"import sys\nsys.stdout.write('x' * {flood_bytes})\nprint('done', file=sys.stderr)\n"
+    run = run_in_sandbox(
+        core_v1, namespace, "flood", LANGUAGES["python"], source, maxOutputBytes=cap
+    )
+
+    assert run.stdout == "x" * cap
+    assert run.result["stdoutTruncated"] is True
+    assert run.result["stdoutBytes"] == flood_bytes
+    assert run.stderr == "done\n"
+    assert run.result["stderrTruncated"] is False
+    assert run.result["exitCode"] == 0
