@@ -24,15 +24,10 @@ cluster-up: venv cluster-build
 cluster-down:
 	hack/cluster/down.sh
 
-# Builds every image (sandbox languages, operator, gateway) with no registry and imports it into
-# the local cluster's containerd; cached in ~/.cache/sandpod/images. IMAGES_FLAGS=--no-import builds only.
-.PHONY: images
-images:
+# Sandbox, operator and gateway images, built with no registry and imported into the cluster's
+# containerd; cached in ~/.cache/sandpod/images. IMAGES_FLAGS=--no-import builds only (no cluster).
+images: $(if $(findstring --no-import,$(IMAGES_FLAGS)),,cluster-up)
 	hack/images/build.sh $(IMAGES_FLAGS)
-
-# Sandbox, operator and gateway images, built with no registry and imported into the cluster.
-images: venv cluster-up
-	hack/images/build.sh
 
 # Every test: the runner's Go tests, unit tests, then everything against the real cluster;
 # the cluster lifecycle test (down, then up again) runs last.
