@@ -1,0 +1,425 @@
+"""The gateway's Kubernetes side against a real, private etcd + kube-apiserver.
+
+No scheduler, kubelet or operator: the test plays the operator by writing statuses, and
+pods never start. Skipped when the local cluster's Kubernetes build is not on this machine.
+"""
+
+import asyncio
+import base64
+import json
+import os
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+import yaml
+from fastapi import FastAPI
+from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
+from sandpod_gateway.auth import KeyStoreUnavailable, SecretApiKeyStore, hash_api_key
+from sandpod_gateway.kube_service import KubernetesExecutionService, open_api_client
+from sandpod_gateway.main import create_app
+from sandpod_gateway.resources import TENANT_LABEL
+from sandpod_gateway.service import ExecutionAlreadyExists, ExecutionNotFound, InvalidCursor
+from sandpod_gateway.settings import GatewaySettings
+from sandpod_operator.models import CANCEL_ANNOTATION, GROUP, PLURAL, VERSION
+
+REPO = Path(__file__).resolve().parents[2]
+CRD = REPO / "crds" / "codeexecutions.sandpod.dev.yaml"
+TOKEN = "gateway-test-token"
+
+
+def _kube_bin_dir() -> Path | None:
+    if os.environ.get("SANDPOD_KUBE_BIN_DIR"):
+        return Path(os.environ["SANDPOD_KUBE_BIN_DIR"])
+    cache = Path(os.environ.get("SANDPOD_CACHE") or Path.home() / ".cache" / "sandpod")
+    builds = sorted(cache.glob("bin/kubernetes-*/kube-apiserver"), key=lambda p: p.stat().st_mtime)
+    return builds[-1].parent if builds else None
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _wait_for(condition: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.2)
+
+
+class PrivateApiServer:
+    def __init__(self, bin_dir: Path, workdir: Path) -> None:
+        self.bin_dir = bin_dir
+        self.workdir = workdir
+        self.kubeconfig = workdir / "kubeconfig"
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def start(self) -> None:
+        work = self.workdir
+        client_port, peer_port, api_port = _free_port(), _free_port(), _free_port()
+        subprocess.run(
+            ["openssl", "genrsa", "-out", str(work / "sa.key"), "2048"],
+            check=True,
+            capture_output=True,
+        )
+        (work / "tokens.csv").write_text(f'{TOKEN},admin,admin,"system:masters"\n')
+        etcd_url, peer_url = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
+        self._spawn(
+            "etcd",
+            f"--data-dir={work / 'etcd'}",
+            "--unsafe-no-fsync",
+            "--log-level=error",
+            f"--listen-client-urls={etcd_url}",
+            f"--advertise-client-urls={etcd_url}",
+            f"--listen-peer-urls={peer_url}",
+            f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=default={peer_url}",
+        )
+        self._spawn(
+            "kube-apiserver",
+            f"--etcd-servers={etcd_url}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={api_port}",
+            f"--cert-dir={work / 'certs'}",
+            f"--token-auth-file={work / 'tokens.csv'}",
+            "--authorization-mode=AlwaysAllow",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            f"--service-account-key-file={work / 'sa.key'}",
+            f"--service-account-signing-key-file={work / 'sa.key'}",
+            "--service-cluster-ip-range=10.97.0.0/16",
+        )
+        self.kubeconfig.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "private",
+                    "clusters": [
+                        {
+                            "name": "private",
+                            "cluster": {
+                                "server": f"https://127.0.0.1:{api_port}",
+                                "insecure-skip-tls-verify": True,
+                            },
+                        }
+                    ],
+                    "users": [{"name": "admin", "user": {"token": TOKEN}}],
+                    "contexts": [
+                        {"name": "private", "context": {"cluster": "private", "user": "admin"}}
+                    ],
+                }
+            )
+        )
+        _wait_for(lambda: self.kubectl_ok("get", "--raw", "/readyz"), 60, "the API server")
+        self.kubectl("apply", "-f", str(CRD))
+        self.kubectl(
+            "wait", "--for=condition=Established", "--timeout=60s", f"crd/{PLURAL}.{GROUP}"
+        )
+
+    def _spawn(self, binary: str, *args: str) -> None:
+        log = (self.workdir / f"{binary}.log").open("ab")
+        self.processes.append(
+            subprocess.Popen(
+                [str(self.bin_dir / binary), *args], stdout=log, stderr=subprocess.STDOUT
+            )
+        )
+        log.close()
+
+    def kubectl(self, *args: str) -> str:
+        return subprocess.run(
+            [str(self.bin_dir / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+
+    def kubectl_ok(self, *args: str) -> bool:
+        try:
+            self.kubectl(*args)
+        except subprocess.CalledProcessError:
+            return False
+        return True
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):  # the API server before its etcd
+            process.terminate()
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateApiServer]:
+    bin_dir = _kube_bin_dir()
+    if bin_dir is None or not (bin_dir / "etcd").exists():
+        pytest.skip(
+            "no kube-apiserver/etcd build (make cluster-build, or set SANDPOD_KUBE_BIN_DIR)"
+        )
+    server = PrivateApiServer(bin_dir, tmp_path_factory.mktemp("apiserver"))
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def namespace(api_server: PrivateApiServer) -> str:
+    name = f"gw-{uuid.uuid4().hex[:8]}"
+    api_server.kubectl("create", "namespace", name)
+    return name
+
+
+@asynccontextmanager
+async def kube(api_server: PrivateApiServer) -> AsyncIterator[ApiClient]:
+    client = await open_api_client(GatewaySettings(kubeconfig=api_server.kubeconfig))
+    async with client:
+        yield client
+
+
+def manifest(name: str, tenant: str = "t1", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "CodeExecution",
+        "metadata": {"name": name, "labels": {TENANT_LABEL: tenant}},
+        "spec": {"language": "python", "source": "print(1)", **spec},
+    }
+
+
+async def set_status(client: ApiClient, namespace: str, name: str, **status: Any) -> None:
+    await CustomObjectsApi(client).patch_namespaced_custom_object_status(
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        name,
+        {"status": status},
+        _content_type="application/merge-patch+json",
+    )
+
+
+# --- the execution service --------------------------------------------------------------
+
+
+async def test_create_get_list_and_cancel(api_server: PrivateApiServer, namespace: str) -> None:
+    async with kube(api_server) as client:
+        service = KubernetesExecutionService(client)
+        for index in range(3):
+            await service.create(namespace, manifest(f"cx-{index}"))
+        await service.create(namespace, manifest("cx-other", tenant="t2"))
+
+        with pytest.raises(ExecutionAlreadyExists):
+            await service.create(namespace, manifest("cx-0"))
+        assert (await service.get(namespace, "cx-1"))["spec"]["source"] == "print(1)"
+        with pytest.raises(ExecutionNotFound):
+            await service.get(namespace, "cx-nope")
+        first = await service.list(
+            namespace, label_selector=f"{TENANT_LABEL}=t1", limit=2, cursor=None
+        )
+        rest = await service.list(
+            namespace, label_selector=f"{TENANT_LABEL}=t1", limit=2, cursor=first.next_cursor
+        )
+        everything = await service.list(
+            namespace, label_selector=f"{TENANT_LABEL}=t1", limit=None, cursor=None
+        )
+        with pytest.raises(InvalidCursor):
+            await service.list(namespace, label_selector="a=b", limit=2, cursor="garbage")
+        cancelled = await service.cancel(namespace, "cx-2")
+        with pytest.raises(ExecutionNotFound):
+            await service.cancel(namespace, "cx-nope")
+        await service.check_ready()
+
+    names = [item["metadata"]["name"] for item in first.items + rest.items]
+    assert names == ["cx-0", "cx-1", "cx-2"]
+    assert rest.next_cursor is None
+    assert len(everything.items) == 3
+    assert cancelled["metadata"]["annotations"][CANCEL_ANNOTATION] == "true"
+
+
+async def test_wait_follows_the_status_to_the_end(
+    api_server: PrivateApiServer, namespace: str
+) -> None:
+    async with kube(api_server) as client:
+        service = KubernetesExecutionService(client)
+        await service.create(namespace, manifest("cx-wait"))
+        waiting = asyncio.create_task(service.wait(namespace, "cx-wait", timeout=60))
+        await set_status(client, namespace, "cx-wait", phase="Running")
+        await set_status(client, namespace, "cx-wait", phase="Succeeded", exitCode=0, stdout="1\n")
+
+        finished = await waiting
+
+    assert finished["status"]["phase"] == "Succeeded"
+    assert finished["status"]["stdout"] == "1\n"
+
+
+async def test_wait_gives_up_at_its_deadline_with_the_current_state(
+    api_server: PrivateApiServer, namespace: str
+) -> None:
+    async with kube(api_server) as client:
+        service = KubernetesExecutionService(client)
+        await service.create(namespace, manifest("cx-slow"))
+        await set_status(client, namespace, "cx-slow", phase="Running")
+
+        started = time.monotonic()
+        current = await service.wait(namespace, "cx-slow", timeout=2)
+        waited = time.monotonic() - started
+
+    assert current["status"]["phase"] == "Running"
+    assert 1.5 <= waited < 15
+
+
+async def test_wait_reports_a_deleted_execution(
+    api_server: PrivateApiServer, namespace: str
+) -> None:
+    async with kube(api_server) as client:
+        service = KubernetesExecutionService(client)
+        await service.create(namespace, manifest("cx-gone"))
+        waiting = asyncio.create_task(service.wait(namespace, "cx-gone", timeout=60))
+        await CustomObjectsApi(client).delete_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, "cx-gone"
+        )
+
+        with pytest.raises(ExecutionNotFound):
+            await waiting
+
+
+async def test_stream_of_a_pod_that_never_starts_ends_empty(
+    api_server: PrivateApiServer, namespace: str
+) -> None:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "sandbox"},
+        "spec": {
+            "nodeName": "nowhere",
+            "automountServiceAccountToken": False,
+            "containers": [{"name": "runner", "image": "none"}],
+        },
+    }
+    api_server.kubectl("create", "serviceaccount", "default", "-n", namespace)
+    async with kube(api_server) as client:
+        await CoreV1Api(client).create_namespaced_pod(namespace, pod)
+        service = KubernetesExecutionService(client)
+        await service.create(namespace, manifest("cx-stream"))
+        await set_status(client, namespace, "cx-stream", phase="Pending", podName="sandbox")
+
+        started = time.monotonic()
+        chunks = [chunk async for chunk in service.stream(namespace, "cx-stream", timeout=2)]
+        waited = time.monotonic() - started
+        await set_status(client, namespace, "cx-stream", phase="Error", podName="gone")
+        after_the_end = [
+            chunk async for chunk in service.stream(namespace, "cx-stream", timeout=60)
+        ]
+
+    assert chunks == []
+    assert waited < 15
+    assert after_the_end == []
+
+
+# --- API keys from the Secret -----------------------------------------------------------
+
+
+async def test_keys_come_from_the_secret_and_follow_its_changes(
+    api_server: PrivateApiServer, namespace: str
+) -> None:
+    def tenants_yaml(key: str) -> str:
+        return yaml.safe_dump({"tenants": {"team": {"apiKeys": [{"sha256": hash_api_key(key)}]}}})
+
+    async with kube(api_server) as client:
+        store = SecretApiKeyStore(client, namespace, "keys", refresh_seconds=0.2)
+        with pytest.raises(KeyStoreUnavailable):
+            await store.authenticate("sk-1")
+        secret = {
+            "metadata": {"name": "keys"},
+            "data": {"tenants.yaml": base64.b64encode(tenants_yaml("sk-1").encode()).decode()},
+        }
+        await CoreV1Api(client).create_namespaced_secret(namespace, secret)
+        tenant = await store.authenticate("sk-1")  # no keys yet: it reads the Secret again
+        await CoreV1Api(client).patch_namespaced_secret(
+            "keys", namespace, {"stringData": {"tenants.yaml": tenants_yaml("sk-2")}}
+        )
+        deadline = time.monotonic() + 10
+        while await store.authenticate("sk-2") is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        rotated = await store.authenticate("sk-2"), await store.authenticate("sk-1")
+
+    assert tenant is not None
+    assert (tenant.name, tenant.namespace) == ("team", "team")
+    assert rotated[0] is not None
+    assert rotated[1] is None
+
+
+# --- the whole app, with the test as the operator ---------------------------------------
+
+
+async def test_post_waits_for_the_status_the_operator_writes(
+    api_server: PrivateApiServer, namespace: str
+) -> None:
+    key = "sk-app-0123456789"
+    api_server.kubectl(
+        "create",
+        "secret",
+        "generic",
+        "sandpod-api-keys",
+        "-n",
+        namespace,
+        "--from-literal=tenants.yaml="
+        + yaml.safe_dump(
+            {
+                "tenants": {
+                    "team": {"namespace": namespace, "apiKeys": [{"sha256": hash_api_key(key)}]}
+                }
+            }
+        ),
+    )
+    app: FastAPI = create_app(
+        GatewaySettings(kubeconfig=api_server.kubeconfig, api_keys_namespace=namespace)
+    )
+    async with (
+        kube(api_server) as client,
+        app.router.lifespan_context(app),
+        httpx2.AsyncClient(
+            transport=httpx2.ASGITransport(app=app),
+            base_url="http://gateway",
+            headers={"Authorization": f"Bearer {key}"},
+        ) as http,
+    ):
+        assert (await http.get("/readyz")).status_code == 200
+        posting = asyncio.create_task(
+            http.post("/v1/executions", json={"language": "python", "code": "print(7)"})
+        )
+        objects = CustomObjectsApi(client)
+        deadline = time.monotonic() + 30
+        while not (
+            items := (
+                await objects.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+            )["items"]
+        ):
+            assert time.monotonic() < deadline, "the gateway created no CodeExecution"
+            await asyncio.sleep(0.1)
+        name = items[0]["metadata"]["name"]
+        await set_status(
+            client, namespace, name, phase="Succeeded", exitCode=0, stdout="7\n", durationMs=12
+        )
+        response = await posting
+        cancel = await http.delete(f"/v1/executions/{name}")
+
+    assert response.status_code == 200, response.text
+    result = response.json()
+    assert (result["id"], result["status"], result["stdout"]) == (name, "success", "7\n")
+    assert result["execution_time_ms"] == 12
+    assert items[0]["metadata"]["labels"][TENANT_LABEL] == "team"
+    assert cancel.status_code == 200  # finished already: nothing to cancel
