@@ -150,7 +150,9 @@ async def sandbox_pod_changed(
         logger.warning("following the pod failed, the watchdog will retry: %s", error)
 
 
-@kopf.daemon(*EXECUTIONS, when=unfinished, cancellation_timeout=5)
+# Stopped (when the execution finishes) only between checks: a check that is recording a
+# verdict and removing the pod must not be cut off half-way.
+@kopf.daemon(*EXECUTIONS, when=unfinished, cancellation_backoff=30, cancellation_timeout=5)
 async def watchdog(
     stopped: kopf.DaemonStopped,
     body: kopf.Body,

@@ -44,6 +44,7 @@ from sandpod_operator.status import (
     observe_pod,
     parse_time,
     pod_finished,
+    pod_state_key,
     status_patch,
     supersedes,
     terminated_state,
@@ -57,6 +58,8 @@ logger = logging.getLogger(__name__)
 MAX_WRITE_ATTEMPTS = 5
 # The watchdog leaves a pod that just finished to the pod event handler for this long.
 FINISHED_POD_HANDOFF = timedelta(seconds=5)
+# Marks a pod whose execution is final and which this process deleted.
+FINAL = ("final",)
 NORMAL_PHASES = frozenset({"Pending", "Running", "Succeeded", "Cancelled"})
 TRANSIENT_ERRORS = (aiohttp.ClientError, TimeoutError)
 API_ERRORS = (KubeError, *TRANSIENT_ERRORS)
@@ -87,23 +90,6 @@ def owner_uid(pod: Mapping[str, Any]) -> str | None:
     return None
 
 
-def observation_key(pod: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What about a pod can change a verdict; equal keys need no second look."""
-    status = pod.get("status") or {}
-    containers = status.get("containerStatuses") or [{}]
-    state = containers[0].get("state") or {}
-    waiting = (state.get("waiting") or {}).get("reason")
-    scheduled = next(
-        (
-            c.get("reason") or c.get("status")
-            for c in status.get("conditions") or []
-            if c.get("type") == "PodScheduled"
-        ),
-        None,
-    )
-    return (status.get("phase"), tuple(sorted(state)), waiting, scheduled, status.get("reason"))
-
-
 @dataclass
 class Reconciler:
     kube: Kube
@@ -111,8 +97,8 @@ class Reconciler:
     catalog: Catalog
     # Namespaces whose deny-all policy this process created or saw (the index refreshes it).
     protected_namespaces: set[str] = field(default_factory=set)
-    # Last observation acted on per pod uid, to skip pod events that change nothing.
-    observations: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    # Per pod uid, the state last acted on (or FINAL), to skip pod events that change nothing.
+    observations: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     # --- starting -------------------------------------------------------------------------
 
@@ -201,12 +187,13 @@ class Reconciler:
         execution_uid = owner_uid(pod)
         if not namespace or not execution_name or not execution_uid:
             return
+        seen = self.observations.get(pod_uid)
         if event_type == "DELETED":
             self.observations.pop(pod_uid, None)
-        else:
-            key = observation_key(pod)
-            if self.observations.get(pod_uid) == key:
+            if seen == FINAL:
                 return
+        elif seen in (FINAL, pod_state_key(pod)):
+            return
         execution = await self.kube.get_execution(namespace, execution_name, uid=execution_uid)
         if execution is None or execution["metadata"].get("uid") != execution_uid:
             # Its execution is gone: the garbage collector would remove the pod; be quicker.
@@ -219,20 +206,25 @@ class Reconciler:
                 await self.record_lost(execution)
             return
         await self.follow(execution, pod)
-        self.observations[pod_uid] = observation_key(pod)
 
     async def follow(self, execution: Manifest, pod: Manifest) -> None:
         """Record what the pod says; once the execution is final, remove the pod."""
         status = execution.get("status") or {}
         meta = execution["metadata"]
+        pod_meta = pod.get("metadata") or {}
         if is_terminal(status.get("phase")):
-            if not (pod.get("metadata") or {}).get("deletionTimestamp"):
-                await self.kube.delete_pod(meta["namespace"], pod["metadata"]["name"], uid=None)
+            if not pod_meta.get("deletionTimestamp"):
+                await self.kube.delete_pod(meta["namespace"], pod_meta["name"], uid=None)
+            self.observations[str(pod_meta.get("uid"))] = FINAL
             return
         verdict = await self.judge(execution, pod)
-        await self.record(execution, verdict, pod_name=pod["metadata"]["name"])
+        await self.record(execution, verdict, pod_name=pod_meta["name"])
         if verdict.terminal:
-            await self.kube.delete_pod(meta["namespace"], pod["metadata"]["name"], uid=meta["uid"])
+            await self.kube.delete_pod(meta["namespace"], pod_meta["name"], uid=meta["uid"])
+        # Later events that show this same state (or the deletion we caused) need no look.
+        self.observations[str(pod_meta.get("uid"))] = (
+            FINAL if verdict.terminal else pod_state_key(pod)
+        )
 
     async def judge(self, execution: Manifest, pod: Manifest) -> Verdict:
         """The verdict for a pod, reading its log (and events) only when that adds to it."""

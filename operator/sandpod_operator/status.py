@@ -101,6 +101,33 @@ def pod_finished(pod: Pod) -> bool:
     return phase in ("Succeeded", "Failed") or terminated_state(pod) is not None
 
 
+def pod_state_key(pod: Pod) -> tuple[str, ...]:
+    """The part of a pod's state that can change a verdict; equal keys need no second look.
+
+    Pending sub-steps (scheduled, creating the container) are deliberately one state: each
+    would cost a read and a write per execution for no change of phase.
+    """
+    pod_status = pod.get("status") or {}
+    if pod_finished(pod):
+        terminated = terminated_state(pod) or {}
+        return (
+            "finished",
+            str(pod_status.get("phase")),
+            str(terminated.get("reason")),
+            str(pod_status.get("reason")),
+        )
+    state = _container_status(pod).get("state") or {}
+    if "running" in state:
+        return ("running",)
+    waiting_reason = str((state.get("waiting") or {}).get("reason") or "")
+    if waiting_reason in IMAGE_ERRORS | CONFIG_ERRORS:
+        return ("failing", waiting_reason)
+    scheduled = _condition(pod, "PodScheduled")
+    if scheduled.get("reason") == "Unschedulable":
+        return ("unschedulable",)
+    return ("pending",)
+
+
 def _memory_limit_bytes(pod: Pod) -> int | None:
     containers = (pod.get("spec") or {}).get("containers") or []
     limit = (

@@ -13,6 +13,7 @@ from sandpod_operator.status import (
     next_status,
     observe_pod,
     pod_finished,
+    pod_state_key,
     status_patch,
     supersedes,
 )
@@ -455,3 +456,16 @@ def test_status_patch_nulls_removed_fields() -> None:
     new = {"phase": "Running", "reason": "Started"}
     assert status_patch(old, new) == {"phase": "Running", "reason": "Started", "message": None}
     assert status_patch(None, new) == new
+
+
+def test_pod_state_key_ignores_pending_sub_steps() -> None:
+    unscheduled = make_pod(scheduled=None)
+    creating = make_pod(state=waiting("ContainerCreating"))
+    assert pod_state_key(unscheduled) == pod_state_key(creating) == ("pending",)
+    stuck = make_pod(scheduled=("False", "Unschedulable", NOW))
+    assert pod_state_key(stuck) == ("unschedulable",)
+    assert pod_state_key(make_pod(state=waiting("ErrImagePull"))) == ("failing", "ErrImagePull")
+    running = make_pod("Running", {"running": {"startedAt": stamp(NOW)}})
+    assert pod_state_key(running) == ("running",)
+    done = make_pod("Succeeded", terminated(0))
+    assert pod_state_key(done) == ("finished", "Succeeded", "Completed", "None")
