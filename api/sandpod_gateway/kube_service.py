@@ -232,21 +232,33 @@ class KubernetesExecutionService:
         self, namespace: str, pod: str, deadline: float
     ) -> aiohttp.ClientResponse | None:
         """The followed log of the pod once its container has started; None if it is gone."""
+        started = False
         while True:
             try:
-                response = await self._core.read_namespaced_pod_log(
-                    pod, namespace, follow=True, _preload_content=False
+                # Without preloading, the client hands back the open HTTP response, and
+                # leaves its status to the caller.
+                response = cast(
+                    aiohttp.ClientResponse,
+                    await self._core.read_namespaced_pod_log(
+                        pod, namespace, follow=True, _preload_content=False
+                    ),
                 )
-                # Without preloading, the client hands back the open HTTP response.
-                return cast(aiohttp.ClientResponse, response)
-            except ApiException as exc:
-                if exc.status == 404:
-                    return None
-                if exc.status != 400:  # 400: the container has not started yet
-                    raise _unavailable("following the pod log", exc) from exc
             except TRANSPORT_ERRORS as exc:
                 raise _unavailable("following the pod log", exc) from exc
-            started = await self._watch_until(
+            if response.status == 200:
+                return response
+            try:
+                message = await response.text()
+            finally:
+                response.close()
+            if response.status == 404:
+                return None
+            # 400 (no container running yet) and 204 (no node yet) mean: not started.
+            if response.status not in (204, 400) or started:
+                raise KubernetesUnavailable(
+                    f"following the pod log: {response.status} {message[:500]}"
+                )
+            latest = await self._watch_until(
                 self._core.list_namespaced_pod,
                 (namespace,),
                 pod,
@@ -254,8 +266,9 @@ class KubernetesExecutionService:
                 _pod_started,
                 deadline,
             )
-            if started is None or not _pod_started(started):
+            if latest is None or not _pod_started(latest):
                 return None
+            started = True
 
     async def _watch_execution_until(
         self, namespace: str, name: str, done: Predicate, deadline: float
