@@ -158,10 +158,14 @@ def test_network_policy_is_enforced_between_pods(core_v1: client.CoreV1Api, name
         timeout=30,
         what="the client to reach the server before any policy",
     )
+    # busybox's static wget cannot resolve names without NSS; speak HTTP through nc instead.
     fetched = exec_shell(
-        core_v1, namespace, "client", f"wget -q -O- -T 3 http://{server_ip}:{SERVER_PORT}/"
+        core_v1,
+        namespace,
+        "client",
+        f"printf 'GET / HTTP/1.0\\r\\n\\r\\n' | timeout 5 nc -w 3 {server_ip} {SERVER_PORT}",
     )
-    assert fetched.strip() == "pong"
+    assert fetched.strip().endswith("pong")
 
     networking.create_namespaced_network_policy(namespace, deny_all_policy(["Ingress", "Egress"]))
     wait_until(
