@@ -192,7 +192,7 @@ class Reconciler:
             self.observations.pop(pod_uid, None)
             if seen == FINAL:
                 return
-        elif seen in (FINAL, pod_state_key(pod)):
+        elif seen == FINAL or (seen == pod_state_key(pod) and not meta.get("deletionTimestamp")):
             return
         execution = await self.kube.get_execution(namespace, execution_name, uid=execution_uid)
         if execution is None or execution["metadata"].get("uid") != execution_uid:
@@ -200,9 +200,10 @@ class Reconciler:
             if event_type != "DELETED" and not meta.get("deletionTimestamp"):
                 await self.kube.delete_pod(namespace, meta["name"], uid=None)
             return
+        if execution["metadata"].get("deletionTimestamp"):
+            return  # on its way out: its pod goes with it (stop_deleted_execution)
         if event_type == "DELETED":
-            unfinished = not is_terminal((execution.get("status") or {}).get("phase"))
-            if unfinished and not execution["metadata"].get("deletionTimestamp"):
+            if not is_terminal((execution.get("status") or {}).get("phase")):
                 await self.record_lost(execution)
             return
         await self.follow(execution, pod)
@@ -215,6 +216,12 @@ class Reconciler:
         if is_terminal(status.get("phase")):
             if not pod_meta.get("deletionTimestamp"):
                 await self.kube.delete_pod(meta["namespace"], pod_meta["name"], uid=None)
+            self.observations[str(pod_meta.get("uid"))] = FINAL
+            return
+        if pod_meta.get("deletionTimestamp") and not pod_finished(pod):
+            # Someone else is deleting the pod of a running execution (this operator only
+            # deletes pods of finished ones): its result is lost.
+            await self.record_lost(execution)
             self.observations[str(pod_meta.get("uid"))] = FINAL
             return
         verdict = await self.judge(execution, pod)

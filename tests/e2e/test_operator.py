@@ -406,6 +406,92 @@ def test_finished_executions_expire_after_their_ttl(
     assert get(custom_objects, namespace, "kept") is not None, kept
 
 
+def test_pod_deleted_behind_the_operators_back_is_lost_not_rerun(
+    namespace: str, custom_objects: client.CustomObjectsApi, core_v1: client.CoreV1Api
+) -> None:
+    create(
+        custom_objects,
+        namespace,
+        "orphaned",
+        language="bash",
+        source="sleep 60",
+        timeoutSeconds=120,
+    )
+    pod_name = status(wait_for(custom_objects, namespace, "orphaned", phases={"Running"}))[
+        "podName"
+    ]
+    core_v1.delete_namespaced_pod(pod_name, namespace)
+    st = status(wait_for(custom_objects, namespace, "orphaned", timeout=30))
+    assert (st["phase"], st["reason"], st["retryable"]) == ("Error", "PodLost", True), st
+    wait_until(pod_gone(core_v1, namespace, pod_name), timeout=30, what="the pod to go")
+    with pytest.raises(client.ApiException):
+        core_v1.read_namespaced_pod(pod_name, namespace)
+
+
+# --- network: none by default, an allowlist when asked -------------------------------------------
+
+NETWORK_PROBE = """
+import socket, sys
+try:
+    socket.getaddrinfo("kubernetes.default.svc.cluster.local", 443)
+    print("dns")
+except OSError:
+    print("no-dns")
+for host, port in [tuple(a.split(":")) for a in sys.argv[1:]]:
+    try:
+        socket.create_connection((host, int(port)), timeout=3).close()
+        print("open", host)
+    except OSError:
+        print("blocked", host)
+"""
+
+
+def api_server_addresses(core: client.CoreV1Api) -> list[tuple[str, int]]:
+    """The API server as pods see it: its service address and its endpoint."""
+    service: Any = core.read_namespaced_service("kubernetes", "default")
+    addresses = [(service.spec.cluster_ip, 443)]
+    endpoints: Any = core.read_namespaced_endpoints("kubernetes", "default")
+    for subset in endpoints.subsets or []:
+        for address in subset.addresses or []:
+            addresses.extend((address.ip, port.port) for port in subset.ports or [])
+    return addresses
+
+
+def test_sandbox_has_no_network_by_default(
+    namespace: str, custom_objects: client.CustomObjectsApi, core_v1: client.CoreV1Api
+) -> None:
+    targets = [f"{ip}:{port}" for ip, port in api_server_addresses(core_v1)]
+    create(
+        custom_objects, namespace, "offline", language="python", source=NETWORK_PROBE, args=targets
+    )
+    st = status(wait_for(custom_objects, namespace, "offline"))
+    assert st["phase"] == "Succeeded", st
+    lines = st["stdout"].splitlines()
+    assert lines[0] == "no-dns"
+    assert all(line.startswith("blocked") for line in lines[1:]), lines
+
+
+def test_egress_allowlist_opens_only_what_it_lists(
+    namespace: str, custom_objects: client.CustomObjectsApi, core_v1: client.CoreV1Api
+) -> None:
+    addresses = api_server_addresses(core_v1)
+    allow = [{"cidr": f"{ip}/32", "ports": [{"port": port}]} for ip, port in addresses]
+    create(
+        custom_objects,
+        namespace,
+        "online",
+        language="python",
+        source=NETWORK_PROBE,
+        args=[f"{ip}:{port}" for ip, port in addresses] + ["192.0.2.254:443"],
+        network={"egress": "allowlist", "allow": allow},
+    )
+    st = status(wait_for(custom_objects, namespace, "online"))
+    assert st["phase"] == "Succeeded", st
+    lines = st["stdout"].splitlines()
+    assert f"open {addresses[0][0]}" in lines, lines
+    assert "blocked 192.0.2.254" in lines
+
+
 # --- the operator dies mid-batch ----------------------------------------------------------------
 
 
@@ -416,17 +502,23 @@ def test_operator_killed_mid_batch_loses_nothing_and_runs_nothing_twice(
     sandpod_operator: OperatorProcess,
 ) -> None:
     names = [f"batch-{i}" for i in range(10)]
-    for i, name in enumerate(names):
-        source = f"import time\ntime.sleep(2)\nprint('done {i}')\n"
-        create(custom_objects, namespace, name, language="python", source=source)
+
+    def submit(index: int) -> None:
+        source = f"import time\ntime.sleep(2)\nprint('done {index}')\n"
+        create(custom_objects, namespace, names[index], language="python", source=source)
 
     def sandbox_pods() -> list[Any]:
         return list(core_v1.list_namespaced_pod(namespace).items)
 
+    for index in range(5):
+        submit(index)
     wait_until(sandbox_pods, timeout=RUN_TIMEOUT, what="the first sandbox pods")
     sandpod_operator.kill()
     try:
-        # With the operator down the pods run on; their results wait in the pods.
+        # While the operator is down, half the batch arrives and the running pods finish:
+        # their results wait in the pods, the new executions wait for a pod.
+        for index in range(5, 10):
+            submit(index)
         wait_until(
             lambda: any(p.status.phase == "Succeeded" for p in sandbox_pods()),
             timeout=RUN_TIMEOUT,
