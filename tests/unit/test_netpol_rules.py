@@ -112,6 +112,7 @@ class Packet:
     proto: str = "tcp"
     dport: int | None = 80
     established: bool = False
+    dnat: bool = False
 
 
 class Firewall:
@@ -197,8 +198,9 @@ class Firewall:
                 matched &= self._in_set(argument, address) != negate
                 negate = False
             elif token == "--ctstate":
-                assert argument == "RELATED,ESTABLISHED"
-                matched &= packet.established
+                states = {"RELATED,ESTABLISHED": packet.established, "DNAT": packet.dnat}
+                matched &= states[argument] != negate
+                negate = False
             elif token in ("--comment", "--reject-with"):
                 pass
             elif token in ("-j", "-g"):
@@ -269,6 +271,13 @@ def test_deny_all_egress_cuts_pods_off_from_everything_including_the_node() -> N
     assert not fw.allows(Packet(A, NODE_IP, "udp", 53), hook="INPUT")
     assert not fw.allows(Packet(A, GATEWAY, "udp", 53), hook="INPUT")
     assert fw.allows(Packet(A, B, established=True))  # replies to connections made earlier
+
+
+def test_service_traffic_is_policed_on_its_real_endpoint() -> None:
+    fw = firewall([deny_all("Egress")], three_pods())
+    # kube-proxy has rewritten the service IP to the endpoint before filtering.
+    assert fw.verdict(Packet(A, NODE_IP, dport=6443, dnat=True), hook="INPUT") == "REJECT"
+    assert fw.verdict(Packet(A, B, dport=8080, dnat=True)) == "REJECT"
 
 
 def test_node_to_pod_traffic_never_meets_pod_rules() -> None:
@@ -963,7 +972,7 @@ COMMIT
 -A FORWARD -m comment --comment sandpod-netpol -j SANDPOD-NP-FORWARD
 -A FORWARD -m comment --comment "kubernetes forwarding rules" -j KUBE-FORWARD
 -A SANDPOD-NP-FORWARD -s 10.244.0.5/32 -g SANDPOD-NP-E-0123456789abcde
--A SANDPOD-NP-E-0123456789abcde -j REJECT --reject-with icmp-admin-prohibited
+-A SANDPOD-NP-E-0123456789abcde -j REJECT --reject-with icmp-port-unreachable
 COMMIT
 """
 

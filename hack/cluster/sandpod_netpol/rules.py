@@ -67,9 +67,14 @@ Family = Literal[4, 6]
 Direction = Literal["ingress", "egress"]
 
 ESTABLISHED = "-m conntrack --ctstate RELATED,ESTABLISHED -j RETURN"
+# Refused fast rather than left to time out, so a sandboxed program does not spend its run
+# waiting. TCP gets a reset (ICMP errors are rate-limited per destination), except through
+# a DNAT (a service IP): the kernel sends resets for bridged packets straight to the wire,
+# skipping the reverse NAT, so those and everything else get ICMP port-unreachable, which
+# gVisor's netstack understands (it ignores the "administratively prohibited" codes).
 REJECT_RULES = (
-    "-p tcp -j REJECT --reject-with tcp-reset",
-    "-j REJECT --reject-with icmp-admin-prohibited",
+    "-p tcp -m conntrack ! --ctstate DNAT -j REJECT --reject-with tcp-reset",
+    "-j REJECT --reject-with icmp-port-unreachable",
 )
 
 
