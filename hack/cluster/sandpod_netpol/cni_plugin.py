@@ -146,9 +146,8 @@ def run(command: str, environ: Mapping[str, str], stdin: str) -> dict[str, Any] 
 
 def main() -> int:
     command = os.environ.get("CNI_COMMAND", "")
-    stdin = "" if command == "VERSION" else sys.stdin.read()
     try:
-        output = run(command, os.environ, stdin)
+        output = run(command, os.environ, sys.stdin.read())
     except PluginError as error:
         json.dump(
             {
