@@ -132,11 +132,13 @@ async def cancel_execution(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 
 @kopf.on.delete(*EXECUTIONS, optional=True)
 async def stop_deleted_execution(
-    namespace: str | None, memo: kopf.Memo, status: kopf.Status, **_: Any
+    namespace: str | None, uid: str, memo: kopf.Memo, status: kopf.Status, **_: Any
 ) -> None:
     """Remove a deleted execution's pod at once instead of waiting for garbage collection."""
+    kube = reconciler_of(memo).kube
+    kube.counter.forget(uid)
     if namespace and status.get("podName"):
-        await reconciler_of(memo).kube.delete_pod(namespace, status["podName"], uid=None)
+        await kube.delete_pod(namespace, status["podName"], uid=None)
 
 
 @kopf.on.event(*PODS, labels=SANDBOX_POD_LABELS)

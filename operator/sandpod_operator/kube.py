@@ -77,6 +77,9 @@ class RequestCounter:
         if execution_uid:
             self._per_execution[execution_uid] += 1
 
+    def forget(self, execution_uid: str) -> None:
+        self._per_execution.pop(execution_uid, None)
+
     def settle(self, execution_uid: str) -> int:
         """The count for an execution that finished; forgets it."""
         total = self._per_execution.pop(execution_uid, 0)

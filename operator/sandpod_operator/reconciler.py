@@ -80,7 +80,7 @@ def is_transient(error: Exception) -> bool:
 
 def cancel_requested(execution: Mapping[str, Any]) -> bool:
     annotations = (execution.get("metadata") or {}).get("annotations") or {}
-    return str(annotations.get(CANCEL_ANNOTATION, "")).lower() == "true"
+    return annotations.get(CANCEL_ANNOTATION) == "true"
 
 
 def owner_uid(pod: Mapping[str, Any]) -> str | None:

@@ -5,6 +5,7 @@
 times and never moving backwards (a terminal status is final).
 """
 
+import signal as signals
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -142,8 +143,6 @@ def _memory_limit_bytes(pod: Pod) -> int | None:
 
 
 def _signal_name(signal: int) -> str:
-    import signal as signals
-
     try:
         return signals.Signals(signal).name
     except ValueError:
@@ -157,11 +156,11 @@ def observe_pending(pod: Pod, now: datetime, settings: OperatorSettings) -> Verd
     waiting_message = str(waiting.get("message") or "")
     image = ((pod.get("spec") or {}).get("containers") or [{}])[0].get("image", "")
     if waiting_reason in IMAGE_ERRORS:
+        detail = f"{waiting_reason}: {waiting_message}" if waiting_message else waiting_reason
         return Verdict(
             phase="Error",
             reason="ImageNotFound",
-            message=f"image {image} is not available on the node ({waiting_reason}: "
-            f"{waiting_message})".replace(": )", ")"),
+            message=f"image {image} is not available on the node ({detail})",
             retryable=False,
             finished_at=now,
         )
