@@ -2,7 +2,7 @@
 # Builds sandpod's container images with no registry and no Docker engine, and
 # imports them into the local cluster's containerd.
 #
-#   hack/images/build.sh [--no-import] [--rebuild] [--refresh-base] [IMAGE...]
+#   hack/images/build.sh [--no-import] [--rebuild] [--refresh-base] [--prune] [IMAGE...]
 #   hack/images/build.sh --list
 #
 # IMAGE is a short name (python, node, bash, go, csharp, operator, gateway);
@@ -24,6 +24,8 @@
 #   --rebuild       ignore the caches (ours and buildah's layer cache)
 #   --refresh-base  bootstrap the base again (picks up Debian updates), which
 #                   rebuilds every image
+#   --prune         afterwards, drop buildah's layer cache (dangling images) to
+#                   free disk; the next change to an image rebuilds it whole
 #   --list          print the image references and exit
 # Environment: CONTAINERD_ADDRESS (default <repo>/.cluster/run/containerd.sock),
 # SANDPOD_IMAGE_CACHE, DEBIAN_MIRROR.
@@ -249,6 +251,8 @@ build_image() {
     fi
     log "$name: building $ref from ${dockerfile#"$REPO_ROOT"/}"
     rm -f "$CACHE_DIR/out/$name.key"
+    local previous_id
+    previous_id=$(buildah_ inspect --type image --format '{{.FromImageID}}' "$ref" 2>/dev/null || true)
     local no_cache=() host_ca=()
     [[ -n $REBUILD ]] && no_cache=(--no-cache)
     # Downloads during the build (pip, npm) trust what this host trusts, which
@@ -260,15 +264,21 @@ build_image() {
     )
     run_logged "$name" "$CACHE_DIR/logs/$name.log" \
         buildah --root "$CACHE_DIR/storage" --runroot "$CACHE_DIR/run" --storage-driver overlay \
-        bud --isolation chroot --network host --pull=never --layers --format docker \
+        bud --isolation chroot --network host --pull=never --layers --force-rm --format docker \
         "${no_cache[@]}" "${target[@]}" "${host_ca[@]}" \
         --build-arg "BASE_IMAGE=$BASE_REF" \
         -f "$dockerfile" -t "$ref" "$context"
     buildah_ push --quiet "$ref" "docker-archive:$archive.new:$ref" >>"$CACHE_DIR/logs/$name.log" 2>&1 ||
         die "$name: saving $ref to $archive failed (log: $CACHE_DIR/logs/$name.log)"
     mv -f "$archive.new" "$archive"
+    sha256_of "$archive" >"$CACHE_DIR/out/$name.sha256"
     echo "$key" >"$CACHE_DIR/out/$name.key"
     IMAGE_STATE[$name]=built
+    # The image this build replaced is no longer needed; its layers that the
+    # layer cache still uses stay.
+    if [[ -n $previous_id && $previous_id != $(buildah_ inspect --type image --format '{{.FromImageID}}' "$ref") ]]; then
+        buildah_ rmi "$previous_id" >/dev/null 2>&1 || true
+    fi
 }
 
 # --- import -----------------------------------------------------------------
@@ -280,12 +290,13 @@ containerd_digest() {
 }
 
 # Sets IMPORT_STATE[name]. The digest containerd gives an imported archive
-# depends only on the archive, so it is recorded per archive key: an image
-# present under that digest is the one we would import.
+# depends only on the archive's content, so it is recorded per archive hash:
+# an image present under that digest is the one we would import.
 declare -A IMPORT_STATE=()
 import_image() {
     local name=$1 ref=$IMAGE_PREFIX/$1:$VERSION key present recorded
-    key=$(cat "$CACHE_DIR/out/$name.key")
+    [[ -f $CACHE_DIR/out/$name.sha256 ]] || sha256_of "$CACHE_DIR/out/$name.tar" >"$CACHE_DIR/out/$name.sha256"
+    key=$(cat "$CACHE_DIR/out/$name.sha256")
     present=$(containerd_digest "$ref")
     recorded=$(cat "$CACHE_DIR/imported/$name" 2>/dev/null || true)
     if [[ -n $present && $recorded == "$key $present" ]]; then
@@ -307,6 +318,7 @@ IMPORT=1
 REBUILD=""
 REFRESH_BASE=""
 LIST=""
+PRUNE=""
 SELECTED=()
 while (($#)); do
     case $1 in
@@ -314,6 +326,7 @@ while (($#)); do
         --rebuild) REBUILD=1 ;;
         --refresh-base) REFRESH_BASE=1 ;;
         --list) LIST=1 ;;
+        --prune) PRUNE=1 ;;
         -h | --help)
             sed -n '2,/^set -euo/ { /^set -euo/d; s/^# \{0,1\}//; p }' "${BASH_SOURCE[0]}"
             exit 0
@@ -381,6 +394,11 @@ if [[ -n $IMPORT ]]; then
     done
 else
     log "import skipped (--no-import): load an archive with ctr -n $CONTAINERD_NAMESPACE images import <tar>"
+fi
+
+if [[ -n $PRUNE ]]; then
+    buildah_ rmi --prune >/dev/null
+    log "pruned buildah's layer cache ($(du -sh "$CACHE_DIR/storage" | cut -f1) left in $CACHE_DIR/storage)"
 fi
 
 printf '\n%-34s %-7s %9s  %-9s %s\n' IMAGE BUILD SIZE IMPORT ARCHIVE
