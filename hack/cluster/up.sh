@@ -12,6 +12,7 @@ PAUSE_IMAGE=localhost/sandpod/pause:3.10
 TESTBOX_IMAGE=localhost/sandpod/testbox:1
 RUNSC_ROOT=/run/sandpod/runsc
 CONTAINERD_STATE=/run/sandpod/containerd
+NETPOL_SOCKET=/run/sandpod/netpol.sock
 NODE_IP=$(node_ip)
 DAEMONS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler netpol kubelet kube-proxy coredns)
 
@@ -69,6 +70,7 @@ prepare_host() {
   # Debian's CNI plugins plus the NetworkPolicy enforcer's chained plugin, in one bin dir.
   local plugin
   for plugin in /usr/lib/cni/*; do ln -sfn "$plugin" "$CNI_BIN_DIR/$(basename "$plugin")"; done
+  install -m 0755 "$CLUSTER_SCRIPTS_DIR/sandpod_netpol/cni_plugin.py" "$CNI_BIN_DIR/sandpod-netpol"
 }
 
 # issue_cert NAME SUBJECT [SUBJECT_ALT_NAMES]: a key and a certificate signed by the cluster CA.
@@ -202,7 +204,8 @@ EOF
         "routes": [{"dst": "0.0.0.0/0"}]
       }
     },
-    {"type": "portmap", "capabilities": {"portMappings": true}}
+    {"type": "portmap", "capabilities": {"portMappings": true}},
+    {"type": "sandpod-netpol", "socket": "$NETPOL_SOCKET", "timeoutSeconds": 60}
   ]
 }
 EOF
@@ -453,9 +456,12 @@ EOF
 
 start_node() {
   log "starting the NetworkPolicy enforcer"
+  daemon_running netpol || rm -f "$NETPOL_SOCKET"
   start_daemon netpol env PYTHONPATH="$CLUSTER_SCRIPTS_DIR" "$VENV/bin/python" -m sandpod_netpol run \
     --kubeconfig "$STATE_DIR/kubeconfigs/netpol.kubeconfig" --node-name "$NODE_NAME" \
-    --pod-cidr "$POD_CIDR"
+    --pod-cidr "$POD_CIDR" --bridge "$CNI_BRIDGE" --socket "$NETPOL_SOCKET"
+  # The CNI plugin holds each pod's network setup until the enforcer has programmed its rules.
+  wait_for "the NetworkPolicy enforcer's socket" 30 netpol test -S "$NETPOL_SOCKET"
   log "starting kubelet and kube-proxy"
   start_daemon kubelet "$K8S_BIN/kubelet" --config="$STATE_DIR/kubelet-config.yaml" \
     --kubeconfig="$STATE_DIR/kubeconfigs/kubelet.kubeconfig" --root-dir="$STATE_DIR/kubelet" \
