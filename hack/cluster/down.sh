@@ -8,7 +8,7 @@ K8S_BIN=$(component_dir kubernetes "$KUBERNETES_VERSION")
 
 daemon_pid() {
   local pid_file=$PID_DIR/$1.pid
-  [ -f "$pid_file" ] && kill -0 "$(cat "$pid_file")" 2>/dev/null && cat "$pid_file"
+  [ -f "$pid_file" ] && process_alive "$(cat "$pid_file")" && cat "$pid_file"
 }
 
 stop_daemon() {
@@ -16,7 +16,7 @@ stop_daemon() {
   pid=$(daemon_pid "$name") || { rm -f "$PID_DIR/$name.pid"; return 0; }
   kill -TERM "$pid" 2>/dev/null || true
   local deadline=$((SECONDS + 15))
-  while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+  while process_alive "$pid" && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
   kill -KILL "$pid" 2>/dev/null || true
   rm -f "$PID_DIR/$name.pid"
 }

@@ -32,6 +32,15 @@ CNI_BRIDGE=cni0
 CLUSTER_CGROUP=sandpod-cluster
 PIDS_CGROUP=/sys/fs/cgroup/pids/$CLUSTER_CGROUP
 
+# process_alive PID: true while PID runs. An exited daemon is reparented to PID 1, which may
+# leave it a zombie for a while; a zombie has stopped, so it counts as gone.
+process_alive() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }
+  [ "${stat%% *}" != Z ]
+}
+
 log() { printf '[cluster %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 

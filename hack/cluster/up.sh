@@ -18,7 +18,7 @@ DAEMONS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler n
 
 daemon_running() {
   local pid_file=$PID_DIR/$1.pid
-  [ -f "$pid_file" ] && kill -0 "$(cat "$pid_file")" 2>/dev/null
+  [ -f "$pid_file" ] && process_alive "$(cat "$pid_file")"
 }
 
 # start_daemon NAME COMMAND...: runs COMMAND detached, logging to .cluster/logs/NAME.log. The
