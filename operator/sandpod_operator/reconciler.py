@@ -95,8 +95,6 @@ class Reconciler:
     kube: Kube
     settings: OperatorSettings
     catalog: Catalog
-    # Namespaces whose deny-all policy this process created or saw (the index refreshes it).
-    protected_namespaces: set[str] = field(default_factory=set)
     # Per pod uid, the state last acted on (or FINAL), to skip pod events that change nothing.
     observations: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
@@ -141,9 +139,8 @@ class Reconciler:
     ) -> Manifest | None:
         meta = execution["metadata"]
         namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
-        if not deny_all_present and namespace not in self.protected_namespaces:
+        if not deny_all_present:
             await self.kube.create_network_policy(build_network_policy(namespace), uid=uid)
-            self.protected_namespaces.add(namespace)
         egress = build_egress_policy(
             namespace=namespace, execution_name=name, uid=uid, network=spec.network
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -127,7 +128,10 @@ def sandpod_crd(api_client: client.ApiClient) -> str:
 
 @pytest.fixture(scope="session")
 def sandpod_operator(
-    sandpod_crd: str, kubeconfig_path: Path, tmp_path_factory: pytest.TempPathFactory
+    sandpod_crd: str,
+    api_client: client.ApiClient,
+    kubeconfig_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorProcess]:
     """The operator, running on this machine against the test cluster, for the whole session."""
     workdir = tmp_path_factory.mktemp("operator")
@@ -152,4 +156,22 @@ def sandpod_operator(
     operator = OperatorProcess(env, workdir / "operator.log")
     operator.start()
     yield operator
+    # Executions carry the operator's finalizer: before it stops, let it release those whose
+    # namespace is going away (test namespaces are deleted in the background).
+    objects = client.CustomObjectsApi(api_client)
+    core = client.CoreV1Api(api_client)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        namespaces: list[Any] = core.list_namespace().items
+        terminating = {ns.metadata.name for ns in namespaces if ns.status.phase == "Terminating"}
+        listed: Any = objects.list_cluster_custom_object(
+            "sandpod.dev", "v1alpha1", "codeexecutions"
+        )
+        if not any(
+            item["metadata"].get("deletionTimestamp")
+            or item["metadata"]["namespace"] in terminating
+            for item in listed["items"]
+        ):
+            break
+        time.sleep(0.5)
     operator.stop()
