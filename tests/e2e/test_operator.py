@@ -189,6 +189,29 @@ def test_stdin_and_files(namespace: str, custom_objects: client.CustomObjectsApi
     assert st["stdout"] == "ABC xyz\n"
 
 
+def test_large_output_keeps_the_tail(
+    namespace: str, custom_objects: client.CustomObjectsApi
+) -> None:
+    # 1.2 MB in one write: 100,000 lines of 12 bytes.
+    source = "import sys\nsys.stdout.write(''.join(f'line {i:06d}\\n' for i in range(100_000)))\n"
+    create(
+        custom_objects,
+        namespace,
+        "chatty",
+        language="python",
+        source=source,
+        maxOutputBytes=512 * 1024,
+        timeoutSeconds=60,
+    )
+    st = status(wait_for(custom_objects, namespace, "chatty"))
+    assert st["phase"] == "Succeeded", st
+    assert st["stdoutTruncated"] is True
+    # The runner keeps the first 512 KiB (43,690 whole lines); status keeps their last 64 KiB.
+    assert len(st["stdout"].encode()) <= 64 * 1024
+    assert "line 043689\n" in st["stdout"][-64:]
+    assert "line 000000" not in st["stdout"] and "line 050000" not in st["stdout"]
+
+
 def test_timeout(namespace: str, custom_objects: client.CustomObjectsApi) -> None:
     create(
         custom_objects,
