@@ -256,12 +256,9 @@ build_image() {
     local no_cache=() host_ca=()
     [[ -n $REBUILD ]] && no_cache=(--no-cache)
     # Downloads during the build (pip, npm) trust what this host trusts, which
-    # may include a TLS-intercepting proxy's CA. Mounted for RUN steps only.
+    # may include a TLS-intercepting proxy's CA: a build secret, not kept.
     local host_bundle=${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}
-    [[ -r $host_bundle ]] && host_ca=(
-        --volume "$host_bundle:/run/sandpod-build/ca-certificates.crt:ro"
-        --build-arg BUILD_CA_BUNDLE=/run/sandpod-build/ca-certificates.crt
-    )
+    [[ -r $host_bundle ]] && host_ca=(--secret "id=build-ca,src=$host_bundle")
     run_logged "$name" "$CACHE_DIR/logs/$name.log" \
         buildah --root "$CACHE_DIR/storage" --runroot "$CACHE_DIR/run" --storage-driver overlay \
         bud --isolation chroot --network host --pull=never --layers --force-rm --format docker \
