@@ -37,6 +37,9 @@ def test_committed_crd_matches_the_models() -> None:
         "crds/ drifted from models.py: run `python -m sandpod_operator.crd`"
     )
     assert crd.main(["--check", "--output", str(COMMITTED)]) == 0
+    assert crd.main(["--check", "--chart"]) == 0, (
+        "the Helm chart's copy drifted: run `python -m sandpod_operator.crd --chart`"
+    )
 
 
 def test_check_reports_drift(tmp_path: Path) -> None:

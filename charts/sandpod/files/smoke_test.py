@@ -1,0 +1,92 @@
+"""`helm test`: run one execution through the gateway's Service and check its output.
+
+Standard library only (it runs in the gateway image with `python3 -c`). Environment:
+GATEWAY_URL, API_KEY, LANGUAGE, CODE, EXPECTED_STDOUT, TIMEOUT_SECONDS.
+"""
+
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+READY_DEADLINE_SECONDS = 120
+# The gateway waits for the result: the program's timeout plus pod start under gVisor.
+REQUEST_MARGIN_SECONDS = 150
+
+
+def fail(message: str) -> None:
+    print(f"FAIL: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def call(
+    method: str, url: str, key: str, body: dict[str, Any] | None, timeout: float
+) -> tuple[int, dict[str, Any]]:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method)
+    request.add_header("Authorization", f"Bearer {key}")
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as error:
+        text = error.read().decode(errors="replace")
+        try:
+            return error.code, json.loads(text)
+        except ValueError:
+            return error.code, {"body": text}
+
+
+def wait_ready(base: str, key: str) -> None:
+    deadline = time.monotonic() + READY_DEADLINE_SECONDS
+    last = "no answer"
+    while time.monotonic() < deadline:
+        try:
+            status, body = call("GET", f"{base}/readyz", key, None, timeout=10)
+        except OSError as error:
+            last = str(error)
+        else:
+            if status == 200:
+                return
+            last = f"{status} {body}"
+        time.sleep(2)
+    fail(f"the gateway at {base} is not ready after {READY_DEADLINE_SECONDS}s: {last}")
+
+
+def main() -> None:
+    base = os.environ["GATEWAY_URL"].rstrip("/")
+    key = os.environ.get("API_KEY", "")
+    if not key:
+        fail("no API key: set test.apiKey, or give a tenant a plaintext key (apiKeys[].key)")
+    timeout_seconds = int(os.environ["TIMEOUT_SECONDS"])
+    wait_ready(base, key)
+    request = {
+        "language": os.environ["LANGUAGE"],
+        "code": os.environ["CODE"],
+        "timeout_seconds": timeout_seconds,
+    }
+    print(f"POST {base}/v1/executions {json.dumps(request)}")
+    status, result = call(
+        "POST",
+        f"{base}/v1/executions",
+        key,
+        request,
+        timeout=timeout_seconds + REQUEST_MARGIN_SECONDS,
+    )
+    print(f"{status} {json.dumps(result)}")
+    if status != 200:
+        fail(f"expected 200 with the finished execution, got {status}")
+    if result.get("status") != "success":
+        fail(f"the execution ended {result.get('status')}: {result.get('error_message')}")
+    expected = os.environ["EXPECTED_STDOUT"]
+    if result.get("stdout") != expected:
+        fail(f"stdout {result.get('stdout')!r}, expected {expected!r}")
+    print(f"ok: execution {result.get('id')} printed {expected!r}")
+
+
+if __name__ == "__main__":
+    main()

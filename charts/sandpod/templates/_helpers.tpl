@@ -1,0 +1,204 @@
+{{/* Names, labels and shared fragments of the sandpod chart. */}}
+
+{{- define "sandpod.name" -}}
+{{- .Values.nameOverride | default .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* "<release>-sandpod", or the release name when it already contains the chart name. */}}
+{{- define "sandpod.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := .Values.nameOverride | default .Chart.Name }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Name of one component's objects: "<fullname>-<component>". */}}
+{{- define "sandpod.componentName" -}}
+{{- printf "%s-%s" (include "sandpod.fullname" .root) .component | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels of every object; call with (dict "root" $ "component" "operator"). */}}
+{{- define "sandpod.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/part-of: sandpod
+{{ include "sandpod.selectorLabels" . }}
+{{- end }}
+
+{{- define "sandpod.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "sandpod.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+{{- if .component }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+{{- end }}
+
+{{/* An image reference: a name with a "/" as it is, else <images.registry>/<name>:<tag>. */}}
+{{- define "sandpod.image" -}}
+{{- $images := .root.Values.images }}
+{{- if contains "/" .name }}
+{{- .name }}
+{{- else }}
+{{- printf "%s/%s:%s" (trimSuffix "/" $images.registry) .name (.tag | default $images.tag | default .root.Chart.AppVersion) }}
+{{- end }}
+{{- end }}
+
+{{/* The catalog file the operator and the gateway read, with image references resolved. */}}
+{{- define "sandpod.catalog" -}}
+{{- $languages := dict }}
+{{- range $name, $language := .Values.catalog.languages }}
+{{- $image := include "sandpod.image" (dict "root" $ "name" $language.image) }}
+{{- $_ := set $languages $name (merge (dict "image" $image) (omit $language "image")) }}
+{{- end }}
+{{- toYaml (dict "languages" $languages) }}
+{{- end }}
+
+{{/*
+The tenants' namespaces, each once (tenants may share one), as YAML:
+{namespace: {create: bool, tenants: [names]}}. Read it with fromYaml.
+*/}}
+{{- define "sandpod.tenantNamespaces" -}}
+{{- $namespaces := dict }}
+{{- range .Values.tenants }}
+{{- $namespace := .namespace | default .name }}
+{{- $create := ternary .createNamespace true (hasKey . "createNamespace") }}
+{{- $entry := get $namespaces $namespace | default (dict "create" false "tenants" (list)) }}
+{{- $_ := set $entry "create" (or $entry.create $create) }}
+{{- $_ := set $entry "tenants" (append $entry.tenants .name) }}
+{{- $_ := set $namespaces $namespace $entry }}
+{{- end }}
+{{- toYaml $namespaces }}
+{{- end }}
+
+{{/* The API keys Secret's name. */}}
+{{- define "sandpod.apiKeysSecret" -}}
+{{- .Values.apiKeys.existingSecret | default (include "sandpod.componentName" (dict "root" . "component" "api-keys")) }}
+{{- end }}
+
+{{/* The plaintext key `helm test` uses: test.apiKey, else the first plaintext key of a tenant. */}}
+{{- define "sandpod.testApiKey" -}}
+{{- $found := .Values.test.apiKey }}
+{{- range .Values.tenants }}
+{{- range .apiKeys }}
+{{- if and (not $found) .key }}
+{{- $found = .key }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $found }}
+{{- end }}
+
+{{/*
+Settings as environment variables: (dict "prefix" "SANDPOD_" "config" .Values.operator.config)
+gives SANDPOD_MAX_MEMORY for maxMemory. Strings as they are, anything else as JSON (lists for
+pydantic-settings; numbers without Helm's float formatting).
+*/}}
+{{- define "sandpod.settingsEnv" -}}
+{{- range $key, $value := .config }}
+- name: {{ printf "%s%s" $.prefix ($key | snakecase | upper) }}
+  value: {{ ternary $value (toJson $value) (kindIs "string" $value) | quote }}
+{{- end }}
+{{- end }}
+
+{{/* Pod-level fields shared by the chart's pods: pull secrets and security context. */}}
+{{- define "sandpod.podSecurity" -}}
+{{- with .Values.images.pullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- end }}
+
+{{/* Scheduling fields of a component's pod; call with the component's values. */}}
+{{- define "sandpod.scheduling" -}}
+{{- with .nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- end }}
+
+{{/* The kopf namespace flags: --all-namespaces, or one --namespace per watched namespace. */}}
+{{- define "sandpod.operatorNamespaceArgs" -}}
+{{- if .Values.operator.watchNamespaces }}
+{{- range .Values.operator.watchNamespaces }}
+- --namespace={{ . }}
+{{- end }}
+{{- else }}
+- --all-namespaces
+{{- end }}
+{{- end }}
+
+{{/* Name of a cluster-scoped RBAC object: "<namespace>-<fullname>-<component>" (releases of
+the same name may live in several namespaces). */}}
+{{- define "sandpod.clusterName" -}}
+{{- printf "%s-%s-%s" .root.Release.Namespace (include "sandpod.fullname" .root) .component }}
+{{- end }}
+
+{{/* Egress to the API server's addresses; call with networkPolicies.apiServerEgress. */}}
+{{- define "sandpod.apiServerEgressRule" -}}
+- to:
+    {{- range .cidrs }}
+    - ipBlock:
+        cidr: {{ . }}
+    {{- end }}
+  ports:
+    {{- range .ports }}
+    - protocol: TCP
+      port: {{ . }}
+    {{- end }}
+{{- end }}
+
+{{/* The selector labels as a label selector string: "k=v,k=v". */}}
+{{- define "sandpod.selectorString" -}}
+{{- $pairs := list }}
+{{- range $key, $value := fromYaml (include "sandpod.selectorLabels" .) }}
+{{- $pairs = append $pairs (printf "%s=%s" $key $value) }}
+{{- end }}
+{{- join "," $pairs }}
+{{- end }}
+
+{{/* The uninstall hook's (Cluster)RoleBinding: a RoleBinding when .namespace is set. */}}
+{{- define "sandpod.uninstallBinding" -}}
+apiVersion: rbac.authorization.k8s.io/v1
+{{- if .namespace }}
+kind: RoleBinding
+metadata:
+  name: {{ .name }}
+  namespace: {{ .namespace }}
+{{- else }}
+kind: ClusterRoleBinding
+metadata:
+  name: {{ .clusterName }}
+{{- end }}
+  labels:
+    {{- include "sandpod.labels" (dict "root" .root "component" "uninstall") | nindent 4 }}
+  annotations:
+    {{- toYaml .annotations | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: {{ .clusterName }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ .name }}
+    namespace: {{ .root.Release.Namespace }}
+{{- end }}

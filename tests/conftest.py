@@ -1,0 +1,34 @@
+"""Fixtures shared by unit and end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CACHE_DIR = Path(
+    os.environ.get(
+        "SANDPOD_CACHE", Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sandpod"
+    )
+)
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    """The Helm binary: $HELM, else the one `make cluster-build` built, else `helm` on PATH.
+    Missing Helm is a failure, never a skip."""
+    if os.environ.get("HELM"):
+        return Path(os.environ["HELM"])
+    built = sorted(CACHE_DIR.glob("bin/helm-*/helm"), key=lambda path: path.stat().st_mtime)
+    if built:
+        return built[-1]
+    on_path = shutil.which("helm")
+    if on_path:
+        return Path(on_path)
+    pytest.fail(
+        f"no helm: set HELM, run `make cluster-build` (builds {CACHE_DIR}/bin/helm-*) "
+        "or put helm on PATH"
+    )

@@ -1,0 +1,777 @@
+"""The Helm chart (charts/sandpod), rendered with `helm template`: lint, the Kubernetes
+schemas (kubernetes-validate, strict), values.schema.json, and what each value does."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from sandpod_gateway.auth import KeyIndex, parse_tenants_config
+from sandpod_gateway.settings import GatewaySettings
+from sandpod_operator import crd
+from sandpod_operator.builders import ROLE_LABEL, SANDBOX_ROLE
+from sandpod_operator.catalog import DEFAULT_CATALOG_PATH, load_catalog
+from sandpod_operator.models import GROUP
+from sandpod_operator.settings import OperatorSettings
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CHART = REPO_ROOT / "charts" / "sandpod"
+KUBERNETES_VERSION = "1.34.0"
+RELEASE = "sp"
+NAMESPACE = "sandpod-system"
+FULLNAME = f"{RELEASE}-sandpod"
+
+Manifest = dict[str, Any]
+
+# Settings the chart sets itself (from other values) rather than through `config`.
+CHART_MANAGED_OPERATOR_SETTINGS = {"catalog_path", "runtime_class_name", "metrics_port"}
+CHART_MANAGED_GATEWAY_SETTINGS = {
+    "kubeconfig",
+    "catalog_path",
+    "api_keys_secret",
+    "api_keys_namespace",
+}
+# A value other than the default for every operator and gateway setting.
+EVERY_OPERATOR_SETTING: dict[str, Any] = {
+    "allowedRuntimeClasses": ["gvisor-kvm"],
+    "defaultCpu": "250m",
+    "maxCpu": "1",
+    "cpuRequest": "20m",
+    "defaultMemory": "128Mi",
+    "maxMemory": "1Gi",
+    "defaultEphemeralStorage": "128Mi",
+    "maxEphemeralStorage": "512Mi",
+    "ephemeralStorageRequest": "8Mi",
+    "tmpSizeLimit": "64Mi",
+    "maxTimeoutSeconds": 120,
+    "defaultTtlSeconds": 600,
+    "statusOutputBytes": 32768,
+    "maxDiagnostics": 50,
+    "logReadLimitBytes": 104857600,
+    "sandboxUid": 10001,
+    "sandboxGid": 10002,
+    "processLimit": 64,
+    "fileSizeLimitBytes": 52428800,
+    "openFilesLimit": 256,
+    "podStartupTimeoutSeconds": 90,
+    "unschedulableGraceSeconds": 10,
+    "watchdogIntervalSeconds": 1.5,
+}
+EVERY_GATEWAY_SETTING: dict[str, Any] = {
+    "apiKeysRefreshSeconds": 10,
+    "defaultTimeoutSeconds": 20,
+    "defaultMemory": "128Mi",
+    "ttlSecondsAfterFinished": 600,
+    "waitMarginSeconds": 60.5,
+    "maxCodeBytes": 131072,
+    "maxRequestBytes": 524288,
+    "defaultRetryAfterSeconds": 3,
+    "mcpAllowedHosts": ["sandpod.example"],
+}
+CI_KEY_DIGEST = hashlib.sha256(b"sk-ci-a").hexdigest()
+
+TENANTS: list[dict[str, Any]] = [
+    {
+        "name": "team-a",
+        "apiKeys": [{"name": "ci", "sha256": CI_KEY_DIGEST}, {"name": "dev", "key": "sk-dev-a"}],
+        "limits": {"maxTimeoutSeconds": 30, "maxMemory": "1Gi", "maxCpu": "2", "maxConcurrent": 3},
+        "resourceQuota": {"pods": "20"},
+    },
+    {"name": "team-b", "namespace": "shared", "apiKeys": [{"key": "sk-dev-b"}]},
+    {"name": "team-c", "namespace": "shared", "createNamespace": False},
+    {"name": "team-d", "namespace": "existing", "createNamespace": False},
+]
+
+# Every value away from its default, where the chart has a choice to make.
+FULL_VALUES: dict[str, Any] = {
+    "images": {
+        "registry": "registry.example/platform/sandpod",
+        "tag": "1.2.3",
+        "pullPolicy": "Always",
+        "pullSecrets": [{"name": "regcred"}],
+    },
+    "crds": {"enabled": True, "keep": False},
+    "runtimeClass": {
+        "create": True,
+        "name": "gvisor",
+        "handler": "runsc",
+        "overhead": {"podFixed": {"cpu": "50m", "memory": "32Mi"}},
+        "scheduling": {"nodeSelector": {"sandpod.dev/gvisor": "true"}},
+    },
+    "catalog": {
+        "languages": {
+            "python": {
+                "image": "python",
+                "file": "main.py",
+                "command": ["python3", "main.py"],
+                "env": {"PYTHONUNBUFFERED": "1"},
+            },
+            "bash": {
+                "image": "registry.other/tools/bash:5.2",
+                "file": "main.sh",
+                "command": ["bash", "main.sh"],
+            },
+        }
+    },
+    "tenants": TENANTS,
+    "tenantNamespaces": {"labels": {"team": "platform"}, "annotations": {"owner": "platform"}},
+    "operator": {
+        "image": {"name": "operator", "tag": "1.2.4"},
+        "watchNamespaces": ["team-a", "shared"],
+        "logLevel": "debug",
+        "logFormat": "json",
+        "healthPort": 8081,
+        "metricsPort": 0,
+        "config": EVERY_OPERATOR_SETTING,
+        "podAnnotations": {"example.com/scrape": "false"},
+        "podLabels": {"team": "platform"},
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}],
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}
+                            ]
+                        }
+                    ]
+                }
+            }
+        },
+        "priorityClassName": "system-cluster-critical",
+    },
+    "gateway": {
+        "replicas": 2,
+        "port": 9000,
+        "service": {"type": "LoadBalancer", "port": 443, "annotations": {"example.com/lb": "x"}},
+        "config": EVERY_GATEWAY_SETTING,
+        "resources": {"requests": {"cpu": "200m"}},
+    },
+    "networkPolicies": {
+        "ingressFrom": [
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "agents"}}}
+        ],
+        "apiServerEgress": {"enabled": True, "cidrs": ["192.0.2.2/32"], "ports": [6443]},
+    },
+    "uninstallHook": {"timeoutSeconds": 300},
+    "test": {
+        "apiKey": "sk-dev-b",
+        "language": "bash",
+        "code": "echo hi",
+        "expectedStdout": "hi\n",
+        "timeoutSeconds": 20,
+    },
+}
+MINIMAL_VALUES: dict[str, Any] = {
+    "crds": {"enabled": False},
+    "gateway": {"enabled": False},
+    "networkPolicies": {"enabled": False, "sandboxDenyAll": False},
+    "uninstallHook": {"enabled": False},
+    "test": {"enabled": False},
+    "tenants": [{"name": "solo"}],
+}
+SCENARIOS = {"default": {}, "full": FULL_VALUES, "minimal": MINIMAL_VALUES}
+
+
+def helm_template(
+    helm: Path, tmp_path: Path, values: dict[str, Any], *args: str
+) -> subprocess.CompletedProcess[str]:
+    values_file = tmp_path / f"values-{len(list(tmp_path.iterdir()))}.yaml"
+    values_file.write_text(yaml.safe_dump(values))
+    command = [str(helm), "template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+    command += ["--kube-version", KUBERNETES_VERSION, "--values", str(values_file), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+def render(helm: Path, tmp_path: Path, values: dict[str, Any]) -> list[Manifest]:
+    completed = helm_template(helm, tmp_path, values)
+    assert completed.returncode == 0, completed.stderr
+    return [document for document in yaml.safe_load_all(completed.stdout) if document]
+
+
+def find(manifests: list[Manifest], kind: str, name: str, namespace: str | None = None) -> Manifest:
+    for manifest in manifests:
+        metadata = manifest["metadata"]
+        if (manifest["kind"], metadata["name"]) == (kind, name) and namespace in (
+            None,
+            metadata.get("namespace"),
+        ):
+            return manifest
+    raise AssertionError(f"no {kind} {namespace}/{name} among {names(manifests)}")
+
+
+def of_kind(manifests: list[Manifest], kind: str) -> list[Manifest]:
+    return [manifest for manifest in manifests if manifest["kind"] == kind]
+
+
+def names(manifests: list[Manifest]) -> list[str]:
+    return [
+        f"{m['kind']} {m['metadata'].get('namespace', '')}/{m['metadata']['name']}"
+        for m in manifests
+    ]
+
+
+def pod_specs(manifests: list[Manifest]) -> Iterator[tuple[str, Manifest]]:
+    for manifest in manifests:
+        if manifest["kind"] == "Pod":
+            yield manifest["metadata"]["name"], manifest["spec"]
+        elif manifest["kind"] in ("Deployment", "Job"):
+            yield manifest["metadata"]["name"], manifest["spec"]["template"]["spec"]
+
+
+def container_env(pod_spec: Manifest) -> dict[str, Any]:
+    return {
+        variable["name"]: variable.get("value", variable.get("valueFrom"))
+        for variable in pod_spec["containers"][0].get("env", [])
+    }
+
+
+def camel(snake: str) -> str:
+    head, *rest = snake.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+@pytest.fixture(scope="module")
+def rendered(helm: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Manifest]]:
+    workdir = tmp_path_factory.mktemp("chart")
+    return {name: render(helm, workdir, values) for name, values in SCENARIOS.items()}
+
+
+@pytest.fixture(scope="module")
+def values_schema() -> dict[str, Any]:
+    return dict(json.loads((CHART / "values.schema.json").read_text()))
+
+
+# --- lint and the Kubernetes schemas ---
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_helm_lint_strict(helm: Path, tmp_path: Path, scenario: str) -> None:
+    values_file = tmp_path / "values.yaml"
+    values_file.write_text(yaml.safe_dump(SCENARIOS[scenario]))
+    completed = subprocess.run(
+        [str(helm), "lint", "--strict", str(CHART), "--values", str(values_file)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_manifests_match_the_kubernetes_schemas(
+    rendered: dict[str, list[Manifest]], scenario: str
+) -> None:
+    manifests = rendered[scenario]
+    assert manifests
+    for manifest in manifests:
+        # Strict: an unknown or misplaced field is an error too. A kind without a schema raises.
+        kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
+
+
+def test_the_validator_catches_mistakes(rendered: dict[str, list[Manifest]]) -> None:
+    deployment = copy.deepcopy(find(rendered["default"], "Deployment", f"{FULLNAME}-operator"))
+    deployment["spec"]["template"]["spec"]["containers"][0]["livenessprobe"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, KUBERNETES_VERSION, strict=True)
+
+
+def test_every_object_names_its_release(rendered: dict[str, list[Manifest]]) -> None:
+    for scenario, manifests in rendered.items():
+        for manifest in manifests:
+            labels = manifest["metadata"].get("labels", {})
+            assert labels.get("app.kubernetes.io/instance") == RELEASE or (
+                manifest["kind"] == "CustomResourceDefinition"
+            ), f"{scenario}: {names([manifest])}"
+
+
+# --- the CRD: one source of truth ---
+
+
+def test_crd_template_is_the_crds_file(rendered: dict[str, list[Manifest]]) -> None:
+    committed = yaml.safe_load((REPO_ROOT / "crds" / f"{crd.CRD_NAME}.yaml").read_text())
+    installed = find(rendered["default"], "CustomResourceDefinition", crd.CRD_NAME)
+    assert installed["metadata"].pop("annotations") == {"helm.sh/resource-policy": "keep"}
+    assert installed == committed
+    not_kept = find(rendered["full"], "CustomResourceDefinition", crd.CRD_NAME)
+    assert "annotations" not in not_kept["metadata"]
+    assert not of_kind(rendered["minimal"], "CustomResourceDefinition")
+
+
+# --- images and the catalog ---
+
+
+def test_app_version_is_the_project_version() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    assert chart["appVersion"] == project["version"]
+
+
+def test_default_catalog_is_the_operators(
+    rendered: dict[str, list[Manifest]], tmp_path: Path
+) -> None:
+    configmap = find(rendered["default"], "ConfigMap", f"{FULLNAME}-catalog", NAMESPACE)
+    text = configmap["data"]["catalog.yaml"]
+    assert yaml.safe_load(text) == yaml.safe_load(DEFAULT_CATALOG_PATH.read_text())
+    (tmp_path / "catalog.yaml").write_text(text)
+    assert load_catalog(tmp_path / "catalog.yaml") == load_catalog(DEFAULT_CATALOG_PATH)
+
+
+def test_images_come_from_the_configured_registry(rendered: dict[str, list[Manifest]]) -> None:
+    manifests = rendered["full"]
+    registry = "registry.example/platform/sandpod"
+    images = {name: spec["containers"][0]["image"] for name, spec in pod_specs(manifests)}
+    assert images == {
+        f"{FULLNAME}-operator": f"{registry}/operator:1.2.4",
+        f"{FULLNAME}-gateway": f"{registry}/gateway:1.2.3",
+        f"{FULLNAME}-uninstall": f"{registry}/operator:1.2.4",
+        f"{FULLNAME}-test": f"{registry}/gateway:1.2.3",
+    }
+    catalog = yaml.safe_load(
+        find(manifests, "ConfigMap", f"{FULLNAME}-catalog")["data"]["catalog.yaml"]
+    )
+    assert catalog["languages"]["python"]["image"] == f"{registry}/python:1.2.3"
+    assert catalog["languages"]["bash"]["image"] == "registry.other/tools/bash:5.2"
+    for name, spec in pod_specs(manifests):
+        assert spec["imagePullSecrets"] == [{"name": "regcred"}], name
+        assert spec["containers"][0]["imagePullPolicy"] == "Always", name
+    default_images = {spec["containers"][0]["image"] for _, spec in pod_specs(rendered["default"])}
+    assert default_images == {
+        "localhost/sandpod/operator:0.1.0",
+        "localhost/sandpod/gateway:0.1.0",
+    }
+
+
+def test_catalog_change_rolls_the_pods(helm: Path, tmp_path: Path) -> None:
+    def checksums(values: dict[str, Any]) -> set[str]:
+        manifests = render(helm, tmp_path, values)
+        return {
+            deployment["spec"]["template"]["metadata"]["annotations"]["checksum/catalog"]
+            for deployment in of_kind(manifests, "Deployment")
+        }
+
+    before = checksums({})
+    after = checksums({"images": {"registry": "registry.example/sandpod"}})
+    assert len(before) == len(after) == 1
+    assert before != after
+
+
+# --- tenants, keys, namespaces ---
+
+
+def test_api_keys_secret_holds_digests_only(rendered: dict[str, list[Manifest]]) -> None:
+    secret = find(rendered["full"], "Secret", f"{FULLNAME}-api-keys", NAMESPACE)
+    text = base64.b64decode(secret["data"]["tenants.yaml"]).decode()
+    assert "sk-dev" not in text
+    config = parse_tenants_config(text)
+    team_a = config.tenants["team-a"]
+    assert team_a.namespace == "team-a"
+    assert [key.sha256 for key in team_a.api_keys] == [
+        CI_KEY_DIGEST,
+        hashlib.sha256(b"sk-dev-a").hexdigest(),
+    ]
+    assert team_a.limits.model_dump(by_alias=True) == TENANTS[0]["limits"]
+    assert config.tenants["team-c"].namespace == "shared"
+    index = KeyIndex(config)
+    for key, tenant in [("sk-ci-a", "team-a"), ("sk-dev-a", "team-a"), ("sk-dev-b", "team-b")]:
+        resolved = index.resolve(key)
+        assert resolved is not None and resolved.name == tenant
+    assert index.resolve("sk-unknown") is None
+    empty = find(rendered["default"], "Secret", f"{FULLNAME}-api-keys", NAMESPACE)
+    empty_text = base64.b64decode(empty["data"]["tenants.yaml"]).decode()
+    assert parse_tenants_config(empty_text).tenants == {}
+
+
+def test_existing_keys_secret_is_used_instead(helm: Path, tmp_path: Path) -> None:
+    manifests = render(helm, tmp_path, {"apiKeys": {"existingSecret": "from-vault"}})
+    assert [secret["metadata"]["name"] for secret in of_kind(manifests, "Secret")] == [
+        f"{FULLNAME}-test"
+    ]
+    gateway = find(manifests, "Deployment", f"{FULLNAME}-gateway")["spec"]["template"]["spec"]
+    assert container_env(gateway)["SANDPOD_GATEWAY_API_KEYS_SECRET"] == "from-vault"
+    role = find(manifests, "Role", f"{FULLNAME}-gateway-api-keys", NAMESPACE)
+    assert role["rules"][0]["resourceNames"] == ["from-vault"]
+
+
+def test_tenant_namespaces(rendered: dict[str, list[Manifest]]) -> None:
+    manifests = rendered["full"]
+    created = {ns["metadata"]["name"]: ns for ns in of_kind(manifests, "Namespace")}
+    assert set(created) == {"team-a", "shared"}
+    labels = created["shared"]["metadata"]["labels"]
+    # The chart's own labels are kept along with the configured ones.
+    assert labels["team"] == "platform"
+    assert labels["app.kubernetes.io/instance"] == RELEASE
+    assert created["shared"]["metadata"]["annotations"] == {"owner": "platform"}
+    served = {"team-a", "shared", "existing"}
+    gateway_roles = {
+        role["metadata"]["namespace"]
+        for role in of_kind(manifests, "Role")
+        if role["metadata"]["name"] == f"{FULLNAME}-gateway"
+    }
+    assert gateway_roles == served
+    deny_all = [
+        policy
+        for policy in of_kind(manifests, "NetworkPolicy")
+        if policy["metadata"]["name"] == f"{FULLNAME}-sandbox-deny-all"
+    ]
+    assert {policy["metadata"]["namespace"] for policy in deny_all} == served
+    for policy in deny_all:
+        assert policy["spec"] == {
+            "podSelector": {"matchLabels": {ROLE_LABEL: SANDBOX_ROLE}},
+            "policyTypes": ["Ingress", "Egress"],
+        }
+    quota = find(manifests, "ResourceQuota", "sandpod-tenant-team-a", "team-a")
+    assert quota["spec"] == {"hard": {"pods": "20"}}
+    assert len(of_kind(manifests, "ResourceQuota")) == 1
+    default_labels = find(rendered["minimal"], "Namespace", "solo")["metadata"]["labels"]
+    assert default_labels["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+# --- the operator ---
+
+
+def test_operator_deployment(rendered: dict[str, list[Manifest]]) -> None:
+    deployment = find(rendered["default"], "Deployment", f"{FULLNAME}-operator", NAMESPACE)
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == [
+        "kopf",
+        "run",
+        "--module=sandpod_operator.handlers",
+        "--standalone",
+        "--liveness=http://0.0.0.0:8080/healthz",
+        "--log-format=full",
+        "--all-namespaces",
+    ]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert {"name": "metrics", "containerPort": 9090} in container["ports"]
+    env = container_env(deployment["spec"]["template"]["spec"])
+    assert env["SANDPOD_CATALOG_PATH"] == "/etc/sandpod/catalog.yaml"
+    assert env["SANDPOD_RUNTIME_CLASS_NAME"] == "gvisor"
+    full = find(rendered["full"], "Deployment", f"{FULLNAME}-operator")["spec"]["template"]
+    command = full["spec"]["containers"][0]["command"]
+    assert command[-5:] == [
+        "--liveness=http://0.0.0.0:8081/healthz",
+        "--log-format=json",
+        "--debug",
+        "--namespace=team-a",
+        "--namespace=shared",
+    ]
+    assert full["metadata"]["annotations"]["example.com/scrape"] == "false"
+    assert full["metadata"]["labels"]["team"] == "platform"
+    assert full["spec"]["priorityClassName"] == "system-cluster-critical"
+    assert full["spec"]["tolerations"][0]["key"] == "dedicated"
+    assert "metrics" not in {port["name"] for port in full["spec"]["containers"][0]["ports"]}
+
+
+def role_rules(manifests: list[Manifest]) -> Iterator[tuple[str, Manifest]]:
+    for manifest in manifests:
+        if manifest["kind"] in ("Role", "ClusterRole"):
+            for rule in manifest["rules"]:
+                yield manifest["metadata"]["name"], rule
+
+
+def test_rbac_is_least_privilege(rendered: dict[str, list[Manifest]]) -> None:
+    for scenario, manifests in rendered.items():
+        for name, rule in role_rules(manifests):
+            for field in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[field], f"{scenario}: {name} grants * {field}"
+            assert "secrets" not in rule["resources"] or rule.get("resourceNames"), name
+            assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), name
+    operator_role = find(rendered["default"], "ClusterRole", f"{NAMESPACE}-{FULLNAME}-operator")
+    granted = {
+        resource: set(rule["verbs"])
+        for rule in operator_role["rules"]
+        for resource in rule["resources"]
+    }
+    assert set(granted) == {
+        "codeexecutions",
+        "codeexecutions/status",
+        "codeexecutions/finalizers",
+        "pods",
+        "pods/log",
+        "configmaps",
+        "networkpolicies",
+        "events",
+    }
+    assert granted["pods/log"] == {"get"}
+
+
+def bindings_of(manifests: list[Manifest], role: str) -> list[Manifest]:
+    return [
+        m
+        for m in manifests
+        if m["kind"] in ("RoleBinding", "ClusterRoleBinding") and m["roleRef"]["name"] == role
+    ]
+
+
+def test_operator_rbac_follows_its_scope(rendered: dict[str, list[Manifest]]) -> None:
+    role = f"{NAMESPACE}-{FULLNAME}-operator"
+    everywhere = bindings_of(rendered["default"], role)
+    assert [b["kind"] for b in everywhere] == ["ClusterRoleBinding"]
+    scoped = bindings_of(rendered["full"], role)
+    assert {(b["kind"], b["metadata"]["namespace"]) for b in scoped} == {
+        ("RoleBinding", "team-a"),
+        ("RoleBinding", "shared"),
+    }
+    for scenario in ("default", "full"):
+        (cluster,) = bindings_of(rendered[scenario], f"{role}-cluster")
+        assert cluster["subjects"] == [
+            {"kind": "ServiceAccount", "name": f"{FULLNAME}-operator", "namespace": NAMESPACE}
+        ]
+
+
+def settings_from_env(env: dict[str, str], model: str) -> dict[str, Any]:
+    """The settings a component builds from this environment (in a clean child process)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SANDPOD_")}
+    module, name = model.rsplit(".", 1)
+    program = f"from {module} import {name}; print({name}().model_dump_json())"
+    completed = subprocess.run(
+        [sys.executable, "-c", program],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert completed.returncode == 0, completed.stderr
+    return dict(json.loads(completed.stdout))
+
+
+def test_every_setting_reaches_the_operator(rendered: dict[str, list[Manifest]]) -> None:
+    expected = set(OperatorSettings.model_fields) - CHART_MANAGED_OPERATOR_SETTINGS
+    assert {camel(name) for name in expected} == set(EVERY_OPERATOR_SETTING)
+    spec = find(rendered["full"], "Deployment", f"{FULLNAME}-operator")["spec"]["template"]["spec"]
+    settings = settings_from_env(container_env(spec), "sandpod_operator.settings.OperatorSettings")
+    for name in expected:
+        assert settings[name] == EVERY_OPERATOR_SETTING[camel(name)], name
+    assert settings["metrics_port"] == 0
+    assert settings["catalog_path"] == "/etc/sandpod/catalog.yaml"
+
+
+def test_every_setting_reaches_the_gateway(rendered: dict[str, list[Manifest]]) -> None:
+    expected = set(GatewaySettings.model_fields) - CHART_MANAGED_GATEWAY_SETTINGS
+    assert {camel(name) for name in expected} == set(EVERY_GATEWAY_SETTING)
+    spec = find(rendered["full"], "Deployment", f"{FULLNAME}-gateway")["spec"]["template"]["spec"]
+    settings = settings_from_env(container_env(spec), "sandpod_gateway.settings.GatewaySettings")
+    for name in expected:
+        assert settings[name] == EVERY_GATEWAY_SETTING[camel(name)], name
+    assert settings["api_keys_namespace"] == NAMESPACE
+    assert settings["api_keys_secret"] == f"{FULLNAME}-api-keys"
+
+
+# --- the gateway ---
+
+
+def test_gateway_deployment_and_service(rendered: dict[str, list[Manifest]]) -> None:
+    manifests = rendered["full"]
+    deployment = find(manifests, "Deployment", f"{FULLNAME}-gateway", NAMESPACE)
+    assert deployment["spec"]["replicas"] == 2
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert "--port=9000" in container["command"]
+    assert container["ports"] == [{"name": "http", "containerPort": 9000}]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    service = find(manifests, "Service", f"{FULLNAME}-gateway", NAMESPACE)
+    assert service["spec"]["type"] == "LoadBalancer"
+    assert service["spec"]["ports"] == [
+        {"name": "http", "port": 443, "targetPort": "http", "protocol": "TCP"}
+    ]
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+
+
+def test_without_the_gateway(rendered: dict[str, list[Manifest]]) -> None:
+    manifests = rendered["minimal"]
+    kinds = {m["kind"] for m in manifests}
+    assert kinds == {
+        "Namespace",
+        "ConfigMap",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Deployment",
+    }
+    assert [d["metadata"]["name"] for d in of_kind(manifests, "Deployment")] == [
+        f"{FULLNAME}-operator"
+    ]
+
+
+# --- hardening and network policies ---
+
+
+def test_pods_are_hardened(rendered: dict[str, list[Manifest]]) -> None:
+    needs_token = {f"{FULLNAME}-operator", f"{FULLNAME}-gateway", f"{FULLNAME}-uninstall"}
+    for scenario, manifests in rendered.items():
+        for name, spec in pod_specs(manifests):
+            assert spec["securityContext"]["runAsNonRoot"] is True, name
+            assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
+            assert spec["automountServiceAccountToken"] is (name in needs_token), name
+            assert spec["enableServiceLinks"] is False, name
+            for container in spec["containers"]:
+                context = container["securityContext"]
+                assert context["readOnlyRootFilesystem"] is True, name
+                assert context["allowPrivilegeEscalation"] is False, name
+                assert context["capabilities"] == {"drop": ["ALL"]}, name
+                assert "memory" in container["resources"]["limits"], name
+        for account in of_kind(manifests, "ServiceAccount"):
+            assert account["automountServiceAccountToken"] is False, scenario
+
+
+def test_network_policies(rendered: dict[str, list[Manifest]]) -> None:
+    gateway = find(rendered["default"], "NetworkPolicy", f"{FULLNAME}-gateway", NAMESPACE)
+    assert gateway["spec"]["policyTypes"] == ["Ingress"]
+    assert gateway["spec"]["ingress"] == [{"ports": [{"protocol": "TCP", "port": "http"}]}]
+    operator = find(rendered["default"], "NetworkPolicy", f"{FULLNAME}-operator", NAMESPACE)
+    assert operator["spec"]["ingress"] == [{"ports": [{"protocol": "TCP", "port": "metrics"}]}]
+
+    egress = [
+        {
+            "to": [{"ipBlock": {"cidr": "192.0.2.2/32"}}],
+            "ports": [{"protocol": "TCP", "port": 6443}],
+        }
+    ]
+    gateway = find(rendered["full"], "NetworkPolicy", f"{FULLNAME}-gateway", NAMESPACE)
+    assert gateway["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert gateway["spec"]["egress"] == egress
+    peers = gateway["spec"]["ingress"][0]["from"]
+    assert peers[0] == FULL_VALUES["networkPolicies"]["ingressFrom"][0]
+    test_labels = find(rendered["full"], "Pod", f"{FULLNAME}-test")["metadata"]["labels"]
+    assert peers[1]["podSelector"]["matchLabels"].items() <= test_labels.items()
+    operator = find(rendered["full"], "NetworkPolicy", f"{FULLNAME}-operator", NAMESPACE)
+    # Metrics off: no ingress at all.
+    assert operator["spec"] == {
+        "podSelector": operator["spec"]["podSelector"],
+        "policyTypes": ["Ingress", "Egress"],
+        "egress": egress,
+    }
+    assert not of_kind(rendered["minimal"], "NetworkPolicy")
+
+
+def test_runtime_class(rendered: dict[str, list[Manifest]]) -> None:
+    runtime_class = find(rendered["full"], "RuntimeClass", "gvisor")
+    assert runtime_class["handler"] == "runsc"
+    assert runtime_class["overhead"] == {"podFixed": {"cpu": "50m", "memory": "32Mi"}}
+    assert runtime_class["scheduling"] == {"nodeSelector": {"sandpod.dev/gvisor": "true"}}
+    assert not of_kind(rendered["default"], "RuntimeClass")
+
+
+# --- hooks: helm test and helm uninstall ---
+
+
+def hook_of(manifest: Manifest) -> str:
+    return str(manifest["metadata"].get("annotations", {}).get("helm.sh/hook", ""))
+
+
+def test_helm_test_runs_one_execution(rendered: dict[str, list[Manifest]]) -> None:
+    manifests = rendered["full"]
+    pod = find(manifests, "Pod", f"{FULLNAME}-test", NAMESPACE)
+    secret = find(manifests, "Secret", f"{FULLNAME}-test", NAMESPACE)
+    assert hook_of(pod) == hook_of(secret) == "test"
+    assert base64.b64decode(secret["data"]["api-key"]).decode() == "sk-dev-b"
+    env = container_env(pod["spec"])
+    assert env["GATEWAY_URL"] == f"http://{FULLNAME}-gateway.{NAMESPACE}.svc:443"
+    assert env["API_KEY"] == {"secretKeyRef": {"name": f"{FULLNAME}-test", "key": "api-key"}}
+    assert (env["LANGUAGE"], env["CODE"], env["EXPECTED_STDOUT"]) == ("bash", "echo hi", "hi\n")
+    script = pod["spec"]["containers"][0]["command"]
+    assert script[:2] == ["python3", "-c"]
+    assert script[2] == (CHART / "files" / "smoke_test.py").read_text()
+    # Without test.apiKey: the first plaintext key of a tenant.
+    default_secret = find(rendered["default"], "Secret", f"{FULLNAME}-test")
+    assert base64.b64decode(default_secret["data"]["api-key"]) == b""
+
+
+def test_uninstall_hook_releases_what_the_operator_served(
+    rendered: dict[str, list[Manifest]],
+) -> None:
+    for scenario, served, binding_kinds in [
+        ("default", "", {"ClusterRoleBinding"}),
+        ("full", "team-a,shared", {"RoleBinding"}),
+    ]:
+        manifests = rendered[scenario]
+        job = find(manifests, "Job", f"{FULLNAME}-uninstall", NAMESPACE)
+        assert hook_of(job) == "pre-delete"
+        env = container_env(job["spec"]["template"]["spec"])
+        assert env["NAMESPACES"] == served
+        assert env["FINALIZER"] == f"{GROUP}/operator"
+        assert env["OPERATOR_DEPLOYMENT"] == f"{FULLNAME}-operator"
+        operator = find(manifests, "Deployment", f"{FULLNAME}-operator")
+        selector = ",".join(
+            f"{k}={v}" for k, v in operator["spec"]["selector"]["matchLabels"].items()
+        )
+        assert sorted(env["OPERATOR_SELECTOR"].split(",")) == sorted(selector.split(","))
+        bindings = bindings_of(manifests, f"{NAMESPACE}-{FULLNAME}-uninstall")
+        assert {b["kind"] for b in bindings} == binding_kinds
+        for manifest in manifests:
+            if manifest["metadata"]["name"].endswith("-uninstall"):
+                assert hook_of(manifest) == "pre-delete", names([manifest])
+
+
+# --- values.schema.json ---
+
+
+def test_schema_describes_every_value(values_schema: dict[str, Any]) -> None:
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    def walk(values: Any, schema: dict[str, Any], path: str) -> None:
+        assert schema.get("description") or path == "", f"{path}: no description"
+        if isinstance(values, dict) and "properties" in schema:
+            for key, value in values.items():
+                assert key in schema["properties"], f"{path}.{key} is not in values.schema.json"
+                walk(value, schema["properties"][key], f"{path}.{key}")
+
+    walk(defaults, values_schema, "")
+    walk(FULL_VALUES, values_schema, "")
+
+
+def test_schema_lists_every_setting(values_schema: dict[str, Any]) -> None:
+    components = values_schema["properties"]
+    for component, fields, managed in [
+        ("operator", set(OperatorSettings.model_fields), CHART_MANAGED_OPERATOR_SETTINGS),
+        ("gateway", set(GatewaySettings.model_fields), CHART_MANAGED_GATEWAY_SETTINGS),
+    ]:
+        listed = components[component]["properties"]["config"]["properties"]
+        assert set(listed) == {camel(name) for name in fields - managed}
+
+
+@pytest.mark.parametrize(
+    ("values", "complaint"),
+    [
+        ({"operator": {"config": {"maxMemry": "1Gi"}}}, "'maxMemry' not allowed"),
+        ({"operator": {"config": {"maxMemory": "lots"}}}, "/operator/config/maxMemory"),
+        ({"operator": {"logLevel": "loud"}}, "/operator/logLevel"),
+        ({"operator": {"watchNamespaces": ["Not_A_Namespace"]}}, "/operator/watchNamespaces/0"),
+        (
+            {"tenants": [{"name": "team-a", "apiKeys": [{"name": "no-key"}]}]},
+            "/tenants/0/apiKeys/0",
+        ),
+        ({"tenants": [{"name": "team-a", "limits": {"maxCpu": 1}}]}, "/tenants/0/limits/maxCpu"),
+        ({"tenants": [{"namespace": "x"}]}, "missing property 'name'"),
+        (
+            {"networkPolicies": {"apiServerEgress": {"enabled": True}}},
+            "/networkPolicies/apiServerEgress",
+        ),
+        ({"catalog": {"languages": {"ruby": {"image": "ruby"}}}}, "/catalog/languages/ruby"),
+        ({"gateway": {"replica": 2}}, "'replica' not allowed"),
+        ({"unknown": True}, "'unknown' not allowed"),
+    ],
+)
+def test_schema_refuses_bad_values(
+    helm: Path, tmp_path: Path, values: dict[str, Any], complaint: str
+) -> None:
+    completed = helm_template(helm, tmp_path, values)
+    assert completed.returncode != 0
+    assert complaint in completed.stderr, completed.stderr
