@@ -59,12 +59,22 @@ def custom_objects(api_client: client.ApiClient) -> client.CustomObjectsApi:
     return client.CustomObjectsApi(api_client)
 
 
+@pytest.fixture(scope="session")
+def namespace_prefix() -> str:
+    """Begins the name of every namespace this test session makes. The session's operator
+    watches only these, so test sessions (and an operator installed by the chart) can share
+    one cluster without reconciling each other's executions."""
+    return f"e2e{uuid.uuid4().hex[:4]}"
+
+
 @pytest.fixture
-def namespace(core_v1: client.CoreV1Api, request: pytest.FixtureRequest) -> Iterator[str]:
+def namespace(
+    core_v1: client.CoreV1Api, namespace_prefix: str, request: pytest.FixtureRequest
+) -> Iterator[str]:
     """A fresh namespace per test, deleted afterwards (without waiting for it to go)."""
-    prefix = request.node.name.lower().replace("_", "-")
-    prefix = "".join(c for c in prefix if c.isalnum() or c == "-")[:40].strip("-")
-    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    test_name = request.node.name.lower().replace("_", "-")
+    test_name = "".join(c for c in test_name if c.isalnum() or c == "-")[:40].strip("-")
+    name = f"{namespace_prefix}-{test_name}-{uuid.uuid4().hex[:6]}"
     core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     wait_until(
         lambda: _default_service_account_exists(core_v1, name),
@@ -129,6 +139,7 @@ def sandpod_crd(api_client: client.ApiClient) -> str:
 @pytest.fixture(scope="session")
 def sandpod_operator(
     sandpod_crd: str,
+    namespace_prefix: str,
     api_client: client.ApiClient,
     kubeconfig_path: Path,
     tmp_path_factory: pytest.TempPathFactory,
@@ -153,7 +164,7 @@ def sandpod_operator(
         "SANDPOD_MAX_MEMORY": "64Gi",
         "SANDPOD_UNSCHEDULABLE_GRACE_SECONDS": "2",
     }
-    operator = OperatorProcess(env, workdir / "operator.log")
+    operator = OperatorProcess(env, workdir / "operator.log", [f"{namespace_prefix}-*"])
     operator.start()
     yield operator
     # Executions carry the operator's finalizer: before it stops, let it release those whose

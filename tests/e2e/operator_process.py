@@ -23,9 +23,10 @@ MISSING_IMAGE = "localhost/sandpod/does-not-exist:0.0.0"
 class OperatorProcess:
     """`kopf run -m sandpod_operator.handlers` as a child process that tests can kill -9."""
 
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+    def __init__(self, env: dict[str, str], log_path: Path, namespaces: list[str]) -> None:
         self.env = env
         self.log_path = log_path
+        self.namespaces = namespaces
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -39,7 +40,7 @@ class OperatorProcess:
                 "run",
                 "-m",
                 "sandpod_operator.handlers",
-                "--all-namespaces",
+                *(f"--namespace={pattern}" for pattern in self.namespaces),
                 "--standalone",
                 f"--liveness=http://127.0.0.1:{port}/healthz",
             ],
