@@ -260,8 +260,7 @@ build_image() {
     local host_bundle=${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}
     [[ -r $host_bundle ]] && host_ca=(--secret "id=build-ca,src=$host_bundle")
     run_logged "$name" "$CACHE_DIR/logs/$name.log" \
-        buildah --root "$CACHE_DIR/storage" --runroot "$CACHE_DIR/run" --storage-driver overlay \
-        bud --isolation chroot --network host --pull=never --layers --force-rm --format docker \
+        buildah_ bud --isolation chroot --network host --pull=never --layers --force-rm --format docker \
         "${no_cache[@]}" "${target[@]}" "${host_ca[@]}" \
         --build-arg "BASE_IMAGE=$BASE_REF" \
         -f "$dockerfile" -t "$ref" "$context"
