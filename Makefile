@@ -33,7 +33,7 @@ images: $(if $(findstring --no-import,$(IMAGES_FLAGS)),,cluster-up)
 # the cluster lifecycle test (down, then up again) runs last.
 test: venv cluster-up images
 	cd images/runner && go test -count=1 ./...
-	$(VENV)/bin/pytest -rs tests/unit tests/e2e tests/lifecycle
+	$(VENV)/bin/pytest -rs tests/unit tests/integration tests/e2e tests/lifecycle
 
 # Only what needs no cluster.
 test-unit: venv

@@ -165,7 +165,7 @@ class PrivateApiServer:
 def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateApiServer]:
     bin_dir = _kube_bin_dir()
     if bin_dir is None or not (bin_dir / "etcd").exists():
-        pytest.skip(
+        pytest.fail(
             "no kube-apiserver/etcd build (make cluster-build, or set SANDPOD_KUBE_BIN_DIR)"
         )
     server = PrivateApiServer(bin_dir, tmp_path_factory.mktemp("apiserver"))

@@ -46,9 +46,10 @@ def _can_make_namespaces() -> bool:
     return made
 
 
-pytestmark = pytest.mark.skipif(
-    not _can_make_namespaces(), reason="needs root, network namespaces and iptables/ipset tools"
-)
+@pytest.fixture(autouse=True, scope="module")
+def _require_network_namespaces() -> None:
+    if not _can_make_namespaces():
+        pytest.fail("needs root, network namespaces and iptables/ipset tools")
 
 SERVER = textwrap.dedent(
     """
@@ -468,7 +469,7 @@ def test_cleanup_removes_every_trace(lab: Lab) -> None:
 
 # --- the enforcer process, the CNI plugin and a real API server -------------------------------
 #
-# A private etcd + kube-apiserver (the local cluster's build; skipped without it) runs
+# A private etcd + kube-apiserver (the local cluster's build; required) runs
 # inside a second lab's node namespace, with no scheduler or kubelet: pods are bound to
 # "node-1" and never start, and their addresses come only from CNI ADDs, as they do for a
 # pod whose status the kubelet has not reported yet.
@@ -716,7 +717,7 @@ def policy_object(name: str, spec: dict[str, Any]) -> dict[str, Any]:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     bin_dir = _kube_bin_dir()
     if bin_dir is None:
-        pytest.skip("no kube-apiserver/etcd build (set SANDPOD_KUBE_BIN_DIR)")
+        pytest.fail("no kube-apiserver/etcd build (make cluster-build, or set SANDPOD_KUBE_BIN_DIR)")
     lab = Lab("e")
     cluster = Cluster(lab, bin_dir, tmp_path_factory.mktemp("netpol-cluster"))
     try:
