@@ -128,7 +128,14 @@ main() {
     runsc=gvisor.dev/gvisor/runsc \
     containerd-shim-runsc-v1=gvisor.dev/gvisor/shim
   go_build coredns "$COREDNS_VERSION" 0 "-s -w" coredns=github.com/coredns/coredns
-  go_build helm "$HELM_VERSION" 0 "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
+  # Helm's own build stamps the Kubernetes version it assumes for `helm template` and lint.
+  local helm_ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+  local package minor=${KUBERNETES_VERSION#v1.}
+  for package in pkg/lint/rules pkg/chartutil; do
+    helm_ldflags+=" -X helm.sh/helm/v3/$package.k8sVersionMajor=1"
+    helm_ldflags+=" -X helm.sh/helm/v3/$package.k8sVersionMinor=${minor%%.*}"
+  done
+  go_build helm "$HELM_VERSION" 0 "$helm_ldflags" \
     helm=helm.sh/helm/v3/cmd/helm
   log "all components built; cache: $SANDPOD_CACHE/bin ($(du -sh "$SANDPOD_CACHE/bin" | cut -f1))"
 }

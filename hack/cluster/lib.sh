@@ -44,11 +44,15 @@ process_alive() {
 log() { printf '[cluster %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-# Directory of a built component in the cache: <name>-<version>-<hash of its pins>.
+# Directory of a built component in the cache: <name>-<version>-<hash of its pins, patches and
+# the build script (which holds the build flags)>.
 component_dir() {
   local name=$1 version=$2 pins_hash
-  pins_hash=$(cat "$CLUSTER_SCRIPTS_DIR/gomod/$name/go.mod" "$CLUSTER_SCRIPTS_DIR/gomod/$name/go.sum" \
-    "$CLUSTER_SCRIPTS_DIR"/patches/"$name"-*.patch 2>/dev/null | sha256sum | cut -c1-12)
+  pins_hash=$({
+    cat "$CLUSTER_SCRIPTS_DIR/gomod/$name/go.mod" "$CLUSTER_SCRIPTS_DIR/gomod/$name/go.sum"
+    cat "$CLUSTER_SCRIPTS_DIR"/patches/"$name"-*.patch 2>/dev/null || true
+    cat "$CLUSTER_SCRIPTS_DIR/build.sh"
+  } | sha256sum | cut -c1-12)
   printf '%s/bin/%s-%s-%s\n' "$SANDPOD_CACHE" "$name" "$version" "$pins_hash"
 }
 
@@ -57,3 +61,35 @@ node_ip() {
 }
 
 kubectl_admin() { "$(component_dir kubernetes "$KUBERNETES_VERSION")/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" "$@"; }
+
+daemon_running() {
+  local pid_file=$PID_DIR/$1.pid
+  [ -f "$pid_file" ] && process_alive "$(cat "$pid_file")"
+}
+
+# start_daemon NAME COMMAND...: runs COMMAND detached, logging to .cluster/logs/NAME.log. The
+# process joins the cluster's pids cgroup before it execs, so it and every child it ever
+# forks (shims, sandboxes) can be found again by `cluster-down`.
+start_daemon() {
+  local name=$1
+  shift
+  daemon_running "$name" && return 0
+  setsid bash -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$PIDS_CGROUP" "$@" \
+    </dev/null >>"$LOG_DIR/$name.log" 2>&1 &
+  echo $! >"$PID_DIR/$name.pid"
+}
+
+# wait_for DESCRIPTION SECONDS DAEMON COMMAND...: polls COMMAND until it succeeds.
+wait_for() {
+  local description=$1 seconds=$2 daemon=$3
+  shift 3
+  local deadline=$((SECONDS + seconds))
+  until "$@" >/dev/null 2>&1; do
+    if [ -n "$daemon" ] && ! daemon_running "$daemon"; then
+      tail -n 30 "$LOG_DIR/$daemon.log" >&2 || true
+      die "$daemon exited while waiting for $description (log: $LOG_DIR/$daemon.log)"
+    fi
+    [ $SECONDS -lt $deadline ] || die "timed out after ${seconds}s waiting for $description"
+    sleep 0.2
+  done
+}

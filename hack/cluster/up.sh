@@ -16,38 +16,6 @@ NETPOL_SOCKET=/run/sandpod/netpol.sock
 NODE_IP=$(node_ip)
 DAEMONS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler netpol kubelet kube-proxy coredns)
 
-daemon_running() {
-  local pid_file=$PID_DIR/$1.pid
-  [ -f "$pid_file" ] && process_alive "$(cat "$pid_file")"
-}
-
-# start_daemon NAME COMMAND...: runs COMMAND detached, logging to .cluster/logs/NAME.log. The
-# process joins the cluster's pids cgroup before it execs, so it and every child it ever
-# forks (shims, sandboxes) can be found again by `cluster-down`.
-start_daemon() {
-  local name=$1
-  shift
-  daemon_running "$name" && return 0
-  setsid bash -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$PIDS_CGROUP" "$@" \
-    </dev/null >>"$LOG_DIR/$name.log" 2>&1 &
-  echo $! >"$PID_DIR/$name.pid"
-}
-
-# wait_for DESCRIPTION SECONDS DAEMON COMMAND...: polls COMMAND until it succeeds.
-wait_for() {
-  local description=$1 seconds=$2 daemon=$3
-  shift 3
-  local deadline=$((SECONDS + seconds))
-  until "$@" >/dev/null 2>&1; do
-    if [ -n "$daemon" ] && ! daemon_running "$daemon"; then
-      tail -n 30 "$LOG_DIR/$daemon.log" >&2 || true
-      die "$daemon exited while waiting for $description (log: $LOG_DIR/$daemon.log)"
-    fi
-    [ $SECONDS -lt $deadline ] || die "timed out after ${seconds}s waiting for $description"
-    sleep 0.2
-  done
-}
-
 preflight() {
   [ "$(id -u)" -eq 0 ] || die "the local cluster runs containerd and kubelet, which need root"
   [ -x "$K8S_BIN/kube-apiserver" ] && [ -x "$GVISOR_BIN/runsc" ] && [ -x "$COREDNS_BIN/coredns" ] \
@@ -315,6 +283,8 @@ address=\${bootstrap#*'"address":"'}
 printf '%s' "\${address%%'"'*}"
 ADAPTER
   chmod 0755 "$STATE_DIR/bin/containerd-shim-runsc-v1"
+  ln -sfn "$K8S_BIN/kubectl" "$STATE_DIR/bin/kubectl"
+  ln -sfn "$(component_dir helm "$HELM_VERSION")/helm" "$STATE_DIR/bin/helm"
 }
 
 start_containerd() {
@@ -479,8 +449,8 @@ print_usage() {
   cat <<EOF
 
 The local cluster is up: Kubernetes $KUBERNETES_VERSION, node $NODE_NAME ($NODE_IP), RuntimeClass gvisor.
-  export KUBECONFIG=$KUBECONFIG_ADMIN
-  kubectl get nodes        # kubectl is $K8S_BIN/kubectl
+  export KUBECONFIG=$KUBECONFIG_ADMIN PATH=$STATE_DIR/bin:\$PATH   # kubectl and helm
+  kubectl get nodes
 Logs: $LOG_DIR/   Stop it: make cluster-down
 EOF
 }
