@@ -8,6 +8,10 @@ from pathlib import Path
 
 import pytest
 
+# Cluster fixtures (tests/e2e/cluster_fixtures.py, on pythonpath): registered once for the
+# session, so tests/e2e and tests/hostile share one CRD install and one operator.
+pytest_plugins = ["cluster_fixtures"]
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CACHE_DIR = Path(
     os.environ.get(

@@ -1,4 +1,5 @@
-"""Shared fixtures for tests that run against a real cluster.
+"""Fixtures for tests that run against a real cluster (tests/e2e, tests/hostile), loaded once
+per session as a plugin by tests/conftest.py, so every suite shares one operator.
 
 The cluster is the local one (`make cluster-up`, kubeconfig in .cluster/) or any cluster that
 KUBECONFIG points at. A missing cluster is an error, never a skip.
@@ -26,12 +27,6 @@ from operator_process import (
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if Path(str(item.fspath)).is_relative_to(Path(__file__).parent):
-            item.add_marker(pytest.mark.cluster)
 
 
 @pytest.fixture(scope="session")

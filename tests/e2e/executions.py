@@ -1,0 +1,99 @@
+"""CodeExecutions on a real cluster: create, read and wait for them; Events; kubectl."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
+
+from kube_helpers import wait_until
+from kubernetes import client
+
+GROUP, VERSION, PLURAL = "sandpod.dev", "v1alpha1", "codeexecutions"
+TERMINAL = {"Succeeded", "Failed", "TimedOut", "Error", "Cancelled"}
+# gVisor starts an interpreter in about a second; image unpack and scheduling add a few more.
+RUN_TIMEOUT = 90
+
+Execution = dict[str, Any]
+
+
+def manifest(name: str, spec: dict[str, Any]) -> Execution:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "CodeExecution",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def create(objects: client.CustomObjectsApi, namespace: str, name: str, **spec: Any) -> Execution:
+    body = manifest(name, spec)
+    return cast(
+        Execution, objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+    )
+
+
+def get(objects: client.CustomObjectsApi, namespace: str, name: str) -> Execution | None:
+    try:
+        return cast(
+            Execution, objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        )
+    except client.ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def wait_for(
+    objects: client.CustomObjectsApi,
+    namespace: str,
+    name: str,
+    phases: set[str] = TERMINAL,
+    timeout: float = RUN_TIMEOUT,
+) -> Execution:
+    def reached() -> Execution | None:
+        execution = get(objects, namespace, name)
+        phase = ((execution or {}).get("status") or {}).get("phase")
+        return execution if phase in phases else None
+
+    return wait_until(reached, timeout=timeout, what=f"{namespace}/{name} to reach {phases}")
+
+
+def status(execution: Execution) -> dict[str, Any]:
+    return dict(execution.get("status") or {})
+
+
+def conditions(execution: Execution) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in status(execution).get("conditions", [])}
+
+
+def pod_gone(core: client.CoreV1Api, namespace: str, name: str) -> Callable[[], bool]:
+    def gone() -> bool:
+        try:
+            core.read_namespaced_pod(name, namespace)
+        except client.ApiException as error:
+            if error.status == 404:
+                return True
+            raise
+        return False
+
+    return gone
+
+
+def events_about(core: client.CoreV1Api, namespace: str, kind: str, name: str) -> list[Any]:
+    selector = f"involvedObject.kind={kind},involvedObject.name={name}"
+    return list(core.list_namespaced_event(namespace, field_selector=selector).items)
+
+
+def kubectl(kubeconfig: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["kubectl", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+        timeout=60,
+        check=False,
+    )
