@@ -32,6 +32,8 @@ CONFIG_ERRORS = frozenset({"CreateContainerConfigError"})
 START_ERRORS = frozenset({"StartError", "ContainerCannotRun"})
 TIMEOUT_EXIT_CODE = 124
 SIGKILL = 9
+# A process killed by signal N exits (as seen by its parent, here the kubelet) with 128 + N.
+SIGNAL_EXIT_BASE = 128
 # A run killed by SIGKILL that had come this close to its memory limit ran out of memory.
 OOM_NEAR_LIMIT = 0.9
 
@@ -274,7 +276,8 @@ def observe_finished(
             message=f"the program exceeded its memory limit of "
             f"{_memory_limit_text(pod)} and was killed",
             retryable=False,
-            **{**base, "signal": base.get("signal") or SIGKILL},
+            # Killed, not exited: whatever exit code the container got is not the program's.
+            **{**base, "exit_code": None, "signal": base.get("signal") or SIGKILL},
         )
     if terminated.get("reason") in START_ERRORS and result is None:
         return Verdict(
@@ -288,8 +291,7 @@ def observe_finished(
         return Verdict(
             phase="Error",
             reason="NoResult",
-            message=f"the sandbox ended without a result (exit code "
-            f"{terminated.get('exitCode')}, {terminated.get('reason') or 'no reason'})",
+            message=_no_result_message(terminated),
             retryable=True,
             **base,
         )
@@ -334,6 +336,20 @@ def observe_finished(
         retryable=False,
         **base,
     )
+
+
+def _no_result_message(terminated: dict[str, Any]) -> str:
+    exit_code = terminated.get("exitCode")
+    detail = f"exit code {exit_code}, {terminated.get('reason') or 'no reason'}"
+    if isinstance(exit_code, int) and exit_code > SIGNAL_EXIT_BASE:
+        # The runner reports before it exits; a signal took it first. The program runs as the
+        # same user as the runner, so it may have sent it (kill -9 1).
+        signal_name = _signal_name(exit_code - SIGNAL_EXIT_BASE)
+        return (
+            f"the sandbox ended without a result: its runner was killed by {signal_name} "
+            f"({detail}), possibly by the program itself"
+        )
+    return f"the sandbox ended without a result ({detail})"
 
 
 def _ran_out_of_memory(pod: Pod, result: RunnerResult | None) -> bool:

@@ -258,7 +258,20 @@ def test_oom_killed_by_the_kubelet(settings: OperatorSettings) -> None:
     pod = make_pod("Failed", terminated(137, "OOMKilled"))
     verdict = observe(pod, settings, log=log_of())
     assert (verdict.phase, verdict.reason, verdict.signal) == ("Failed", "OOMKilled", 9)
+    assert verdict.exit_code is None
     assert "256Mi" in verdict.message
+
+
+def test_oom_killed_sandbox_reports_no_exit_code(settings: OperatorSettings) -> None:
+    # gVisor ends the whole sandbox, runner included, with exit code 128 and no result.
+    pod = make_pod("Failed", terminated(128, "OOMKilled"))
+    verdict = observe(pod, settings, log=log_of())
+    assert (verdict.phase, verdict.reason, verdict.exit_code, verdict.signal) == (
+        "Failed",
+        "OOMKilled",
+        None,
+        9,
+    )
 
 
 def test_oom_killed_inside_the_sandbox(settings: OperatorSettings) -> None:
@@ -332,6 +345,16 @@ def test_container_that_could_not_start(settings: OperatorSettings) -> None:
 def test_no_result_at_all(settings: OperatorSettings) -> None:
     verdict = observe(make_pod("Failed", terminated(2, "Error")), settings, log=log_of())
     assert (verdict.phase, verdict.reason, verdict.exit_code) == ("Error", "NoResult", 2)
+    assert verdict.message == "the sandbox ended without a result (exit code 2, Error)"
+
+
+def test_runner_killed_by_a_signal_says_so(settings: OperatorSettings) -> None:
+    pod = make_pod("Failed", terminated(137, "Error"))
+    verdict = observe(pod, settings, log=log_of(stdout="before\n"))
+    assert (verdict.phase, verdict.reason, verdict.retryable) == ("Error", "NoResult", True)
+    assert "runner was killed by SIGKILL" in verdict.message
+    assert "possibly by the program itself" in verdict.message
+    assert verdict.stdout == "before\n"
 
 
 def test_termination_message_suffices_without_log(settings: OperatorSettings) -> None:
