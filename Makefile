@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 export KUBECONFIG ?= $(CURDIR)/.cluster/kubeconfig
 
-.PHONY: venv cluster-build cluster-up cluster-down images test test-unit
+.PHONY: venv cluster-build cluster-up cluster-down images test test-unit run down
 
 # The project's Python environment (operator, gateway, tests, the cluster's NetworkPolicy enforcer).
 venv: $(VENV)/.installed
@@ -35,7 +35,15 @@ test: venv cluster-up images
 	cd images/runner && go test -count=1 ./...
 	$(VENV)/bin/pytest -rs tests/unit tests/integration tests/e2e tests/lifecycle
 
-# Only what needs no cluster.
-test-unit: venv
+# The main job: a local cluster with sandpod installed, the gateway on 127.0.0.1:8080, one
+# execution through kubectl and one through the gateway. Leaves it all running.
+run: venv cluster-up images
+	hack/run.sh
+
+# Stops what `make run` (or `make cluster-up`) started.
+down: cluster-down
+
+# Only what needs no cluster (Helm is built for the chart's checks).
+test-unit: venv cluster-build
 	cd images/runner && go test -count=1 ./...
 	$(VENV)/bin/pytest -rs tests/unit

@@ -103,7 +103,7 @@ main() {
   [ -d "$STATE_DIR" ] || { log "no cluster state at $STATE_DIR; nothing to stop"; return 0; }
   stop_pods
   local daemon
-  for daemon in coredns kube-proxy kubelet netpol kube-scheduler kube-controller-manager kube-apiserver etcd containerd; do
+  for daemon in gateway-port-forward coredns kube-proxy kubelet netpol kube-scheduler kube-controller-manager kube-apiserver etcd containerd; do
     stop_daemon "$daemon"
   done
   kill_remaining_processes

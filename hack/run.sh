@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# `make run`: the local cluster, the images, the chart installed with a development tenant, the
+# gateway on 127.0.0.1:8080, and one execution through kubectl and one through the gateway.
+# Leaves everything running; `make down` stops it.
+source "$(dirname "${BASH_SOURCE[0]}")/cluster/lib.sh"
+
+RELEASE=sandpod
+RELEASE_NAMESPACE=sandpod-system
+TENANT=dev
+TENANT_NAMESPACE=sandpod-dev
+GATEWAY_ADDRESS=127.0.0.1:8080
+API_KEY_FILE=$STATE_DIR/api-key
+HELM=$(component_dir helm "$HELM_VERSION")/helm
+
+development_api_key() {
+  if ! [ -s "$API_KEY_FILE" ]; then
+    printf 'sk-dev-%s' "$(openssl rand -hex 20)" >"$API_KEY_FILE"
+    chmod 600 "$API_KEY_FILE"
+  fi
+  cat "$API_KEY_FILE"
+}
+
+install_chart() {
+  local key_digest values=$STATE_DIR/run-values.yaml
+  key_digest=$(printf %s "$(development_api_key)" | sha256sum | cut -d' ' -f1)
+  # The CRD is applied from crds/ rather than owned by this release: the test suites apply the
+  # same file, and a CRD that Helm owns would be refused to them (and they to Helm).
+  kubectl_admin apply --server-side --force-conflicts -f "$REPO_ROOT/crds/" >/dev/null
+  cat >"$values" <<EOF
+fullnameOverride: sandpod
+crds: {enabled: false}
+operator:
+  # The development install serves its tenant's namespace, so test sessions on the same
+  # cluster (which run operators of their own) never share executions with it.
+  watchNamespaces: [$TENANT_NAMESPACE]
+tenants:
+  - name: $TENANT
+    namespace: $TENANT_NAMESPACE
+    apiKeys:
+      - name: local
+        sha256: $key_digest
+    limits: {maxTimeoutSeconds: 60, maxMemory: 1Gi, maxConcurrent: 8}
+EOF
+  log "installing the sandpod chart (release $RELEASE in $RELEASE_NAMESPACE)"
+  "$HELM" upgrade --install "$RELEASE" "$REPO_ROOT/charts/sandpod" --kubeconfig "$KUBECONFIG_ADMIN" \
+    --namespace "$RELEASE_NAMESPACE" --create-namespace --values "$values" --wait --timeout 5m >/dev/null
+}
+
+gateway_healthy() { curl -fsS "http://$GATEWAY_ADDRESS/readyz" >/dev/null 2>&1; }
+
+serve_gateway() {
+  # A new rollout ends the old port-forward's pod: always start a fresh one.
+  if daemon_running gateway-port-forward; then
+    kill "$(cat "$PID_DIR/gateway-port-forward.pid")"
+  fi
+  log "serving the gateway on http://$GATEWAY_ADDRESS"
+  start_daemon gateway-port-forward "$(component_dir kubernetes "$KUBERNETES_VERSION")/kubectl" \
+    --kubeconfig "$KUBECONFIG_ADMIN" -n "$RELEASE_NAMESPACE" port-forward \
+    --address 127.0.0.1 svc/sandpod-gateway "${GATEWAY_ADDRESS##*:}:80"
+  wait_for "the gateway on $GATEWAY_ADDRESS" 60 gateway-port-forward gateway_healthy
+}
+
+run_with_kubectl() {
+  log "running examples/hello.yaml with kubectl apply"
+  kubectl_admin -n "$TENANT_NAMESPACE" delete --ignore-not-found -f "$REPO_ROOT/examples/hello.yaml" >/dev/null
+  kubectl_admin -n "$TENANT_NAMESPACE" apply -f "$REPO_ROOT/examples/hello.yaml" >/dev/null
+  kubectl_admin -n "$TENANT_NAMESPACE" wait --for=condition=Completed cx/hello --timeout=120s >/dev/null
+  echo
+  echo "== kubectl -n $TENANT_NAMESPACE get cx hello"
+  kubectl_admin -n "$TENANT_NAMESPACE" get cx hello
+  echo "== its stdout (.status.stdout)"
+  kubectl_admin -n "$TENANT_NAMESPACE" get cx hello -o jsonpath='{.status.stdout}'
+}
+
+run_through_gateway() {
+  echo
+  echo "== POST http://$GATEWAY_ADDRESS/v1/executions"
+  curl -sS "http://$GATEWAY_ADDRESS/v1/executions" -H "Authorization: Bearer $(development_api_key)" \
+    -H 'Content-Type: application/json' \
+    -d '{"language": "python", "code": "import sys\nprint(2 + 2)\nprint(\"to stderr\", file=sys.stderr)"}'
+  echo
+}
+
+print_next_steps() {
+  cat <<EOF
+
+sandpod is running. The development tenant's API key is in .cluster/api-key.
+  export KUBECONFIG=$KUBECONFIG_ADMIN PATH=$STATE_DIR/bin:\$PATH
+  kubectl -n $TENANT_NAMESPACE apply -f examples/lint.yaml && kubectl -n $TENANT_NAMESPACE get cx
+  curl -s $GATEWAY_ADDRESS/v1/executions -H "Authorization: Bearer \$(cat .cluster/api-key)" \\
+       -H 'Content-Type: application/json' -d '{"language": "javascript", "code": "console.log(6 * 7)"}'
+  curl -s "$GATEWAY_ADDRESS/v1/executions?wait=false" -H "Authorization: Bearer \$(cat .cluster/api-key)" \\
+       -H 'Content-Type: application/json' -d '{"language": "bash", "code": "for i in 1 2 3; do echo \$i; sleep 1; done"}'
+  curl -sN $GATEWAY_ADDRESS/v1/executions/<id from above>/stream -H "Authorization: Bearer \$(cat .cluster/api-key)"
+  curl -s $GATEWAY_ADDRESS/v1/languages -H "Authorization: Bearer \$(cat .cluster/api-key)"
+  open http://$GATEWAY_ADDRESS/docs for the API, http://$GATEWAY_ADDRESS/mcp for MCP clients
+Stop everything: make down
+EOF
+}
+
+main() {
+  local started=$SECONDS
+  install_chart
+  serve_gateway
+  run_with_kubectl
+  run_through_gateway
+  log "ready in $((SECONDS - started)) s (after the cluster and images)"
+  print_next_steps
+}
+
+main "$@"
