@@ -51,6 +51,7 @@ def _require_network_namespaces() -> None:
     if not _can_make_namespaces():
         pytest.fail("needs root, network namespaces and iptables/ipset tools")
 
+
 SERVER = textwrap.dedent(
     """
     import socket, sys, threading
@@ -717,7 +718,9 @@ def policy_object(name: str, spec: dict[str, Any]) -> dict[str, Any]:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     bin_dir = _kube_bin_dir()
     if bin_dir is None:
-        pytest.fail("no kube-apiserver/etcd build (make cluster-build, or set SANDPOD_KUBE_BIN_DIR)")
+        pytest.fail(
+            "no kube-apiserver/etcd build (make cluster-build, or set SANDPOD_KUBE_BIN_DIR)"
+        )
     lab = Lab("e")
     cluster = Cluster(lab, bin_dir, tmp_path_factory.mktemp("netpol-cluster"))
     try:
