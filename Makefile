@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 export KUBECONFIG ?= $(CURDIR)/.cluster/kubeconfig
 
-.PHONY: venv cluster-build cluster-up cluster-down images test test-unit run down
+.PHONY: venv cluster-build cluster-up cluster-down images lint test test-unit run down
 
 # The project's Python environment (operator, gateway, tests, the cluster's NetworkPolicy enforcer).
 venv: $(VENV)/.installed
@@ -29,9 +29,16 @@ cluster-down:
 images: $(if $(findstring --no-import,$(IMAGES_FLAGS)),,cluster-up)
 	hack/images/build.sh $(IMAGES_FLAGS)
 
+# ruff, mypy, gofmt and go vet: the project's code stays clean.
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	cd images/runner && test -z "$$(gofmt -l .)" && go vet ./...
+
 # Every test: the runner's Go tests, unit tests, then everything against the real cluster;
 # the cluster lifecycle test (down, then up again) runs last.
-test: venv cluster-up images
+test: lint cluster-up images
 	cd images/runner && go test -count=1 ./...
 	$(VENV)/bin/pytest -rs tests/unit tests/integration tests/e2e tests/lifecycle
 
