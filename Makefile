@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 export KUBECONFIG ?= $(CURDIR)/.cluster/kubeconfig
 
-.PHONY: venv cluster-build cluster-up cluster-down images lint test test-unit run down
+.PHONY: venv cluster-build cluster-up cluster-down images lint test test-unit run down bench
 
 # The project's Python environment (operator, gateway, tests, the cluster's NetworkPolicy enforcer).
 venv: $(VENV)/.installed
@@ -54,3 +54,14 @@ down: cluster-down
 test-unit: venv cluster-build
 	cd images/runner && go test -count=1 ./...
 	$(VENV)/bin/pytest -rs tests/unit
+
+# Benchmarks on the local cluster: latency (kubectl, gateway), throughput, baselines (Job, bare
+# pod, llm-sandbox), where the time goes, operator cost. Starts its own operator and gateway;
+# prints a table, writes benchmarks/results/<time>.json and latest.json. BENCH_FLAGS=--quick
+# for a smoke run (benchmarks/run.py --help lists the options). No test asserts on timings.
+bench: venv cluster-up images $(VENV)/.bench-installed
+	$(VENV)/bin/python benchmarks/run.py $(BENCH_FLAGS)
+
+$(VENV)/.bench-installed: $(VENV)/.installed
+	$(VENV)/bin/pip install -q -e '.[dev,bench]'
+	touch $@

@@ -1,0 +1,166 @@
+"""Where the time of one execution goes (pure): milestones observed by the bench client,
+turned into consecutive slices.
+
+Every milestone is a wall-clock time (seconds since the epoch) at which the bench saw it:
+its own call times, and the arrival times of watch events on the CodeExecution and its pod.
+Kubernetes' own timestamps have 1-second granularity, too coarse for slices of a few hundred
+milliseconds; they are kept beside the slices for reference (`kubernetes_timestamps`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sandpod_bench.stats import median
+
+# (milestone, what it is), in the order they happen to one execution. The containerd ones
+# come from its event stream (nanoseconds); the others are arrival times of watch events.
+MILESTONES: tuple[tuple[str, str], ...] = (
+    ("submitted", "the client starts its request (kubectl starts, or the HTTP request is sent)"),
+    ("created", "the CodeExecution's ADDED watch event arrives"),
+    ("operator_seen", "the first change the operator makes to it (its finalizer) arrives"),
+    ("pod_created", "the sandbox pod's ADDED watch event arrives"),
+    ("pod_scheduled", "the pod is bound to the node (its PodScheduled condition arrives)"),
+    (
+        "sandbox_created",
+        "containerd creates the pod's sandbox (kubelet picked the pod up, pod network set up)",
+    ),
+    ("sandbox_started", "the gVisor sandbox is running (containerd: sandbox task started)"),
+    ("runner_started", "the runner's container has started (containerd: task started)"),
+    ("program_exited", "the runner has exited (containerd: task exit)"),
+    ("exit_reported", "the pod's terminated container state arrives (kubelet status update)"),
+    ("status_written", "the terminal status of the CodeExecution arrives"),
+    ("client_returned", "the client has the result (kubectl wait exits, HTTP response)"),
+)
+MILESTONE_NAMES = tuple(name for name, _ in MILESTONES)
+
+# The slice that ends at a milestone, named for what happened in it.
+SLICE_NAMES: dict[str, str] = {
+    "created": "create: client to API server",
+    "operator_seen": "operator sees it",
+    "pod_created": "operator creates ConfigMap, policy, pod",
+    "pod_scheduled": "scheduler binds the pod",
+    "sandbox_created": "kubelet: pod network, sandbox container",
+    "sandbox_started": "gVisor sandbox boots",
+    "runner_started": "runner container starts",
+    "program_exited": "runner + print(1) run",
+    "exit_reported": "kubelet reports the exit",
+    "status_written": "operator reads log, writes status",
+    "client_returned": "client sees the result",
+}
+
+
+@dataclass(frozen=True)
+class Slice:
+    milestone: str
+    name: str
+    seconds: float
+    estimated: bool  # an endpoint was not observed and borrowed its neighbour's time
+
+
+def slices(timeline: Mapping[str, float]) -> list[Slice]:
+    """Consecutive slices between milestones. A milestone that was not observed (e.g. a pod
+    that went from Pending straight to terminated between two kubelet status updates) takes
+    the time of the next one that was, so that the slices always add up to the total; such
+    slices are marked `estimated`. Needs `submitted` and `client_returned`."""
+    if "submitted" not in timeline or "client_returned" not in timeline:
+        raise ValueError("a timeline needs at least submitted and client_returned")
+    filled: dict[str, float] = {}
+    missing: set[str] = set()
+    later = timeline["client_returned"]
+    for name in reversed(MILESTONE_NAMES):
+        if name in timeline:
+            # Watch events arrive in order per object, but the CR and pod watches are two
+            # streams: never let a slice go negative.
+            later = min(later, timeline[name])
+            filled[name] = later
+        else:
+            filled[name] = later
+            missing.add(name)
+    result = []
+    for previous, current in itertools.pairwise(MILESTONE_NAMES):
+        result.append(
+            Slice(
+                milestone=current,
+                name=SLICE_NAMES[current],
+                seconds=filled[current] - filled[previous],
+                estimated=current in missing or previous in missing,
+            )
+        )
+    return result
+
+
+@dataclass(frozen=True)
+class SliceSummary:
+    milestone: str
+    name: str
+    median_seconds: float
+    share: float  # of the sum of medians
+    estimated_runs: int
+
+
+def summarize_slices(runs: Sequence[Sequence[Slice]]) -> list[SliceSummary]:
+    """Median of each slice over several runs, with its share of the whole."""
+    if not runs:
+        return []
+    medians = {
+        milestone: median(
+            [
+                run_slice.seconds
+                for run in runs
+                for run_slice in run
+                if run_slice.milestone == milestone
+            ]
+        )
+        for milestone in MILESTONE_NAMES[1:]
+    }
+    total = sum(medians.values())
+    return [
+        SliceSummary(
+            milestone=milestone,
+            name=SLICE_NAMES[milestone],
+            median_seconds=medians[milestone],
+            share=medians[milestone] / total if total > 0 else 0.0,
+            estimated_runs=sum(
+                1 for run in runs for s in run if s.milestone == milestone and s.estimated
+            ),
+        )
+        for milestone in MILESTONE_NAMES[1:]
+    ]
+
+
+def largest(summaries: Sequence[SliceSummary]) -> SliceSummary | None:
+    return max(summaries, key=lambda s: s.median_seconds, default=None)
+
+
+def kubernetes_timestamps(
+    execution: Mapping[str, Any] | None, pod: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The timestamps Kubernetes and sandpod themselves record (1 s granularity for the
+    API server's and kubelet's), for one execution and its last seen pod."""
+    found: dict[str, Any] = {}
+    if execution:
+        status = execution.get("status") or {}
+        found["execution.creationTimestamp"] = execution.get("metadata", {}).get(
+            "creationTimestamp"
+        )
+        for key in ("startedAt", "finishedAt", "durationMs", "phase"):
+            if key in status:
+                found[f"execution.status.{key}"] = status[key]
+    if pod:
+        found["pod.creationTimestamp"] = pod.get("metadata", {}).get("creationTimestamp")
+        for condition in (pod.get("status") or {}).get("conditions") or []:
+            found[f"pod.condition.{condition.get('type')}"] = condition.get("lastTransitionTime")
+        for container in (pod.get("status") or {}).get("containerStatuses") or []:
+            state = container.get("state") or {}
+            terminated = state.get("terminated") or {}
+            running = state.get("running") or {}
+            if running.get("startedAt"):
+                found["pod.container.startedAt"] = running["startedAt"]
+            if terminated:
+                found["pod.container.startedAt"] = terminated.get("startedAt")
+                found["pod.container.finishedAt"] = terminated.get("finishedAt")
+    return found

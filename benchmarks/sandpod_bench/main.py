@@ -1,0 +1,857 @@
+"""`make bench`: runs every section against the cluster KUBECONFIG points at, prints the
+report and writes benchmarks/results/<timestamp>.json and latest.json.
+
+The bench starts its own operator (and, for the cost section, a second one behind a counting
+proxy) and its own gateway, each scoped to the bench's namespaces (`bench-<id>-*`), and
+removes everything it made when it ends, also when it fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import secrets
+import shutil
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from kubernetes import client
+from sandpod_operator.catalog import Catalog, load_catalog
+from sandpod_operator.models import GROUP, PLURAL, VERSION
+from sandpod_operator.settings import OperatorSettings
+
+from sandpod_bench import manifests
+from sandpod_bench.breakdown import (
+    MILESTONES,
+    kubernetes_timestamps,
+    largest,
+    slices,
+    summarize_slices,
+)
+from sandpod_bench.containerd import ContainerdEvents
+from sandpod_bench.cost import cost_summary, wait_quiet
+from sandpod_bench.kube import connect, list_raw
+from sandpod_bench.processes import (
+    REPO_ROOT,
+    GatewayProcess,
+    OperatorProcess,
+    ProxyProcess,
+    StartupError,
+)
+from sandpod_bench.proxy import proxy_kubeconfig
+from sandpod_bench.recorder import FINALIZER, Recorder
+from sandpod_bench.report import baseline_ratios, render
+from sandpod_bench.stats import median, summarize
+from sandpod_bench.throughput import measure as measure_throughput
+from sandpod_bench.workloads import (
+    RUN_TIMEOUT_SECONDS,
+    Attempt,
+    BarePod,
+    JobBaseline,
+    LlmSandbox,
+    SandpodApi,
+    SandpodGateway,
+    SandpodKubectl,
+    Workload,
+    run_many,
+)
+
+RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
+CRD_PATH = REPO_ROOT / "crds" / "codeexecutions.sandpod.dev.yaml"
+CONTAINERD_SOCKET = REPO_ROOT / ".cluster" / "run" / "containerd.sock"
+KEYS_SECRET = "bench-api-keys"
+SECTIONS = ("latency", "baselines", "throughput", "cost")
+BASELINES = ("job", "pod", "llm-sandbox")
+CLEANUP_SECONDS = 180
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Options:
+    runs: int
+    concurrency: int
+    baseline_runs: int
+    throughput_concurrency: int
+    duration: float
+    throughput_path: str
+    cost_executions: int
+    cost_concurrency: int
+    sections: tuple[str, ...]
+    baselines: tuple[str, ...]
+    quick: bool
+    kubeconfig: Path
+    kubectl: str
+    output_dir: Path
+
+
+def parse_options(argv: Sequence[str] | None = None) -> Options:
+    parser = argparse.ArgumentParser(
+        prog="benchmarks/run.py",
+        description="Latency, throughput, baselines, time breakdown and operator cost of "
+        "sandpod on the cluster KUBECONFIG points at.",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run: few runs, low concurrency, a short throughput window",
+    )
+    parser.add_argument("--runs", type=int, help="runs per latency measurement (default 50)")
+    parser.add_argument(
+        "--concurrency", type=int, help="concurrency of the concurrent latency runs (default 8)"
+    )
+    parser.add_argument("--baseline-runs", type=int, help="runs per baseline (default: --runs)")
+    parser.add_argument("--throughput-concurrency", type=int, help="clients (default 16)")
+    parser.add_argument("--duration", type=float, help="throughput window, seconds (default 120)")
+    parser.add_argument(
+        "--throughput-path",
+        choices=("gateway", "api", "kubectl"),
+        default="gateway",
+        help="how throughput clients submit (default gateway)",
+    )
+    parser.add_argument(
+        "--cost-executions",
+        type=int,
+        help="executions measured for the operator's cost (default 100)",
+    )
+    parser.add_argument("--cost-concurrency", type=int, help="their concurrency (default 8)")
+    parser.add_argument(
+        "--sections",
+        default=",".join(SECTIONS),
+        help=f"comma-separated subset of {','.join(SECTIONS)} (the breakdown comes with latency)",
+    )
+    parser.add_argument(
+        "--baselines",
+        default=",".join(BASELINES),
+        help=f"comma-separated subset of {','.join(BASELINES)}",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=Path(os.environ.get("KUBECONFIG") or REPO_ROOT / ".cluster" / "kubeconfig"),
+    )
+    parser.add_argument("--kubectl", default=os.environ.get("KUBECTL") or default_kubectl())
+    parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
+    arguments = parser.parse_args(argv)
+    quick = bool(arguments.quick)
+
+    def pick(value: Any, full: Any, smoke: Any) -> Any:
+        return value if value is not None else (smoke if quick else full)
+
+    runs = pick(arguments.runs, 50, 5)
+    sections = tuple(s for s in arguments.sections.split(",") if s)
+    baselines = tuple(b for b in arguments.baselines.split(",") if b)
+    unknown = [s for s in sections if s not in SECTIONS] + [
+        b for b in baselines if b not in BASELINES
+    ]
+    if unknown:
+        parser.error(f"unknown section or baseline: {', '.join(unknown)}")
+    return Options(
+        runs=runs,
+        concurrency=pick(arguments.concurrency, 8, 2),
+        baseline_runs=pick(arguments.baseline_runs, runs, min(runs, 3)),
+        throughput_concurrency=pick(arguments.throughput_concurrency, 16, 4),
+        duration=pick(arguments.duration, 120.0, 20.0),
+        throughput_path=arguments.throughput_path,
+        cost_executions=pick(arguments.cost_executions, 100, 10),
+        cost_concurrency=pick(arguments.cost_concurrency, 8, 2),
+        sections=sections,
+        baselines=baselines,
+        quick=quick,
+        kubeconfig=arguments.kubeconfig,
+        kubectl=arguments.kubectl,
+        output_dir=arguments.output_dir,
+    )
+
+
+def default_kubectl() -> str:
+    """The local cluster's kubectl (built with it), else the one on PATH."""
+    built = sorted(Path.home().glob(".cache/sandpod/bin/kubernetes-*/kubectl"))
+    return str(built[-1]) if built else (shutil.which("kubectl") or "kubectl")
+
+
+def progress(message: str) -> None:
+    print(f"[{datetime.now():%H:%M:%S}] {message}", file=sys.stderr, flush=True)
+
+
+# --- machine and cluster --------------------------------------------------------------------
+
+
+def machine_facts(api: client.ApiClient) -> dict[str, Any]:
+    cpu_model = "?"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu_model = line.split(":", 1)[1].strip()
+            break
+    memory_kib = 0
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            memory_kib = int(line.split()[1])
+    version = client.VersionApi(api).get_code()
+    return {
+        "hostname": platform.node(),
+        "cpu_model": cpu_model,
+        "cores": os.cpu_count(),
+        "memory_gib": round(memory_kib / 1024 / 1024, 1),
+        "kernel": platform.release(),
+        "kubernetes": version.git_version,
+        "python": platform.python_version(),
+    }
+
+
+def load_average() -> str:
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def other_activity(core: client.CoreV1Api, prefix: str) -> dict[str, int]:
+    """What else runs on the cluster (other people's tests make the numbers noisy)."""
+    pods = list_raw(core.list_pod_for_all_namespaces)["items"]
+    others = [p["metadata"]["namespace"] for p in pods]
+    others = [namespace for namespace in others if not namespace.startswith(prefix)]
+    return {
+        "pods": len(others),
+        "pods_outside_kube_system": sum(1 for ns in others if ns != "kube-system"),
+    }
+
+
+def ensure_crd(api: client.ApiClient) -> None:
+    """The repository's CRD, created if missing or replaced (as the e2e fixtures do)."""
+    manifest = yaml.safe_load(CRD_PATH.read_text())
+    extensions = client.ApiextensionsV1Api(api)
+    name = manifest["metadata"]["name"]
+    try:
+        extensions.create_custom_resource_definition(manifest)
+    except client.ApiException as error:
+        if error.status != 409:
+            raise
+        current: Any = extensions.read_custom_resource_definition(name)
+        manifest["metadata"]["resourceVersion"] = current.metadata.resource_version
+        extensions.replace_custom_resource_definition(name, manifest)
+    custom = client.CustomObjectsApi(api)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, limit=1)
+            return
+        except client.ApiException as error:
+            if error.status != 404 or time.monotonic() > deadline:
+                raise
+        time.sleep(0.5)
+
+
+def ensure_runtime_class(api: client.ApiClient, name: str) -> None:
+    try:
+        client.NodeV1Api(api).read_runtime_class(name)
+    except client.ApiException as error:
+        if error.status == 404:
+            raise BenchError(f"the cluster has no RuntimeClass {name!r}") from error
+        raise
+
+
+# --- the bench's namespaces, processes and clean-up -----------------------------------------
+
+
+@dataclass
+class Namespaces:
+    prefix: str
+
+    @property
+    def kubectl(self) -> str:
+        return f"{self.prefix}-kubectl"
+
+    @property
+    def gateway(self) -> str:
+        return f"{self.prefix}-gateway"
+
+    @property
+    def load(self) -> str:
+        return f"{self.prefix}-load"
+
+    @property
+    def baselines(self) -> str:
+        return f"{self.prefix}-baselines"
+
+    @property
+    def cost(self) -> str:
+        return f"{self.prefix}-cost"
+
+    @property
+    def sandpod(self) -> list[str]:
+        """Those the main operator watches."""
+        return [self.kubectl, self.gateway, self.load]
+
+
+def create_namespace(core: client.CoreV1Api, name: str) -> None:
+    core.create_namespace(
+        client.V1Namespace(
+            metadata=client.V1ObjectMeta(
+                name=name, labels={manifests.PART_OF_LABEL: manifests.PART_OF}
+            )
+        )
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            core.read_namespaced_service_account("default", name)
+            return
+        except client.ApiException as error:
+            if error.status != 404 or time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)
+
+
+def delete_executions(custom: client.CustomObjectsApi, namespaces: Sequence[str]) -> None:
+    """Delete every execution while the operator still runs (it releases its finalizer);
+    whatever is left after CLEANUP_SECONDS loses the finalizer by force."""
+    for namespace in namespaces:
+        try:
+            custom.delete_collection_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+        except client.ApiException as error:
+            if error.status != 404:
+                raise
+    deadline = time.monotonic() + CLEANUP_SECONDS
+    while time.monotonic() < deadline:
+        left = 0
+        for namespace in namespaces:
+            listed: Any = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+            left += len(listed["items"])
+        if not left:
+            return
+        time.sleep(1)
+    for namespace in namespaces:
+        remaining: Any = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+        for item in remaining["items"]:
+            finalizers = [f for f in item["metadata"].get("finalizers") or [] if f != FINALIZER]
+            custom.patch_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                item["metadata"]["name"],
+                {"metadata": {"finalizers": finalizers or None}},
+            )
+
+
+@contextmanager
+def running(process: Any) -> Iterator[Any]:
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def tenants_secret(tenants: dict[str, tuple[str, str]]) -> client.V1Secret:
+    """The gateway's keys Secret: tenant -> (namespace, API key)."""
+    document = {
+        "tenants": {
+            name: {
+                "namespace": namespace,
+                "limits": {"maxTimeoutSeconds": 60, "maxConcurrent": 256},
+                "apiKeys": [{"name": "bench", "sha256": hashlib.sha256(key.encode()).hexdigest()}],
+            }
+            for name, (namespace, key) in tenants.items()
+        }
+    }
+    return client.V1Secret(
+        metadata=client.V1ObjectMeta(name=KEYS_SECRET),
+        string_data={"tenants.yaml": yaml.safe_dump(document)},
+    )
+
+
+# --- sections --------------------------------------------------------------------------------
+
+
+def latency_entry(
+    label: str, path: str, concurrency: int, attempts: Sequence[Attempt]
+) -> dict[str, Any]:
+    good = [a.seconds for a in attempts if a.ok]
+    failures = [a for a in attempts if not a.ok]
+    summary = summarize(good, failures=len(failures))
+    errors = Counter(a.error for a in failures)
+    return {
+        "label": label,
+        "path": path,
+        "concurrency": concurrency,
+        "runs": len(attempts),
+        "failures": len(failures),
+        "summary": summary.as_dict() if summary else None,
+        "error": errors.most_common(1)[0][0] if errors else None,
+        "errors": dict(errors.most_common(5)),
+        "samples_seconds": [round(a.seconds, 4) for a in attempts if a.ok],
+    }
+
+
+def breakdown_entry(
+    recorder: Recorder | None, attempts: Sequence[Attempt]
+) -> dict[str, Any] | None:
+    """Median slices over the successful attempts; milestones from the attempt itself and,
+    for sandpod, from the recorder (watch events, containerd)."""
+    runs = []
+    details = []
+    for attempt in attempts:
+        if not attempt.ok or not attempt.name:
+            continue
+        recorded = recorder.timeline(attempt.name) if recorder else {}
+        timeline = {**recorded, **attempt.milestones}
+        runs.append(slices(timeline))
+        details.append((attempt, timeline))
+    if not runs:
+        return None
+    summaries = summarize_slices(runs)
+    biggest = largest(summaries)
+    # The run whose total is the median one, with Kubernetes' own timestamps beside it.
+    totals = [attempt.seconds for attempt, _ in details]
+    middle = median(totals)
+    attempt, timeline = min(details, key=lambda item: abs(item[0].seconds - middle))
+    observation = recorder.get(attempt.name) if recorder else None
+    start = timeline["submitted"]
+    return {
+        "runs": len(runs),
+        "slices": [asdict(s) for s in summaries],
+        "total_seconds": sum(s.median_seconds for s in summaries),
+        "largest": biggest.name if biggest else None,
+        "example": {
+            "name": attempt.name,
+            "seconds": attempt.seconds,
+            "milestones_seconds_after_submit": {
+                name: round(timeline[name] - start, 4) for name, _ in MILESTONES if name in timeline
+            },
+            "kubernetes_timestamps": kubernetes_timestamps(
+                observation.execution if observation else None,
+                observation.pod if observation else None,
+            ),
+        },
+    }
+
+
+@dataclass
+class Bench:
+    options: Options
+    api: client.ApiClient
+    namespaces: Namespaces
+    catalog: Catalog
+    settings: OperatorSettings
+    log_dir: Path
+    containerd: ContainerdEvents | None
+    results: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    @property
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api)
+
+    def recorder(self, namespace: str, stack: ExitStack) -> Recorder:
+        recorder = Recorder(self.api, namespace, self.containerd)
+        recorder.start()
+        stack.callback(recorder.stop)
+        return recorder
+
+    def warm(self, what: str, workload: Workload) -> None:
+        attempt = run_many(workload, runs=1, concurrency=1)[0]
+        if not attempt.ok:
+            raise BenchError(f"warm-up of {what} failed: {attempt.error}")
+
+    def measure(
+        self, key: str, label: str, path: str, workload: Workload, *, runs: int, concurrency: int
+    ) -> list[Attempt]:
+        progress(f"{label}: {runs} runs")
+        attempts = run_many(workload, runs=runs, concurrency=concurrency)
+        entry = latency_entry(label, path, concurrency, attempts)
+        summary = entry["summary"]
+        progress(
+            f"  p50 {summary['p50']:.2f}s p95 {summary['p95']:.2f}s, {entry['failures']} failed"
+            if summary
+            else f"  every run failed: {entry['error']}"
+        )
+        self.results.setdefault("latency" if path.startswith("sandpod") else "baselines", {})[
+            key
+        ] = entry
+        return attempts
+
+    def run(self) -> None:
+        options = self.options
+        with ExitStack() as stack:
+            kubectl_recorder = self.recorder(self.namespaces.kubectl, stack)
+            gateway_recorder = self.recorder(self.namespaces.gateway, stack)
+            load_recorder = self.recorder(self.namespaces.load, stack)
+            operator = OperatorProcess(
+                kubeconfig=options.kubeconfig,
+                namespace=self.namespaces.sandpod[0],
+                log_path=self.log_dir / "operator.log",
+            )
+            operator.command += [f"--namespace={ns}" for ns in self.namespaces.sandpod[1:]]
+            gateway_key, load_key = (
+                f"sk-{secrets.token_urlsafe(24)}",
+                f"sk-{secrets.token_urlsafe(24)}",
+            )
+            self.core.create_namespaced_secret(
+                self.namespaces.gateway,
+                tenants_secret(
+                    {
+                        "bench-latency": (self.namespaces.gateway, gateway_key),
+                        "bench-load": (self.namespaces.load, load_key),
+                    }
+                ),
+            )
+            gateway = GatewayProcess(
+                kubeconfig=options.kubeconfig,
+                namespace=self.namespaces.gateway,
+                secret=KEYS_SECRET,
+                log_path=self.log_dir / "gateway.log",
+            )
+            progress("starting the operator and the gateway")
+            # Executions go before the operator stops: it releases their finalizers.
+            stack.callback(operator.stop)
+            operator.start()
+            stack.callback(delete_executions, self.custom, self.namespaces.sandpod)
+            stack.enter_context(running(gateway))
+            operator_start = operator.sample()
+            limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+            timeout = httpx.Timeout(RUN_TIMEOUT_SECONDS + 30)
+            gateway_http = stack.enter_context(
+                httpx.Client(
+                    base_url=gateway.url,
+                    limits=limits,
+                    timeout=timeout,
+                    headers={"Authorization": f"Bearer {gateway_key}"},
+                )
+            )
+            load_http = stack.enter_context(
+                httpx.Client(
+                    base_url=gateway.url,
+                    limits=limits,
+                    timeout=timeout,
+                    headers={"Authorization": f"Bearer {load_key}"},
+                )
+            )
+
+            def kubectl_workload(prefix: str) -> SandpodKubectl:
+                return SandpodKubectl(
+                    options.kubectl,
+                    options.kubeconfig,
+                    self.namespaces.kubectl,
+                    kubectl_recorder,
+                    prefix,
+                )
+
+            gateway_workload = SandpodGateway(gateway_http, gateway_recorder)
+            if "latency" in options.sections:
+                progress("warming up")
+                self.warm("sandpod via kubectl", kubectl_workload("warm"))
+                self.warm("sandpod via the gateway", gateway_workload)
+                sequential_kubectl = self.measure(
+                    "kubectl_sequential",
+                    "sandpod via kubectl apply, sequential",
+                    "sandpod-kubectl",
+                    kubectl_workload("seq"),
+                    runs=options.runs,
+                    concurrency=1,
+                )
+                self.measure(
+                    f"kubectl_concurrency_{options.concurrency}",
+                    f"sandpod via kubectl apply, concurrency {options.concurrency}",
+                    "sandpod-kubectl",
+                    kubectl_workload("conc"),
+                    runs=options.runs,
+                    concurrency=options.concurrency,
+                )
+                sequential_gateway = self.measure(
+                    "gateway_sequential",
+                    "sandpod via the gateway, sequential",
+                    "sandpod-gateway",
+                    gateway_workload,
+                    runs=options.runs,
+                    concurrency=1,
+                )
+                self.measure(
+                    f"gateway_concurrency_{options.concurrency}",
+                    f"sandpod via the gateway, concurrency {options.concurrency}",
+                    "sandpod-gateway",
+                    gateway_workload,
+                    runs=options.runs,
+                    concurrency=options.concurrency,
+                )
+                breakdown = {}
+                for path, recorder, attempts in (
+                    ("kubectl", kubectl_recorder, sequential_kubectl),
+                    ("gateway", gateway_recorder, sequential_gateway),
+                ):
+                    entry = breakdown_entry(recorder, attempts)
+                    if entry:
+                        breakdown[path] = entry
+                self.results.setdefault("breakdown", {}).update(breakdown)
+            if "baselines" in options.sections:
+                self.run_baselines()
+                if self.results.get("latency"):
+                    self.results["ratios_p50"] = baseline_ratios(
+                        self.results["latency"], self.results.get("baselines") or {}
+                    )
+            if "throughput" in options.sections:
+                workloads: dict[str, Workload] = {
+                    "gateway": SandpodGateway(load_http, load_recorder),
+                    "api": SandpodApi(self.custom, self.namespaces.load, load_recorder, "load"),
+                    "kubectl": SandpodKubectl(
+                        options.kubectl,
+                        options.kubeconfig,
+                        self.namespaces.load,
+                        load_recorder,
+                        "load",
+                    ),
+                }
+                workload = workloads[options.throughput_path]
+                self.warm("the throughput path", workload)
+                progress(
+                    f"throughput: {options.throughput_concurrency} clients via "
+                    f"{options.throughput_path} for {options.duration:.0f}s"
+                )
+                throughput = measure_throughput(
+                    workload,
+                    load_recorder,
+                    path=options.throughput_path,
+                    concurrency=options.throughput_concurrency,
+                    duration_seconds=options.duration,
+                )
+                progress(
+                    f"  {throughput['executions_per_second']:.2f}/s, lost {throughput['lost']}, "
+                    f"duplicated {throughput['duplicated']}, failed {throughput['failed']}"
+                )
+                self.results["throughput"] = throughput
+            operator_end = operator.sample()
+            handled = len(
+                [
+                    observation
+                    for recorder in (kubectl_recorder, gateway_recorder, load_recorder)
+                    for observation in recorder.all()
+                    if observation.terminal
+                ]
+            )
+            if handled:
+                cpu = operator_end.cpu_seconds - operator_start.cpu_seconds
+                self.results["main_operator"] = {
+                    "executions": handled,
+                    "cpu_seconds": cpu,
+                    "cpu_seconds_per_100_executions": cpu / handled * 100,
+                    "rss_mib_end": operator_end.rss_bytes / 1024 / 1024,
+                    "peak_rss_mib": operator_end.peak_rss_bytes / 1024 / 1024,
+                }
+            progress("removing the executions (the operator releases them)")
+        if "cost" in options.sections:
+            self.run_cost()
+
+    def run_baselines(self) -> None:
+        options = self.options
+        namespace = self.namespaces.baselines
+        policies: Any = client.NetworkingV1Api(self.api)
+        policies.create_namespaced_network_policy(
+            namespace, manifests.baseline_network_policy(namespace)
+        )
+        catalog, settings, core = self.catalog, self.settings, self.core
+        batch = client.BatchV1Api(self.api)
+        candidates: dict[str, tuple[str, Callable[[str], Workload]]] = {
+            "job": (
+                "Kubernetes Job (create → Complete, log)",
+                lambda prefix: JobBaseline(batch, core, namespace, catalog, settings, prefix),
+            ),
+            "pod": (
+                "bare pod (create → container exited, log)",
+                lambda prefix: BarePod(core, namespace, catalog, settings, prefix, self.containerd),
+            ),
+            "llm-sandbox": (
+                "llm-sandbox, Kubernetes backend (open, run)",
+                lambda prefix: LlmSandbox(core, namespace, catalog, settings),
+            ),
+        }
+        for key in options.baselines:
+            label, make = candidates[key]
+            warm = run_many(make(f"{key}-warm"), runs=1, concurrency=1)[0]
+            if not warm.ok:
+                progress(f"{label}: the warm-up failed: {warm.error}")
+            attempts = self.measure(
+                key,
+                label,
+                f"baseline-{key}",
+                make(f"{key}-run"),
+                runs=options.baseline_runs,
+                concurrency=1,
+            )
+            if key == "pod" and (entry := breakdown_entry(None, attempts)):
+                self.results.setdefault("breakdown", {})["bare pod"] = entry
+
+    def run_cost(self) -> None:
+        options = self.options
+        namespace = self.namespaces.cost
+        progress(f"operator cost: {options.cost_executions} executions through a counting proxy")
+        with ExitStack() as stack:
+            proxy = ProxyProcess(kubeconfig=options.kubeconfig, log_path=self.log_dir / "proxy.log")
+            stack.enter_context(running(proxy))
+            proxied = self.log_dir / "proxy.kubeconfig"
+            proxied.write_text(yaml.safe_dump(proxy_kubeconfig(proxy.port)))
+            operator = OperatorProcess(
+                kubeconfig=proxied, namespace=namespace, log_path=self.log_dir / "operator-cost.log"
+            )
+            stack.callback(operator.stop)
+            operator.start()
+            stack.callback(delete_executions, self.custom, [namespace])
+            recorder = self.recorder(namespace, stack)
+            warm = run_many(
+                SandpodApi(self.custom, namespace, recorder, "warm"), runs=2, concurrency=1
+            )
+            if not all(a.ok for a in warm):
+                raise BenchError(f"warm-up of the cost section failed: {warm[0].error}")
+            if not wait_quiet(proxy.counts, quiet_seconds=3, timeout=60):
+                self.notes.append("the operator never went quiet before the cost measurement")
+            before, counts_before, own_before = (
+                operator.sample(),
+                proxy.counts(),
+                operator.own_requests(),
+            )
+            started = time.perf_counter()
+            attempts = run_many(
+                SandpodApi(self.custom, namespace, recorder, "cost"),
+                runs=options.cost_executions,
+                concurrency=options.cost_concurrency,
+            )
+            if not wait_quiet(proxy.counts, quiet_seconds=3, timeout=60):
+                self.notes.append("the operator never went quiet after the cost measurement")
+            seconds = time.perf_counter() - started
+            after, counts_after, own_after = (
+                operator.sample(),
+                proxy.counts(),
+                operator.own_requests(),
+            )
+            summary = cost_summary(
+                executions=options.cost_executions,
+                before=before,
+                after=after,
+                requests_before=counts_before,
+                requests_after=counts_after,
+                own_before=own_before,
+                own_after=own_after,
+                seconds=seconds,
+            )
+            summary["concurrency"] = options.cost_concurrency
+            summary["failures"] = sum(1 for a in attempts if not a.ok)
+            self.results["operator_cost"] = summary
+            progress(
+                f"  {summary['cpu_seconds_per_100_executions']:.1f} CPU s per 100, "
+                f"{summary['api_requests_per_execution']:.1f} API requests per execution"
+            )
+            progress("removing the cost section's executions")
+
+
+def write_results(results: dict[str, Any], output_dir: Path, stamp: str) -> Path:
+    output_dir.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(results, indent=2, sort_keys=False) + "\n"
+    path = output_dir / f"{stamp}.json"
+    path.write_text(text)
+    (output_dir / "latest.json").write_text(text)
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options = parse_options(argv)
+    if not options.kubeconfig.is_file():
+        print(
+            f"no cluster: {options.kubeconfig} does not exist (make cluster-up, or set KUBECONFIG)",
+            file=sys.stderr,
+        )
+        return 2
+    started = datetime.now(UTC)
+    stamp = started.strftime("%Y%m%dT%H%M%SZ")
+    run_id = uuid.uuid4().hex[:6]
+    namespaces = Namespaces(f"bench-{run_id}")
+    log_dir = options.output_dir / "logs" / stamp
+    log_dir.mkdir(parents=True, exist_ok=True)
+    api = connect(options.kubeconfig, pool=max(32, options.throughput_concurrency * 2))
+    settings = OperatorSettings()
+    core = client.CoreV1Api(api)
+    results: dict[str, Any] = {
+        "started_at": started.isoformat(timespec="seconds"),
+        "options": {
+            key: (str(value) if isinstance(value, Path) else value)
+            for key, value in asdict(options).items()
+            if key not in ("kubeconfig", "output_dir")
+        },
+        "program": manifests.PROGRAM,
+        "image": load_catalog(settings.catalog_path).languages[manifests.LANGUAGE].image,
+        "runtime_class": settings.runtime_class_name,
+        "machine": machine_facts(api),
+        "logs": str(log_dir.relative_to(REPO_ROOT))
+        if log_dir.is_relative_to(REPO_ROOT)
+        else str(log_dir),
+    }
+    results["machine"]["load_before"] = load_average()
+    results["machine"]["other_activity_before"] = other_activity(core, namespaces.prefix)
+    containerd: ContainerdEvents | None = None
+    ctr = shutil.which("ctr")
+    notes: list[str] = []
+    if ctr and CONTAINERD_SOCKET.exists():
+        containerd = ContainerdEvents(ctr, CONTAINERD_SOCKET, namespaces.prefix)
+        containerd.start()
+    else:
+        notes.append(
+            "no containerd event stream (ctr or the socket missing): the sandbox and "
+            "container milestones are folded into 'kubelet reports the exit'"
+        )
+    bench = Bench(
+        options=options,
+        api=api,
+        namespaces=namespaces,
+        catalog=load_catalog(settings.catalog_path),
+        settings=settings,
+        log_dir=log_dir,
+        containerd=containerd,
+        results=results,
+        notes=notes,
+    )
+    progress(f"bench {namespaces.prefix}: logs in {log_dir}")
+    failure: str | None = None
+    try:
+        ensure_crd(api)
+        ensure_runtime_class(api, settings.runtime_class_name)
+        for namespace in (*namespaces.sandpod, namespaces.baselines, namespaces.cost):
+            create_namespace(core, namespace)
+        bench.run()
+    except (BenchError, StartupError, client.ApiException) as error:
+        failure = f"{type(error).__name__}: {error}"
+        progress(f"the bench failed: {failure}")
+    except KeyboardInterrupt:
+        failure = "interrupted"
+    finally:
+        for namespace in (*namespaces.sandpod, namespaces.baselines, namespaces.cost):
+            try:
+                core.delete_namespace(namespace, propagation_policy="Background")
+            except client.ApiException as error:
+                if error.status != 404:
+                    progress(f"could not delete namespace {namespace}: {error.reason}")
+        if containerd is not None:
+            containerd.stop()
+    results["machine"]["load_after"] = load_average()
+    results["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+    results["notes"] = notes
+    if failure:
+        results["failure"] = failure
+    path = write_results(results, options.output_dir, stamp)
+    print(render(results))
+    print(f"\nresults: {path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path}")
+    return 1 if failure else 0

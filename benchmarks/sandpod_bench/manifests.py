@@ -1,0 +1,144 @@
+"""Manifests the bench creates (pure): CodeExecutions, and the baselines' pods and Jobs.
+
+The baselines run the same program in the same image, RuntimeClass, resources and security
+settings as a sandpod sandbox: their pod spec is sandpod's own (`build_pod`), minus the runner
+and its input ConfigMap. Their pods are caught by a deny-all NetworkPolicy of their own, as
+sandbox pods are by sandpod's, so the NetworkPolicy enforcer does the same work for both.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from sandpod_operator.builders import build_pod, plan_execution
+from sandpod_operator.catalog import Catalog
+from sandpod_operator.models import API_VERSION, KIND, CodeExecutionSpec
+from sandpod_operator.settings import OperatorSettings
+
+Manifest = dict[str, Any]
+
+PROGRAM = "print(1)"
+EXPECTED_STDOUT = "1\n"
+LANGUAGE = "python"
+TIMEOUT_SECONDS = 10
+PART_OF_LABEL = "app.kubernetes.io/part-of"
+PART_OF = "sandpod-bench"
+BASELINE_LABEL = "bench.sandpod.dev/baseline"
+BASELINE_POLICY_NAME = "bench-baseline-deny-all"
+SANDBOX_DIR = "/tmp/sandbox"
+# llm-sandbox runs `python <file>`; the image has only python3, and its root is read-only.
+SHIM_BIN_DIR = "/tmp/bin"
+
+
+def code_execution(name: str, *, namespace: str | None = None) -> Manifest:
+    metadata: Manifest = {"name": name, "labels": {PART_OF_LABEL: PART_OF}}
+    if namespace:
+        metadata["namespace"] = namespace
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": metadata,
+        "spec": {"language": LANGUAGE, "source": PROGRAM, "timeoutSeconds": TIMEOUT_SECONDS},
+    }
+
+
+def _sandpod_pod(
+    namespace: str, name: str, catalog: Catalog, settings: OperatorSettings
+) -> Manifest:
+    spec = CodeExecutionSpec.model_validate(
+        {"language": LANGUAGE, "source": PROGRAM, "timeoutSeconds": TIMEOUT_SECONDS}
+    )
+    plan = plan_execution(spec, catalog, settings)
+    # The uid only names the children; a fixed one keeps this pure.
+    return build_pod(
+        namespace=namespace,
+        execution_name=name,
+        uid="00000000-0000-0000-0000-000000000000",
+        plan=plan,
+        settings=settings,
+    )
+
+
+def baseline_pod(
+    *,
+    namespace: str,
+    name: str,
+    kind: str,
+    catalog: Catalog,
+    settings: OperatorSettings,
+    command: list[str] | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> Manifest:
+    """sandpod's sandbox pod running `python3 -c print(1)` directly (or `command`)."""
+    pod = _sandpod_pod(namespace, name, catalog, settings)
+    pod["metadata"] = {
+        "name": name,
+        "namespace": namespace,
+        "labels": {PART_OF_LABEL: PART_OF, BASELINE_LABEL: kind},
+    }
+    spec = pod["spec"]
+    spec["volumes"] = [volume for volume in spec["volumes"] if volume["name"] != "input"]
+    container = spec["containers"][0]
+    container["volumeMounts"] = [
+        mount for mount in container["volumeMounts"] if mount["name"] != "input"
+    ]
+    container["command"] = command or ["python3", "-c", PROGRAM]
+    env = {**catalog.languages[LANGUAGE].env, **(extra_env or {})}
+    container["env"] = [{"name": key, "value": value} for key, value in sorted(env.items())]
+    return pod
+
+
+def baseline_job(
+    *, namespace: str, name: str, catalog: Catalog, settings: OperatorSettings
+) -> Manifest:
+    pod = baseline_pod(
+        namespace=namespace, name=name, kind="job", catalog=catalog, settings=settings
+    )
+    template_metadata = {"labels": copy.deepcopy(pod["metadata"]["labels"])}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": pod["metadata"]["labels"]},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {"metadata": template_metadata, "spec": pod["spec"]},
+        },
+    }
+
+
+def llm_sandbox_pod(*, namespace: str, catalog: Catalog, settings: OperatorSettings) -> Manifest:
+    """A long-running pod llm-sandbox execs into (it names the pod itself)."""
+    keep_running = (
+        f"mkdir -p {SHIM_BIN_DIR} {SANDBOX_DIR} && ln -sf /usr/bin/python3 {SHIM_BIN_DIR}/python"
+        " && exec sleep infinity"
+    )
+    pod = baseline_pod(
+        namespace=namespace,
+        name="llm-sandbox",
+        kind="llm-sandbox",
+        catalog=catalog,
+        settings=settings,
+        command=["sh", "-c", keep_running],
+        extra_env={"PATH": f"{SHIM_BIN_DIR}:/usr/local/bin:/usr/bin:/bin"},
+    )
+    return pod
+
+
+def baseline_network_policy(namespace: str) -> Manifest:
+    """Deny all traffic of the baselines' pods, like sandpod's policy for its sandboxes."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": BASELINE_POLICY_NAME,
+            "namespace": namespace,
+            "labels": {PART_OF_LABEL: PART_OF},
+        },
+        "spec": {
+            "podSelector": {"matchExpressions": [{"key": BASELINE_LABEL, "operator": "Exists"}]},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [],
+            "egress": [],
+        },
+    }

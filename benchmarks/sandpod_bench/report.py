@@ -1,0 +1,184 @@
+"""The printed report (pure): a results dict, as written to JSON, to text tables."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sandpod_bench.stats import ratio
+
+LATENCY_COLUMNS = ("n", "fail", "p50 s", "p95 s", "p99 s", "mean s")
+
+
+def table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], *, align_first_left: bool = True
+) -> str:
+    """A plain text table; the first column left-aligned, the others right-aligned."""
+    widths = [len(header) for header in headers]
+    for row in rows:
+        for index, cell in enumerate(row):
+            widths[index] = max(widths[index], len(cell))
+
+    def line(cells: Sequence[str]) -> str:
+        parts = []
+        for index, cell in enumerate(cells):
+            if index == 0 and align_first_left:
+                parts.append(cell.ljust(widths[index]))
+            else:
+                parts.append(cell.rjust(widths[index]))
+        return "  ".join(parts).rstrip()
+
+    rule = "  ".join("-" * width for width in widths)
+    return "\n".join([line(headers), rule, *(line(row) for row in rows)])
+
+
+def seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def times(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def latency_cells(entry: Mapping[str, Any] | None) -> list[str]:
+    """n, failures, p50, p95, p99, mean of a latency entry; its error if nothing succeeded."""
+    if not entry:
+        return ["-"] * len(LATENCY_COLUMNS)
+    summary = entry.get("summary")
+    if not summary:
+        error = str(entry.get("error") or "no successful run")
+        return ["0", str(entry.get("failures", "-")), f"FAILED: {error[:70]}", "", "", ""]
+    return [
+        str(summary["count"]),
+        str(summary["failures"]),
+        seconds(summary["p50"]),
+        seconds(summary["p95"]),
+        seconds(summary["p99"]),
+        seconds(summary["mean"]),
+    ]
+
+
+def latency_table(latency: Mapping[str, Mapping[str, Any]]) -> str:
+    rows = [[entry.get("label", key), *latency_cells(entry)] for key, entry in latency.items()]
+    return table(["sandpod, print(1) end to end", *LATENCY_COLUMNS], rows)
+
+
+def p50_of(entry: Mapping[str, Any] | None) -> float | None:
+    summary = (entry or {}).get("summary")
+    return None if not summary else float(summary["p50"])
+
+
+def baseline_ratios(
+    latency: Mapping[str, Mapping[str, Any]], baselines: Mapping[str, Mapping[str, Any]]
+) -> dict[str, dict[str, float | None]]:
+    """sandpod p50 / baseline p50, for each sequential sandpod path and each baseline."""
+    sandpod = {
+        key: p50_of(entry) for key, entry in latency.items() if entry.get("concurrency") == 1
+    }
+    return {
+        baseline: {path: ratio(value, p50_of(entry)) for path, value in sandpod.items()}
+        for baseline, entry in baselines.items()
+    }
+
+
+def baselines_table(
+    latency: Mapping[str, Mapping[str, Any]], baselines: Mapping[str, Mapping[str, Any]]
+) -> str:
+    ratios = baseline_ratios(latency, baselines)
+    paths = [key for key, entry in latency.items() if entry.get("concurrency") == 1]
+    headers = ["baseline, sequential", *LATENCY_COLUMNS, *(f"{path} / it" for path in paths)]
+    rows = []
+    for name, entry in baselines.items():
+        rows.append(
+            [
+                entry.get("label", name),
+                *latency_cells(entry),
+                *(times(ratios[name][path]) for path in paths),
+            ]
+        )
+    return table(headers, rows)
+
+
+def throughput_table(throughput: Mapping[str, Any]) -> str:
+    headers = ["throughput", "value"]
+    latency = throughput.get("latency") or {}
+    rows = [
+        ["path, concurrency", f"{throughput['path']}, {throughput['concurrency']}"],
+        ["window", f"{throughput['window_seconds']:.0f} s"],
+        ["completed per second", f"{throughput['executions_per_second']:.2f}"],
+        ["requests / succeeded", f"{throughput['requests']} / {throughput['succeeded']}"],
+        [
+            "failed / lost / duplicated",
+            f"{throughput['failed']} / {throughput['lost']} / {throughput['duplicated']}",
+        ],
+        [
+            "latency p50 / p95 under load",
+            f"{seconds(latency.get('p50'))} / {seconds(latency.get('p95'))} s",
+        ],
+    ]
+    return table(headers, rows)
+
+
+def breakdown_table(breakdown: Mapping[str, Mapping[str, Any]]) -> str:
+    paths = list(breakdown)
+    if not paths:
+        return ""
+    first = breakdown[paths[0]]
+    headers = ["where the time goes (median s)", *paths]
+    rows = []
+    for index, item in enumerate(first["slices"]):
+        cells = [item["name"]]
+        for path in paths:
+            slice_ = breakdown[path]["slices"][index]
+            marker = "*" if slice_["estimated_runs"] else ""
+            cells.append(f"{slice_['median_seconds']:.3f}{marker} ({slice_['share']:.0%})")
+        rows.append(cells)
+    rows.append(["sum of medians", *(f"{breakdown[p]['total_seconds']:.3f}" for p in paths)])
+    rows.append(["largest slice", *(str(breakdown[p]["largest"]) for p in paths)])
+    return table(headers, rows)
+
+
+def cost_table(cost: Mapping[str, Any]) -> str:
+    own = cost.get("operator_counted_requests_per_execution")
+    rows = [
+        ["executions", str(cost["executions"])],
+        ["CPU seconds per 100 executions", f"{cost['cpu_seconds_per_100_executions']:.2f}"],
+        ["RSS before / after (MiB)", f"{cost['rss_mib_before']:.0f} / {cost['rss_mib_after']:.0f}"],
+        ["peak RSS (MiB)", f"{cost['peak_rss_mib']:.0f}"],
+        ["API requests per execution (all)", f"{cost['api_requests_per_execution']:.1f}"],
+        ["  of which the operator's own count", "-" if own is None else f"{own:.1f}"],
+    ]
+    for kind, value in sorted(
+        cost["api_requests_per_execution_by_kind"].items(), key=lambda item: -item[1]
+    )[:8]:
+        rows.append([f"  {kind}", f"{value:.2f}"])
+    return table(["operator cost", "value"], rows)
+
+
+def render(results: Mapping[str, Any]) -> str:
+    machine = results.get("machine") or {}
+    parts = [
+        f"sandpod benchmark {results.get('started_at', '')} "
+        f"({'quick' if results.get('options', {}).get('quick') else 'full'} run)",
+        f"machine: {machine.get('cpu_model', '?')}, {machine.get('cores', '?')} cores, "
+        f"{machine.get('memory_gib', '?')} GiB, Kubernetes {machine.get('kubernetes', '?')}, "
+        f"load average {machine.get('load_before', '?')} before, "
+        f"{machine.get('load_after', '?')} after",
+    ]
+    if results.get("latency"):
+        parts += ["", latency_table(results["latency"])]
+    if results.get("baselines"):
+        parts += ["", baselines_table(results.get("latency") or {}, results["baselines"])]
+    if results.get("throughput"):
+        parts += ["", throughput_table(results["throughput"])]
+    if results.get("breakdown"):
+        parts += [
+            "",
+            breakdown_table(results["breakdown"]),
+            "* some runs lacked this milestone; it took the next one's time",
+        ]
+    if results.get("operator_cost"):
+        parts += ["", cost_table(results["operator_cost"])]
+    for note in results.get("notes") or []:
+        parts.append(f"note: {note}")
+    return "\n".join(parts)

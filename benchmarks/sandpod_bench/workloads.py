@@ -1,0 +1,423 @@
+"""The things the bench times: one `print(1)` through sandpod (kubectl, gateway, API) and
+through each baseline (a Job, a bare pod, llm-sandbox). Each returns an Attempt; failures
+are results too, never exceptions that end the bench."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from kubernetes import client
+from sandpod_operator.catalog import Catalog
+from sandpod_operator.models import GROUP, PLURAL, VERSION
+from sandpod_operator.settings import OperatorSettings
+
+from sandpod_bench import manifests
+from sandpod_bench.containerd import ContainerdEvents
+from sandpod_bench.kube import Manifest, list_raw, watch_events
+from sandpod_bench.manifests import EXPECTED_STDOUT, LANGUAGE, PROGRAM
+from sandpod_bench.recorder import Recorder
+
+# Far beyond a healthy run (3-5 s); only a broken cluster gets there.
+RUN_TIMEOUT_SECONDS = 180
+# After the client returned, the terminal status must already be on its way.
+STATUS_GRACE_SECONDS = 30
+
+
+@dataclass
+class Attempt:
+    ok: bool
+    seconds: float
+    name: str = ""
+    error: str | None = None
+    # Wall-clock times the client itself knows: submitted, client_returned.
+    milestones: dict[str, float] = field(default_factory=dict)
+
+
+Workload = Callable[[int], Attempt]
+
+
+def run_many(workload: Workload, *, runs: int, concurrency: int) -> list[Attempt]:
+    """`runs` attempts, at most `concurrency` at a time, in index order."""
+    if concurrency <= 1:
+        return [_guarded(workload, index) for index in range(runs)]
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        return list(pool.map(lambda index: _guarded(workload, index), range(runs)))
+
+
+def _guarded(workload: Workload, index: int) -> Attempt:
+    started = time.perf_counter()
+    try:
+        return workload(index)
+    except Exception as error:
+        return Attempt(
+            False, time.perf_counter() - started, error=f"{type(error).__name__}: {error}"
+        )
+
+
+def _verdict(recorder: Recorder, name: str) -> str | None:
+    """None when the execution succeeded with the expected output, else what went wrong."""
+    observation = recorder.wait_terminal(name, STATUS_GRACE_SECONDS)
+    if observation is None:
+        return "no terminal status seen"
+    if observation.phase != "Succeeded":
+        status = (observation.execution or {}).get("status") or {}
+        return f"{observation.phase}/{status.get('reason')}: {status.get('message')}"
+    if observation.stdout != EXPECTED_STDOUT:
+        return f"unexpected stdout {observation.stdout!r}"
+    return None
+
+
+# --- sandpod ------------------------------------------------------------------------------
+
+
+@dataclass
+class SandpodKubectl:
+    """`kubectl apply -f -`, then `kubectl wait --for=condition=Completed`, as a user would."""
+
+    kubectl: str
+    kubeconfig: Path
+    namespace: str
+    recorder: Recorder
+    prefix: str
+
+    def __call__(self, index: int) -> Attempt:
+        name = f"{self.prefix}-{index}"
+        document = yaml.safe_dump(manifests.code_execution(name, namespace=self.namespace))
+        env = {"KUBECONFIG": str(self.kubeconfig), "PATH": "/usr/bin:/bin"}
+        submitted = time.time()
+        started = time.perf_counter()
+        applied = subprocess.run(
+            [self.kubectl, "apply", "-f", "-"],
+            input=document,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        if applied.returncode != 0:
+            return Attempt(False, time.perf_counter() - started, name, applied.stderr.strip())
+        waited = subprocess.run(
+            [
+                self.kubectl,
+                "wait",
+                "--for=condition=Completed",
+                f"codeexecution/{name}",
+                f"--namespace={self.namespace}",
+                f"--timeout={RUN_TIMEOUT_SECONDS}s",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=RUN_TIMEOUT_SECONDS + 30,
+        )
+        seconds = time.perf_counter() - started
+        milestones = {"submitted": submitted, "client_returned": time.time()}
+        if waited.returncode != 0:
+            return Attempt(False, seconds, name, waited.stderr.strip(), milestones)
+        problem = _verdict(self.recorder, name)
+        return Attempt(problem is None, seconds, name, problem, milestones)
+
+
+@dataclass
+class SandpodGateway:
+    """POST /v1/executions and wait for the result (the gateway's default)."""
+
+    http: httpx.Client
+    recorder: Recorder
+
+    def __call__(self, index: int) -> Attempt:
+        submitted = time.time()
+        started = time.perf_counter()
+        response = self.http.post(
+            "/v1/executions",
+            json={"language": LANGUAGE, "code": PROGRAM},
+            headers={"Idempotency-Key": uuid.uuid4().hex},
+        )
+        seconds = time.perf_counter() - started
+        milestones = {"submitted": submitted, "client_returned": time.time()}
+        try:
+            body: dict[str, Any] = response.json()
+        except ValueError:
+            body = {}
+        name = str(body.get("id") or "")
+        if response.status_code != 200:
+            problem = f"HTTP {response.status_code}: {response.text[:300]}"
+            return Attempt(False, seconds, name, problem, milestones)
+        if body.get("status") != "success" or body.get("stdout") != EXPECTED_STDOUT:
+            problem = f"{body.get('status')}: {body.get('error_message')} {body.get('stdout')!r}"
+            return Attempt(False, seconds, name, problem, milestones)
+        return Attempt(True, seconds, name, None, milestones)
+
+
+@dataclass
+class SandpodApi:
+    """Create the CodeExecution through the API and wait for its status (the bench's own
+    watch): what a platform that talks to Kubernetes directly does."""
+
+    custom: client.CustomObjectsApi
+    namespace: str
+    recorder: Recorder
+    prefix: str
+
+    def __call__(self, index: int) -> Attempt:
+        name = f"{self.prefix}-{index}"
+        submitted = time.time()
+        started = time.perf_counter()
+        self.custom.create_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, manifests.code_execution(name)
+        )
+        observation = self.recorder.wait_terminal(name, RUN_TIMEOUT_SECONDS)
+        seconds = time.perf_counter() - started
+        milestones = {"submitted": submitted, "client_returned": time.time()}
+        if observation is None:
+            return Attempt(False, seconds, name, "no terminal status", milestones)
+        problem = _verdict(self.recorder, name)
+        return Attempt(problem is None, seconds, name, problem, milestones)
+
+
+# --- baselines ----------------------------------------------------------------------------
+
+
+def _create(create_method: Callable[..., Any], namespace: str, body: Manifest) -> Manifest:
+    """Create and answer the created object as a dict."""
+    response = create_method(namespace, body, _preload_content=False)
+    created: Manifest = json.loads(response.data)
+    return created
+
+
+def _wait_for(
+    list_method: Callable[..., Any],
+    namespace: str,
+    name: str,
+    resource_version: str,
+    done: Callable[[Manifest], bool],
+    seen: Callable[[Manifest], None] | None = None,
+) -> Manifest:
+    """Watch one object (from the version its create answered) until `done(object)`;
+    `seen` is called with every state on the way."""
+    deadline = time.monotonic() + RUN_TIMEOUT_SECONDS
+    while (remaining := deadline - time.monotonic()) > 0:
+        for _, item in watch_events(
+            list_method,
+            namespace,
+            field_selector=f"metadata.name={name}",
+            resource_version=resource_version,
+            timeout_seconds=max(1, int(remaining)),
+        ):
+            resource_version = item["metadata"]["resourceVersion"]
+            if seen is not None:
+                seen(item)
+            if done(item):
+                return item
+    raise TimeoutError(f"{name} did not finish within {RUN_TIMEOUT_SECONDS}s")
+
+
+def _delete_quietly(delete: Callable[[], Any]) -> None:
+    """Delete after timing; already gone is fine."""
+    try:
+        delete()
+    except client.ApiException as error:
+        if error.status != 404:
+            raise
+
+
+def _phase(pod: Manifest) -> str | None:
+    return (pod.get("status") or {}).get("phase")
+
+
+def _container_terminated(pod: Manifest) -> bool:
+    """The earliest sign that the log is complete: the container's terminated state (the
+    pod's phase turns Succeeded only after the sandbox is stopped, about a second later)."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return any((s.get("state") or {}).get("terminated") for s in statuses) or _phase(pod) in (
+        "Succeeded",
+        "Failed",
+    )
+
+
+def _exit_code(pod: Manifest) -> int | None:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        terminated = (status.get("state") or {}).get("terminated")
+        if terminated:
+            return int(terminated.get("exitCode", -1))
+    return None
+
+
+def _job_finished(job: Manifest) -> bool:
+    return any(
+        c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+        for c in (job.get("status") or {}).get("conditions") or []
+    )
+
+
+@dataclass
+class BarePod:
+    """A minimal script: create the pod, watch it until its container ended, read its log."""
+
+    core: client.CoreV1Api
+    namespace: str
+    catalog: Catalog
+    settings: OperatorSettings
+    prefix: str
+    containerd: ContainerdEvents | None = None
+
+    def __call__(self, index: int) -> Attempt:
+        name = f"{self.prefix}-{index}"
+        pod = manifests.baseline_pod(
+            namespace=self.namespace,
+            name=name,
+            kind="pod",
+            catalog=self.catalog,
+            settings=self.settings,
+        )
+        milestones: dict[str, float] = {}
+
+        def seen(state: Manifest) -> None:
+            if (state.get("spec") or {}).get("nodeName"):
+                milestones.setdefault("pod_scheduled", time.time())
+
+        milestones["submitted"] = time.time()
+        started = time.perf_counter()
+        try:
+            created = _create(self.core.create_namespaced_pod, self.namespace, pod)
+            # No operator: created, seen and "its pod created" are one moment.
+            for milestone in ("created", "operator_seen", "pod_created"):
+                milestones[milestone] = time.time()
+            finished = _wait_for(
+                self.core.list_namespaced_pod,
+                self.namespace,
+                name,
+                created["metadata"]["resourceVersion"],
+                _container_terminated,
+                seen,
+            )
+            milestones["exit_reported"] = time.time()
+            log = self.core.read_namespaced_pod_log(name, self.namespace)
+            seconds = time.perf_counter() - started
+            milestones["status_written"] = milestones["client_returned"] = time.time()
+        finally:
+            _delete_quietly(
+                lambda: self.core.delete_namespaced_pod(
+                    name, self.namespace, grace_period_seconds=0
+                )
+            )
+        self._add_container_times(milestones, name, finished)
+        if _exit_code(finished) != 0 or log != EXPECTED_STDOUT:
+            problem = f"exit code {_exit_code(finished)}: {log!r}"
+            return Attempt(False, seconds, name, problem, milestones)
+        return Attempt(True, seconds, name, None, milestones)
+
+    def _add_container_times(self, milestones: dict[str, float], name: str, pod: Manifest) -> None:
+        if self.containerd is None:
+            return
+        sandbox = self.containerd.sandbox(self.namespace, name)
+        if sandbox is not None:
+            _put(milestones, "sandbox_created", sandbox.created)
+            _put(milestones, "sandbox_started", sandbox.started)
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            container = self.containerd.container(str(status.get("containerID") or ""))
+            if container is not None:
+                _put(milestones, "runner_started", container.started)
+                _put(milestones, "program_exited", container.exited)
+
+
+def _put(milestones: dict[str, float], name: str, value: float | None) -> None:
+    if value is not None:
+        milestones[name] = value
+
+
+@dataclass
+class JobBaseline:
+    """A Job running the same code: create until its Complete condition, then its log."""
+
+    batch: client.BatchV1Api
+    core: client.CoreV1Api
+    namespace: str
+    catalog: Catalog
+    settings: OperatorSettings
+    prefix: str
+
+    def __call__(self, index: int) -> Attempt:
+        name = f"{self.prefix}-{index}"
+        job = manifests.baseline_job(
+            namespace=self.namespace, name=name, catalog=self.catalog, settings=self.settings
+        )
+        started = time.perf_counter()
+        try:
+            created = _create(self.batch.create_namespaced_job, self.namespace, job)
+            finished = _wait_for(
+                self.batch.list_namespaced_job,
+                self.namespace,
+                name,
+                created["metadata"]["resourceVersion"],
+                _job_finished,
+            )
+            pods = list_raw(
+                self.core.list_namespaced_pod,
+                self.namespace,
+                label_selector=f"batch.kubernetes.io/job-name={name}",
+            )["items"]
+            log = self.core.read_namespaced_pod_log(pods[0]["metadata"]["name"], self.namespace)
+            seconds = time.perf_counter() - started
+        finally:
+            _delete_quietly(
+                lambda: self.batch.delete_namespaced_job(
+                    name, self.namespace, propagation_policy="Background", grace_period_seconds=0
+                )
+            )
+        if not (finished.get("status") or {}).get("succeeded") or log != EXPECTED_STDOUT:
+            return Attempt(False, seconds, name, f"the Job failed or logged {log!r}")
+        return Attempt(True, seconds, name)
+
+
+@dataclass
+class LlmSandbox:
+    """llm-sandbox's Kubernetes backend: a session opens a pod (same image, RuntimeClass
+    and limits), runs the code by exec, and the session's close deletes the pod."""
+
+    core: client.CoreV1Api
+    namespace: str
+    catalog: Catalog
+    settings: OperatorSettings
+
+    def __call__(self, index: int) -> Attempt:
+        from llm_sandbox import SandboxBackend, SandboxSession
+
+        pod = manifests.llm_sandbox_pod(
+            namespace=self.namespace, catalog=self.catalog, settings=self.settings
+        )
+        started = time.perf_counter()
+        session = SandboxSession(
+            backend=SandboxBackend.KUBERNETES,
+            lang=LANGUAGE,
+            image=pod["spec"]["containers"][0]["image"],
+            client=self.core,
+            kube_namespace=self.namespace,
+            pod_manifest=copy.deepcopy(pod),
+            workdir=manifests.SANDBOX_DIR,
+            # Its Python setup makes a venv and upgrades pip from PyPI: the sandbox has no
+            # network, and the image has what print(1) needs.
+            skip_environment_setup=True,
+        )
+        try:
+            session.open()
+            result = session.run(PROGRAM)
+            seconds = time.perf_counter() - started
+        finally:
+            session.close()
+        if result.exit_code != 0 or result.stdout != EXPECTED_STDOUT:
+            return Attempt(
+                False, seconds, "", f"exit {result.exit_code}: {result.stdout!r} {result.stderr!r}"
+            )
+        return Attempt(True, seconds)
