@@ -20,6 +20,7 @@ const (
 	reapGrace = 5 * time.Second
 
 	readChunkBytes = 8 << 10
+	coalesceWindow = 5 * time.Millisecond
 )
 
 // processSpec says how to start the program.
@@ -174,11 +175,17 @@ func reapChildren(pid int, reapAll bool, waited chan<- waitedChild, allReaped ch
 	}
 }
 
-// drain copies r to w until r ends or is closed.
-func drain(r io.Reader, w io.Writer) {
+// drain copies r to w until r ends or is closed. What the program writes within
+// coalesceWindow of a first read goes out as one chunk: under gVisor every record
+// the runner writes to the pod log crosses to the host, so a program printing
+// 100,000 short lines would otherwise cost 100,000 records.
+func drain(r *os.File, w io.Writer) {
 	buf := make([]byte, readChunkBytes)
 	for {
 		n, err := r.Read(buf)
+		if n > 0 && err == nil {
+			n, err = fillWithin(r, buf, n, coalesceWindow)
+		}
 		if n > 0 {
 			_, _ = w.Write(buf[:n])
 		}
@@ -186,6 +193,25 @@ func drain(r io.Reader, w io.Writer) {
 			return
 		}
 	}
+}
+
+// fillWithin reads more into buf[n:] until buf is full or window has passed.
+func fillWithin(r *os.File, buf []byte, n int, window time.Duration) (int, error) {
+	if r.SetReadDeadline(time.Now().Add(window)) != nil {
+		return n, nil
+	}
+	defer func() { _ = r.SetReadDeadline(time.Time{}) }()
+	for n < len(buf) {
+		read, err := r.Read(buf[n:])
+		n += read
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // waitOrClose waits for the readers; past the grace period it closes their
