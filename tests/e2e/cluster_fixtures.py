@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kube_helpers import wait_until
+from kube_helpers import create_namespace, wait_until
 from kubernetes import client, config
 from operator_process import (
     MISSING_IMAGE,
@@ -70,24 +70,9 @@ def namespace(
     test_name = request.node.name.lower().replace("_", "-")
     test_name = "".join(c for c in test_name if c.isalnum() or c == "-")[:40].strip("-")
     name = f"{namespace_prefix}-{test_name}-{uuid.uuid4().hex[:6]}"
-    core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    wait_until(
-        lambda: _default_service_account_exists(core_v1, name),
-        timeout=30,
-        what=f"the default service account in {name}",
-    )
+    create_namespace(core_v1, name)
     yield name
     core_v1.delete_namespace(name, propagation_policy="Background", grace_period_seconds=0)
-
-
-def _default_service_account_exists(core_v1: client.CoreV1Api, namespace: str) -> bool:
-    try:
-        core_v1.read_namespaced_service_account("default", namespace)
-    except client.ApiException as error:
-        if error.status == 404:
-            return False
-        raise
-    return True
 
 
 # --- sandpod's CRD and a locally running operator (tests/e2e/test_operator.py and others) ---

@@ -30,6 +30,26 @@ def wait_until(
         time.sleep(interval)
 
 
+def create_namespace(core_v1: client.CoreV1Api, name: str) -> None:
+    """Creates a namespace and waits until pods can be made there (its default service account)."""
+    core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    wait_until(
+        lambda: _default_service_account_exists(core_v1, name),
+        timeout=30,
+        what=f"the default service account in {name}",
+    )
+
+
+def _default_service_account_exists(core_v1: client.CoreV1Api, namespace: str) -> bool:
+    try:
+        core_v1.read_namespaced_service_account("default", namespace)
+    except client.ApiException as error:
+        if error.status == 404:
+            return False
+        raise
+    return True
+
+
 TERMINAL_POD_PHASES = {"Succeeded", "Failed"}
 
 

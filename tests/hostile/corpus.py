@@ -1,0 +1,639 @@
+"""The hostile corpus: programs that attack the sandbox, and what a demanding user expects.
+
+Each case is run as a CodeExecution under gVisor (test_corpus.py), next to a benign
+neighbour. The expectation is the terminal phase/reason (several when the outcome races,
+as with fork bombs) plus checks of the status. `args` may name facts of the cluster that
+are only known at run time: {node_ip}, {peer_ip}, {peer_port}, {public_ip}, {metadata_ip},
+{fake_port}.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+Outcome = tuple[str, str]  # (phase, reason)
+ABSENT = object()  # a status field that must not be set
+
+MARKER = "sp-hostile-marker"
+
+# A Python program that tries TCP connections to each "host:port" argument and says how each
+# went; a refused or timed-out connection is "blocked".
+TCP_PROBE = """\
+import socket, sys
+for target in sys.argv[1:]:
+    host, port = target.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=3).close()
+        print("open", target)
+    except OSError as error:
+        print("blocked", target, type(error).__name__)
+"""
+
+# DNS questions for a cluster name, straight to the cluster DNS service and its endpoint.
+DNS_QUERY = """\
+import socket, struct, sys
+def query(name):
+    header = struct.pack(">HHHHHH", 0x5350, 0x0100, 1, 0, 0, 0)
+    labels = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\\0"
+    return header + labels + struct.pack(">HH", 1, 1)
+name = "kubernetes.default.svc.cluster.local"
+for server in sys.argv[1:]:
+    for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):
+        label = "udp" if kind == socket.SOCK_DGRAM else "tcp"
+        try:
+            with socket.socket(socket.AF_INET, kind) as sock:
+                sock.settimeout(3)
+                sock.connect((server, 53))
+                packet = query(name)
+                if kind == socket.SOCK_STREAM:
+                    packet = struct.pack(">H", len(packet)) + packet
+                sock.send(packet)
+                sock.recv(512)
+            print("answered", label, server)
+        except OSError as error:
+            print("no-answer", label, server, type(error).__name__)
+try:
+    print("resolved", socket.getaddrinfo(name, 443)[0][4][0])
+except OSError as error:
+    print("no-resolution", type(error).__name__)
+"""
+
+SYSCALLS = """\
+import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+def report(what, rc):
+    print(what, "ok" if rc == 0 else errno.errorcode[ctypes.get_errno()])
+"""
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    language: str
+    code: str
+    expect: tuple[Outcome, ...]
+    why: str
+    spec: dict[str, Any] = field(default_factory=dict)
+    stdout_contains: tuple[str, ...] = ()
+    stdout_excludes: tuple[str, ...] = ()
+    stdout_equals: str | None = None
+    stdout_pattern: str | None = None
+    stderr_contains: tuple[str, ...] = ()
+    stderr_equals: str | None = None
+    message_contains: tuple[str, ...] = ()
+    fields: dict[str, Any] = field(default_factory=dict)
+    max_duration_ms: int | None = None
+    # Extra time the test allows beyond spec.timeoutSeconds (e.g. kubelet's eviction delay).
+    slack_seconds: int = 90
+
+    @property
+    def expected_text(self) -> str:
+        return " or ".join(f"{phase}/{reason}" for phase, reason in self.expect)
+
+    def spec_for(self, facts: dict[str, str]) -> dict[str, Any]:
+        spec: dict[str, Any] = {"language": self.language, "source": self.code, **self.spec}
+        if "args" in spec:
+            spec["args"] = [fill_in(arg, facts) for arg in spec["args"]]
+        return spec
+
+    @property
+    def timeout_seconds(self) -> int:
+        return int(self.spec.get("timeoutSeconds", 10))
+
+
+def problems(case: Case, status: dict[str, Any], facts: dict[str, str]) -> list[str]:
+    """What in an execution's final status falls short of the case's expectation."""
+    found: list[str] = []
+    excluded = [fill_in(text, facts) for text in case.stdout_excludes]
+    outcome = (status.get("phase"), status.get("reason"))
+    if outcome not in case.expect:
+        found.append(f"ended {outcome[0]}/{outcome[1]}, expected {case.expected_text}")
+    stdout, stderr = str(status.get("stdout", "")), str(status.get("stderr", ""))
+    message = str(status.get("message", ""))
+    if case.stdout_equals is not None and stdout != case.stdout_equals:
+        found.append(f"stdout is {stdout[:400]!r}, expected {case.stdout_equals!r}")
+    if case.stderr_equals is not None and stderr != case.stderr_equals:
+        found.append(f"stderr is {stderr[:400]!r}, expected {case.stderr_equals!r}")
+    if case.stdout_pattern is not None and not re.search(case.stdout_pattern, stdout, re.M):
+        found.append(f"stdout {stdout[:400]!r} does not match {case.stdout_pattern!r}")
+    found += [
+        f"stdout lacks {s!r}: {stdout[:400]!r}" for s in case.stdout_contains if s not in stdout
+    ]
+    found += [f"stdout has {s!r}: {stdout[:400]!r}" for s in excluded if s in stdout]
+    found += [
+        f"stderr lacks {s!r}: {stderr[-400:]!r}" for s in case.stderr_contains if s not in stderr
+    ]
+    found += [
+        f"message lacks {s!r}: {message!r}" for s in case.message_contains if s not in message
+    ]
+    if not message:
+        found.append("no message says what happened")
+    for name, expected in case.fields.items():
+        if expected is ABSENT:
+            if name in status:
+                found.append(f"status.{name} is {status[name]!r}, expected it unset")
+        elif status.get(name) != expected:
+            found.append(f"status.{name} is {status.get(name)!r}, expected {expected!r}")
+    duration = status.get("durationMs")
+    if case.max_duration_ms is not None and (duration is None or duration > case.max_duration_ms):
+        found.append(f"durationMs is {duration}, expected at most {case.max_duration_ms}")
+    return found
+
+
+def fill_in(text: str, facts: dict[str, str]) -> str:
+    """`text` with each {fact} replaced (only known names: patterns keep their braces)."""
+    for name, value in facts.items():
+        text = text.replace("{" + name + "}", value)
+    return text
+
+
+def observed_text(status: dict[str, Any]) -> str:
+    return f"{status.get('phase')}/{status.get('reason')}"
+
+
+PRINT_ARGS_THEN_EXEC_HUGE = """\
+import os, subprocess, sys
+print(len(sys.argv) - 1, sum(len(a) for a in sys.argv[1:]))
+try:
+    subprocess.run(["true"] + ["a" * 100_000] * 400, check=False)
+    print("argv accepted")
+except OSError as error:
+    print("argv refused", error.strerror)
+"""
+
+HUGE_ENVIRONMENT = """\
+import os, subprocess
+for label, env in [
+    ("one 64 MiB variable", {"HUGE": "b" * (64 << 20)}),
+    ("20,000 variables of 1 KiB", {f"V{i}": "c" * 1024 for i in range(20_000)}),
+]:
+    try:
+        subprocess.run(["true"], env=env, check=False)
+        print(label, "accepted")
+    except OSError as error:
+        print(label, "refused", error.strerror)
+print("env", sorted(k for k in os.environ if k.startswith("KUBERNETES")))
+"""
+
+WRITE_OUTSIDE_TMP = f"""\
+import os
+targets = ["/{MARKER}", "/etc/{MARKER}", "/usr/bin/{MARKER}", "/var/tmp/{MARKER}",
+           "/opt/sandpod/{MARKER}", "/sandbox/input/{MARKER}", "/proc/{MARKER}",
+           "/sys/{MARKER}", "/dev/{MARKER}", "/tmp/../etc/{MARKER}", "/etc/passwd",
+           "/opt/sandpod/bin/sandpod-runner"]
+for path in targets:
+    try:
+        with open(path, "a") as handle:
+            handle.write("x")
+        print("escaped", path)
+    except OSError as error:
+        print("denied", path, error.strerror)
+# Memory inside the sandbox: allowed, and gone with it.
+for path in ["/tmp/{MARKER}", "/dev/shm/{MARKER}"]:
+    with open(path, "w") as handle:
+        handle.write("x")
+print("private writes done")
+"""
+
+LEFTOVER_PROCESSES = """\
+import os, signal, subprocess, sys, time
+# A detached shell, a double-forked daemon and a child that ignores polite signals:
+# each would print LEFTOVER after three seconds if it outlived the program.
+subprocess.Popen(["sh", "-c", "sleep 3; echo LEFTOVER-SESSION"], start_new_session=True)
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(3)
+        print("LEFTOVER-DAEMON", flush=True)
+    os._exit(0)
+if os.fork() == 0:
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+    time.sleep(3)
+    print("LEFTOVER-STUBBORN", flush=True)
+    os._exit(0)
+time.sleep(0.5)
+print("main done", flush=True)
+"""
+
+CASES: tuple[Case, ...] = (
+    # --- resources --------------------------------------------------------------------------------
+    Case(
+        id="fork-bomb-bash",
+        language="bash",
+        code="bomb() { bomb | bomb & }\nbomb\nsleep 30\n",
+        spec={"timeoutSeconds": 5},
+        expect=(("TimedOut", "DeadlineExceeded"), ("Failed", "OOMKilled")),
+        why="the process limit stops the bomb; the timeout or the memory limit ends it",
+    ),
+    Case(
+        id="fork-bomb-python",
+        language="python",
+        code="import os\nwhile True:\n    os.fork()\n",
+        spec={"timeoutSeconds": 10},
+        expect=(
+            ("Failed", "OOMKilled"),
+            ("Failed", "NonZeroExit"),
+            ("TimedOut", "DeadlineExceeded"),
+        ),
+        why="fork fails at the process limit (an error) unless memory runs out first",
+    ),
+    Case(
+        id="memory-bomb",
+        language="python",
+        code="chunks = []\nwhile True:\n    chunks.append(bytearray(16 << 20))\n",
+        spec={"timeoutSeconds": 30, "resources": {"memory": "128Mi"}},
+        expect=(("Failed", "OOMKilled"),),
+        why="killed at the memory limit, and the status says so",
+        message_contains=("128Mi",),
+        fields={"signal": 9, "exitCode": ABSENT, "retryable": False},
+    ),
+    Case(
+        id="cpu-spin-past-timeout",
+        language="python",
+        code="print('spinning', flush=True)\nwhile True:\n    pass\n",
+        spec={"timeoutSeconds": 3},
+        expect=(("TimedOut", "DeadlineExceeded"),),
+        why="killed at the timeout; output so far is kept",
+        stdout_equals="spinning\n",
+        fields={"signal": 9},
+        max_duration_ms=8_000,
+    ),
+    Case(
+        id="sleep-past-timeout",
+        language="bash",
+        code="echo sleeping\nsleep 60\necho woke\n",
+        spec={"timeoutSeconds": 3},
+        expect=(("TimedOut", "DeadlineExceeded"),),
+        why="a program that does nothing is killed at the timeout too",
+        stdout_equals="sleeping\n",
+        max_duration_ms=8_000,
+    ),
+    Case(
+        id="stdout-200mb",
+        language="python",
+        code=(
+            "import sys\nchunk = ('x' * 1023 + '\\n') * 1024\n"
+            "for _ in range(200):\n    sys.stdout.write(chunk)\n"
+            "sys.stdout.flush()\nprint('END', file=sys.stderr)\n"
+        ),
+        spec={"timeoutSeconds": 120},
+        expect=(("Succeeded", "Completed"),),
+        why="the runner keeps the first maxOutputBytes, counts the rest; the status keeps a tail",
+        stdout_pattern=r"\A[x\n]+\Z",
+        stderr_equals="END\n",
+        fields={"stdoutTruncated": True, "stderrTruncated": False},
+    ),
+    Case(
+        id="fill-tmp",
+        language="python",
+        code=(
+            "import time\nprint('writing', flush=True)\ntotal = 0\ntry:\n"
+            "    for i in range(6):\n"
+            "        with open(f'/tmp/fill{i}', 'wb') as f:\n"
+            "            for _ in range(50):\n"
+            "                f.write(b'\\0' * (1 << 20))\n                total += 1\n"
+            "    print('wrote', total, 'MiB', flush=True)\n"
+            "except OSError as error:\n    print('stopped at', total, 'MiB:', error, flush=True)\n"
+            "time.sleep(150)\n"
+        ),
+        spec={"timeoutSeconds": 170},
+        expect=(("Failed", "StorageLimitExceeded"),),
+        why="300 MiB into a 128 MiB /tmp: the kubelet evicts the sandbox and says why",
+        message_contains=("tmp",),
+        stdout_contains=("writing\n",),
+        fields={"retryable": False},
+        slack_seconds=60,
+    ),
+    # --- the filesystem and secrets ---------------------------------------------------------------
+    Case(
+        id="write-outside-tmp",
+        language="python",
+        code=WRITE_OUTSIDE_TMP,
+        expect=(("Succeeded", "Completed"),),
+        why="every path outside /tmp is read-only or forbidden; nothing reaches the host",
+        stdout_contains=("private writes done",),
+        stdout_excludes=("escaped",),
+        stdout_pattern=r"\A(denied [^\n]+\n){12}private writes done\n\Z",
+    ),
+    Case(
+        id="service-account-token",
+        language="bash",
+        code=(
+            "for f in /var/run/secrets/kubernetes.io/serviceaccount/token "
+            "/run/secrets/kubernetes.io/serviceaccount/token; do\n"
+            '  if [ -e "$f" ]; then echo "FOUND $f"; cat "$f"; else echo "absent $f"; fi\n'
+            "done\n"
+            "found=$(find / -xdev -path '*serviceaccount*' -name token 2>/dev/null | wc -l)\n"
+            'echo "token files: $found"\n'
+            'echo "kubernetes vars: $(env | grep -c ^KUBERNETES_)"\n'
+        ),
+        expect=(("Succeeded", "Completed"),),
+        why="no service account token is mounted anywhere, and the program's env is clean",
+        stdout_equals=(
+            "absent /var/run/secrets/kubernetes.io/serviceaccount/token\n"
+            "absent /run/secrets/kubernetes.io/serviceaccount/token\n"
+            "token files: 0\nkubernetes vars: 0\n"
+        ),
+    ),
+    Case(
+        id="host-files-through-proc",
+        language="python",
+        code=(
+            "import os\n"
+            "print(open('/proc/version').read().strip())\n"
+            "print('processes', len([p for p in os.listdir('/proc') if p.isdigit()]))\n"
+            "print('hostname', open('/proc/sys/kernel/hostname').read().strip())\n"
+            "for path in ['/proc/1/root/etc/hostname', '/proc/kcore', '/proc/sysrq-trigger',"
+            " '/sys/firmware', '/proc/1/environ']:\n"
+            "    try:\n"
+            "        data = open(path, 'rb').read(64) if not os.path.isdir(path) else b'dir'\n"
+            "        print('read', path, len(data))\n"
+            "    except OSError as error:\n"
+            "        print('denied', path, error.strerror)\n"
+        ),
+        expect=(("Succeeded", "Completed"),),
+        why="/proc is gVisor's: its kernel, its few processes, never the host's",
+        stdout_contains=("gvisor", "denied /proc/kcore"),
+        stdout_excludes=("{host_kernel}",),
+        stdout_pattern=r"^processes [1-9]$",
+    ),
+    # --- the network ------------------------------------------------------------------------------
+    Case(
+        id="kubernetes-api-by-ip",
+        language="python",
+        code=TCP_PROBE,
+        spec={"args": ["10.96.0.1:443", "{node_ip}:6443", "{node_ip}:10250", "{node_ip}:2379"]},
+        expect=(("Succeeded", "Completed"),),
+        why="the API server (service IP and endpoint), kubelet and etcd are unreachable",
+        stdout_excludes=("open",),
+        stdout_pattern=r"\A(blocked [^\n]+\n){4}\Z",
+    ),
+    Case(
+        id="kubernetes-api-by-name",
+        language="python",
+        code=(
+            "import socket\n"
+            "for name in ['kubernetes.default.svc.cluster.local', 'kubernetes.default', "
+            "'kubernetes']:\n"
+            "    try:\n"
+            "        socket.create_connection((name, 443), timeout=3).close()\n"
+            "        print('open', name)\n"
+            "    except OSError as error:\n"
+            "        print('blocked', name, type(error).__name__)\n"
+        ),
+        expect=(("Succeeded", "Completed"),),
+        why="cluster names do not even resolve, so the API server is not reachable by name",
+        stdout_excludes=("open",),
+        stdout_pattern=r"\A(blocked [^\n]+\n){3}\Z",
+    ),
+    Case(
+        id="dns-lookups",
+        language="python",
+        code=DNS_QUERY,
+        spec={"args": ["10.96.0.10", "{node_ip}"]},
+        expect=(("Succeeded", "Completed"),),
+        why="no DNS at all: neither the DNS service nor CoreDNS on the node answers",
+        stdout_excludes=("answered", "resolved "),
+        stdout_contains=("no-resolution",),
+        stdout_pattern=r"\A(no-answer [^\n]+\n){4}no-resolution [^\n]+\n\Z",
+    ),
+    Case(
+        id="another-pod",
+        language="python",
+        code=TCP_PROBE,
+        spec={"args": ["{peer_ip}:{peer_port}"]},
+        expect=(("Succeeded", "Completed"),),
+        why="a pod that a policy-free pod reaches (checked first) is unreachable from a sandbox",
+        stdout_pattern=r"\Ablocked [^\n]+\n\Z",
+    ),
+    Case(
+        id="egress-public-address",
+        language="python",
+        code=TCP_PROBE,
+        spec={"args": ["{public_ip}:{fake_port}"]},
+        expect=(("Succeeded", "Completed"),),
+        why="a (fake, local) public host that a policy-free pod reaches is unreachable",
+        stdout_pattern=r"\Ablocked [^\n]+\n\Z",
+    ),
+    Case(
+        id="cloud-metadata",
+        language="python",
+        code=TCP_PROBE,
+        spec={"args": ["{metadata_ip}:{fake_port}"]},
+        expect=(("Succeeded", "Completed"),),
+        why="a (fake, local) 169.254.169.254 that a policy-free pod reaches is unreachable",
+        stdout_pattern=r"\Ablocked [^\n]+\n\Z",
+    ),
+    Case(
+        id="raw-sockets",
+        language="python",
+        code=(
+            "import errno, socket\n"
+            "for family, kind, proto, name in [\n"
+            "    (socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP, 'inet-raw-icmp'),\n"
+            "    (socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW, 'inet-raw'),\n"
+            "    (socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP, 'inet-raw-tcp'),\n"
+            "    (socket.AF_PACKET, socket.SOCK_RAW, 0, 'packet-raw'),\n"
+            "    (socket.AF_PACKET, socket.SOCK_DGRAM, 0, 'packet-dgram'),\n"
+            "]:\n"
+            "    try:\n"
+            "        socket.socket(family, kind, proto).close()\n"
+            "        print(name, 'ok')\n"
+            "    except OSError as error:\n"
+            "        print(name, errno.errorcode[error.errno])\n"
+        ),
+        expect=(("Succeeded", "Completed"),),
+        why="no CAP_NET_RAW: raw and packet sockets are refused",
+        stdout_equals=(
+            "inet-raw-icmp EPERM\ninet-raw EPERM\ninet-raw-tcp EPERM\n"
+            "packet-raw EPERM\npacket-dgram EPERM\n"
+        ),
+    ),
+    # --- privileges -------------------------------------------------------------------------------
+    Case(
+        id="setuid",
+        language="python",
+        code=SYSCALLS
+        + (
+            "report('setuid 0', libc.setuid(0))\nreport('setgid 0', libc.setgid(0))\n"
+            "report('setresuid 0', libc.setresuid(0, 0, 0))\n"
+            "report('setgroups', libc.setgroups(0, None))\n"
+            "import os\nprint('uid', os.getuid(), os.geteuid(), os.getgid())\n"
+        ),
+        expect=(("Succeeded", "Completed"),),
+        why="no way to become root: every attempt is EPERM and the ids do not change",
+        stdout_equals=(
+            "setuid 0 EPERM\nsetgid 0 EPERM\nsetresuid 0 EPERM\nsetgroups EPERM\n"
+            "uid 65532 65532 65532\n"
+        ),
+    ),
+    Case(
+        id="mount",
+        language="python",
+        code=SYSCALLS
+        + (
+            "report('mount tmpfs', libc.mount(b'none', b'/tmp', b'tmpfs', 0, None))\n"
+            "report('mount proc', libc.mount(b'proc', b'/tmp', b'proc', 0, None))\n"
+            "report('remount rw', libc.mount(None, b'/', None, 0x20 | 0x1000, None))\n"
+            "report('umount /sandbox/input', libc.umount2(b'/sandbox/input', 0))\n"
+            "report('chroot', libc.chroot(b'/tmp'))\n"
+            "report('pivot_root', libc.syscall(155, b'/tmp', b'/tmp'))\n"
+        ),
+        expect=(("Succeeded", "Completed"),),
+        why="no mount, remount, umount, chroot or pivot_root: all EPERM",
+        stdout_equals=(
+            "mount tmpfs EPERM\nmount proc EPERM\nremount rw EPERM\n"
+            "umount /sandbox/input EPERM\nchroot EPERM\npivot_root EPERM\n"
+        ),
+    ),
+    Case(
+        id="ptrace",
+        language="python",
+        code=SYSCALLS
+        + (
+            "PTRACE_ATTACH, PTRACE_SEIZE = 16, 0x4206\n"
+            "report('attach runner', libc.ptrace(PTRACE_ATTACH, 1, None, None))\n"
+            "report('seize runner', libc.ptrace(PTRACE_SEIZE, 1, None, None))\n"
+            "import os\n"
+            "try:\n"
+            "    os.open('/proc/1/mem', os.O_RDWR)\n    print('runner memory open')\n"
+            "except OSError as error:\n    print('runner memory', errno.errorcode[error.errno])\n"
+        ),
+        expect=(("Succeeded", "Completed"),),
+        why="the program cannot trace or patch the runner (PID 1)",
+        stdout_equals="attach runner EPERM\nseize runner EPERM\nrunner memory EACCES\n",
+    ),
+    Case(
+        id="unshare",
+        language="python",
+        code=SYSCALLS
+        + (
+            "for name, flag in [('mnt', 0x20000), ('net', 0x40000000), ('pid', 0x20000000),"
+            " ('uts', 0x4000000), ('ipc', 0x8000000)]:\n"
+            "    report(f'unshare {name}', libc.unshare(flag))\n"
+            "import os\n"
+            "for name in ['net', 'mnt', 'pid']:\n"
+            "    namespace = os.open(f'/proc/1/ns/{name}', os.O_RDONLY)\n"
+            "    report(f'setns {name}', libc.setns(namespace, 0))\n"
+            "# gVisor implements user namespaces inside its own kernel: allowed, but unmapped\n"
+            "# and powerless outside; what is mounted in one stays in the sandbox.\n"
+            "report('unshare user', libc.unshare(0x10000000))\n"
+            "print('ids in it', os.getuid(), os.geteuid())\n"
+            "report('unshare mnt in it', libc.unshare(0x20000))\n"
+            "report('mount on /etc in it', libc.mount(b'none', b'/etc', b'tmpfs', 0, None))\n"
+            f"open('/etc/{MARKER}', 'w').write('x')\n"
+            "report('sethostname in it', libc.sethostname(b'evil', 4))\n"
+        ),
+        expect=(("Succeeded", "Completed"),),
+        why="no new namespace of the sandbox's kernel objects; a user namespace gives nothing",
+        stdout_equals=(
+            "unshare mnt EPERM\nunshare net EPERM\nunshare pid EPERM\nunshare uts EPERM\n"
+            "unshare ipc EPERM\nsetns net EPERM\nsetns mnt EPERM\nsetns pid EPERM\n"
+            "unshare user ok\nids in it 65534 65534\nunshare mnt in it ok\n"
+            "mount on /etc in it ok\nsethostname in it EPERM\n"
+        ),
+    ),
+    # --- the runner and process lifetime ----------------------------------------------------------
+    Case(
+        id="kill-the-runner",
+        language="bash",
+        # The pause lets the runner carry "before" to the log: what it has not read yet
+        # dies with it.
+        code="echo before\nsleep 1\nkill -9 1\necho after-kill\nsleep 5\n",
+        expect=(("Error", "NoResult"),),
+        why="gVisor lets the program SIGKILL its runner (PID 1, same user): the status says "
+        "the runner was killed, and keeps the output written before",
+        message_contains=("runner was killed by SIGKILL",),
+        stdout_equals="before\n",
+    ),
+    Case(
+        id="terminate-the-runner",
+        language="bash",
+        code="echo before\nkill -TERM 1\nsleep 5\necho after-term\n",
+        expect=(("Failed", "Signaled"),),
+        why="SIGTERM makes the runner stop the program as if the pod were deleted; "
+        "the result still arrives",
+        stdout_equals="before\n",
+        fields={"signal": 9},
+    ),
+    Case(
+        id="processes-left-running",
+        language="python",
+        code=LEFTOVER_PROCESSES,
+        expect=(("Succeeded", "Completed"),),
+        why="everything the program started dies with it; nothing prints afterwards",
+        stdout_equals="main done\n",
+        max_duration_ms=2_900,
+    ),
+    Case(
+        id="huge-argv",
+        language="python",
+        code=PRINT_ARGS_THEN_EXEC_HUGE,
+        spec={"args": ["z" * 4096] * 64},
+        expect=(("Succeeded", "Completed"),),
+        why="the largest argv the spec allows arrives whole; a 40 MB argv is refused",
+        stdout_contains=("64 262144\n", "argv refused"),
+    ),
+    Case(
+        id="huge-environment",
+        language="python",
+        code=HUGE_ENVIRONMENT,
+        expect=(("Succeeded", "Completed"),),
+        why="a 64 MiB environment is refused cleanly; the program's own env has nothing of "
+        "the cluster",
+        stdout_contains=("one 64 MiB variable refused", "env []"),
+    ),
+    # --- output that is hard to carry -------------------------------------------------------------
+    Case(
+        id="not-utf8",
+        language="python",
+        code=(
+            "import sys\n"
+            "sys.stdout.buffer.write(b'before \\xff\\xfe\\xc3( after\\n')\n"
+            "sys.stdout.buffer.write('snow \\u2603 split: '.encode() + b'\\xe2\\x98')\n"
+            "sys.stdout.flush()\n"
+            "sys.stdout.buffer.write(b'\\x83 end\\n')\n"
+            "sys.stderr.buffer.write(b'err \\x80\\n')\n"
+        ),
+        expect=(("Succeeded", "Completed"),),
+        why="invalid bytes become U+FFFD; a character split across writes stays whole",
+        stdout_equals="before \ufffd\ufffd\ufffd( after\nsnow \u2603 split: \u2603 end\n",
+        stderr_equals="err \ufffd\n",
+    ),
+    Case(
+        id="binary-output",
+        language="python",
+        code=(
+            "import os, sys\n"
+            "sys.stdout.buffer.write(bytes(range(256)) * 64 + os.urandom(100_000))\n"
+            "sys.stdout.flush()\n"
+            "print('done', file=sys.stderr)\n"
+        ),
+        expect=(("Succeeded", "Completed"),),
+        why="binary stdout is carried as text (U+FFFD for what is not UTF-8), NULs included",
+        stdout_contains=("\ufffd",),
+        stderr_equals="done\n",
+    ),
+    Case(
+        id="one-50mb-line",
+        language="python",
+        code=(
+            "import sys\nsys.stdout.write('y' * (50 << 20))\nsys.stdout.write('\\nTAIL\\n')\n"
+            "sys.stdout.flush()\nprint('done', file=sys.stderr)\n"
+        ),
+        spec={"timeoutSeconds": 60},
+        expect=(("Succeeded", "Completed"),),
+        why="a line far beyond the cap is cut at maxOutputBytes without breaking the log",
+        stdout_pattern=r"\Ay+\Z",
+        stderr_equals="done\n",
+        fields={"stdoutTruncated": True},
+    ),
+)
+
+NEIGHBOUR_SOURCE = (
+    "import time\ntotal = sum(i * i for i in range(200_000))\ntime.sleep(1)\nprint(total)\n"
+)
+NEIGHBOUR_STDOUT = f"{sum(i * i for i in range(200_000))}\n"
