@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from gateway_process import Gateway, create_keys_secret
 from kube_helpers import create_namespace, wait_until
 from kubernetes import client, config
 from operator_process import (
@@ -166,3 +167,26 @@ def sandpod_operator(
             break
         time.sleep(0.5)
     operator.stop()
+
+
+@pytest.fixture(scope="session")
+def gateway(
+    sandpod_operator: OperatorProcess,
+    kubeconfig_path: Path,
+    core_v1: client.CoreV1Api,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Gateway]:
+    """The gateway, running on this machine against the test cluster, for the whole session,
+    with its keys Secret in a namespace of its own (tests add tenants with `add_tenant`)."""
+    keys_namespace = f"sandpod-gateway-e2e-{uuid.uuid4().hex[:6]}"
+    core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=keys_namespace)))
+    create_keys_secret(core_v1, keys_namespace)
+    gateway = Gateway(
+        kubeconfig_path, keys_namespace, core_v1, tmp_path_factory.mktemp("gateway") / "gateway.log"
+    )
+    try:
+        gateway.start()
+        yield gateway
+    finally:
+        gateway.stop()
+        core_v1.delete_namespace(keys_namespace, propagation_policy="Background")

@@ -1,38 +1,25 @@
-"""The gateway end to end: a uvicorn process against the cluster, with the operator running.
+"""The gateway end to end: a uvicorn process against the cluster, with the operator running
+(the session's `gateway` fixture, cluster_fixtures.py).
 
 Each test gets fresh tenant namespaces and API keys, added to the gateway's keys Secret.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
-import os
-import secrets
-import socket
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
 import httpx2
 import pytest
-import yaml
+from gateway_process import REQUEST_TIMEOUT, Gateway
 from kube_helpers import wait_until
 from kubernetes import client
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-KEYS_SECRET = "sandpod-api-keys"
-# Pod start under gVisor plus the program; generous, the tests never wait this long on success.
-REQUEST_TIMEOUT = 180.0
 
 LIVE_PROGRAM = """\
 import time
@@ -41,121 +28,6 @@ time.sleep(2)
 print("second", flush=True)
 """
 SLEEPER = "import time\ntime.sleep(90)\n"
-
-
-@dataclass
-class Gateway:
-    url: str
-    keys_namespace: str
-    core_v1: client.CoreV1Api
-    log_path: Path
-
-    def add_tenant(self, name: str, namespace: str, **limits: Any) -> str:
-        """A new API key for tenant `name`; returns once the gateway accepts it."""
-        key = f"sk-{secrets.token_urlsafe(24)}"
-        secret = self.core_v1.read_namespaced_secret(KEYS_SECRET, self.keys_namespace)
-        tenants = yaml.safe_load(base64.b64decode(secret.data["tenants.yaml"]).decode()) or {}
-        tenants.setdefault("tenants", {})[name] = {
-            "namespace": namespace,
-            "limits": limits,
-            "apiKeys": [{"name": "e2e", "sha256": hashlib.sha256(key.encode()).hexdigest()}],
-        }
-        self.core_v1.patch_namespaced_secret(
-            KEYS_SECRET,
-            self.keys_namespace,
-            {"stringData": {"tenants.yaml": yaml.safe_dump(tenants)}},
-        )
-        with self.client(key) as probe:
-            wait_until(
-                lambda: probe.get("/v1/languages").status_code == 200,
-                timeout=30,
-                what=f"the gateway to accept the key of tenant {name}",
-            )
-        return key
-
-    def client(self, key: str) -> httpx.Client:
-        return httpx.Client(
-            base_url=self.url,
-            headers={"Authorization": f"Bearer {key}"},
-            timeout=REQUEST_TIMEOUT,
-        )
-
-    def log_tail(self, lines: int = 60) -> str:
-        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@pytest.fixture(scope="session")
-def gateway(
-    sandpod_operator: Any,
-    kubeconfig_path: Path,
-    core_v1: client.CoreV1Api,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Gateway]:
-    """`uvicorn sandpod_gateway.main:create_app --factory` with its keys Secret in a namespace
-    of its own, for the whole session."""
-    keys_namespace = f"sandpod-gateway-e2e-{uuid.uuid4().hex[:6]}"
-    core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=keys_namespace)))
-    core_v1.create_namespaced_secret(
-        keys_namespace,
-        client.V1Secret(
-            metadata=client.V1ObjectMeta(name=KEYS_SECRET),
-            string_data={"tenants.yaml": "tenants: {}\n"},
-        ),
-    )
-    port = _free_port()
-    log_path = tmp_path_factory.mktemp("gateway") / "gateway.log"
-    env = {
-        **os.environ,
-        "SANDPOD_GATEWAY_KUBECONFIG": str(kubeconfig_path),
-        "SANDPOD_GATEWAY_API_KEYS_NAMESPACE": keys_namespace,
-        "SANDPOD_GATEWAY_API_KEYS_SECRET": KEYS_SECRET,
-        "SANDPOD_GATEWAY_API_KEYS_REFRESH_SECONDS": "1",
-    }
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "sandpod_gateway.main:create_app",
-                "--factory",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-            ],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=REPO_ROOT,
-        )
-    gateway = Gateway(f"http://127.0.0.1:{port}", keys_namespace, core_v1, log_path)
-
-    def ready() -> bool:
-        if process.poll() is not None:
-            pytest.fail(f"the gateway exited ({process.returncode}):\n{gateway.log_tail()}")
-        try:
-            return httpx.get(f"{gateway.url}/readyz", timeout=5).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_until(ready, timeout=60, what="the gateway's /readyz")
-        yield gateway
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        core_v1.delete_namespace(keys_namespace, propagation_policy="Background")
 
 
 @pytest.fixture
