@@ -17,6 +17,7 @@ import secrets
 import shutil
 import sys
 import time
+import traceback
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -49,7 +50,6 @@ from sandpod_bench.processes import (
     GatewayProcess,
     OperatorProcess,
     ProxyProcess,
-    StartupError,
 )
 from sandpod_bench.proxy import proxy_kubeconfig
 from sandpod_bench.recorder import FINALIZER, Recorder
@@ -496,10 +496,9 @@ class Bench:
             load_recorder = self.recorder(self.namespaces.load, stack)
             operator = OperatorProcess(
                 kubeconfig=options.kubeconfig,
-                namespace=self.namespaces.sandpod[0],
+                namespaces=self.namespaces.sandpod,
                 log_path=self.log_dir / "operator.log",
             )
-            operator.command += [f"--namespace={ns}" for ns in self.namespaces.sandpod[1:]]
             gateway_key, load_key = (
                 f"sk-{secrets.token_urlsafe(24)}",
                 f"sk-{secrets.token_urlsafe(24)}",
@@ -603,9 +602,12 @@ class Bench:
             if "baselines" in options.sections:
                 self.run_baselines()
                 if self.results.get("latency"):
-                    self.results["ratios_p50"] = baseline_ratios(
-                        self.results["latency"], self.results.get("baselines") or {}
-                    )
+                    for statistic in ("p50", "p95"):
+                        self.results[f"ratios_{statistic}"] = baseline_ratios(
+                            self.results["latency"],
+                            self.results.get("baselines") or {},
+                            statistic,
+                        )
             if "throughput" in options.sections:
                 workloads: dict[str, Workload] = {
                     "gateway": SandpodGateway(load_http, load_recorder),
@@ -707,7 +709,9 @@ class Bench:
             proxied = self.log_dir / "proxy.kubeconfig"
             proxied.write_text(yaml.safe_dump(proxy_kubeconfig(proxy.port)))
             operator = OperatorProcess(
-                kubeconfig=proxied, namespace=namespace, log_path=self.log_dir / "operator-cost.log"
+                kubeconfig=proxied,
+                namespaces=[namespace],
+                log_path=self.log_dir / "operator-cost.log",
             )
             stack.callback(operator.stop)
             operator.start()
@@ -800,11 +804,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if log_dir.is_relative_to(REPO_ROOT)
         else str(log_dir),
     }
+    notes: list[str] = []
     results["machine"]["load_before"] = load_average()
-    results["machine"]["other_activity_before"] = other_activity(core, namespaces.prefix)
+    activity = other_activity(core, namespaces.prefix)
+    results["machine"]["other_activity_before"] = activity
+    busy = os.getloadavg()[0] > 1.0 or activity["pods_outside_kube_system"] > 0
+    if busy:
+        notes.append(
+            f"the machine was not quiet: load average {load_average()}, "
+            f"{activity['pods_outside_kube_system']} other pods outside kube-system at the start"
+        )
     containerd: ContainerdEvents | None = None
     ctr = shutil.which("ctr")
-    notes: list[str] = []
     if ctr and CONTAINERD_SOCKET.exists():
         containerd = ContainerdEvents(ctr, CONTAINERD_SOCKET, namespaces.prefix)
         containerd.start()
@@ -832,9 +843,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for namespace in (*namespaces.sandpod, namespaces.baselines, namespaces.cost):
             create_namespace(core, namespace)
         bench.run()
-    except (BenchError, StartupError, client.ApiException) as error:
+    except Exception as error:  # the partial results are still written and printed
         failure = f"{type(error).__name__}: {error}"
         progress(f"the bench failed: {failure}")
+        traceback.print_exc()
     except KeyboardInterrupt:
         failure = "interrupted"
     finally:

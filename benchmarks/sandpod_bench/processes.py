@@ -3,6 +3,7 @@ proxy, each scoped to the bench's namespace, each logging to a file of the run."
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -106,10 +107,10 @@ class ChildProcess:
 
 
 class OperatorProcess(ChildProcess):
-    """`kopf run -m sandpod_operator.handlers --standalone --namespace=<ns>`, with its
+    """`kopf run -m sandpod_operator.handlers --standalone --namespace=<ns>...`, with its
     Prometheus metrics on a port of its own."""
 
-    def __init__(self, *, kubeconfig: Path, namespace: str, log_path: Path) -> None:
+    def __init__(self, *, kubeconfig: Path, namespaces: list[str], log_path: Path) -> None:
         self.liveness_port = free_port()
         self.metrics_port = free_port()
         env = {
@@ -123,7 +124,7 @@ class OperatorProcess(ChildProcess):
             "-m",
             "sandpod_operator.handlers",
             "--standalone",
-            f"--namespace={namespace}",
+            *(f"--namespace={namespace}" for namespace in namespaces),
             f"--liveness=http://127.0.0.1:{self.liveness_port}/healthz",
         ]
         super().__init__("the operator", command, env, log_path)
@@ -218,7 +219,5 @@ class ProxyProcess(ChildProcess):
         wait_for(up, timeout=30, what="the counting proxy")
 
     def counts(self) -> dict[str, int]:
-        import json
-
         parsed = json.loads(http_text(f"http://127.0.0.1:{self.port}/.bench/counts"))
         return {str(key): int(value) for key, value in parsed.items()}

@@ -63,20 +63,26 @@ def latency_table(latency: Mapping[str, Mapping[str, Any]]) -> str:
     return table(["sandpod, print(1) end to end", *LATENCY_COLUMNS], rows)
 
 
-def p50_of(entry: Mapping[str, Any] | None) -> float | None:
+def statistic_of(entry: Mapping[str, Any] | None, statistic: str = "p50") -> float | None:
     summary = (entry or {}).get("summary")
-    return None if not summary else float(summary["p50"])
+    return None if not summary else float(summary[statistic])
 
 
 def baseline_ratios(
-    latency: Mapping[str, Mapping[str, Any]], baselines: Mapping[str, Mapping[str, Any]]
+    latency: Mapping[str, Mapping[str, Any]],
+    baselines: Mapping[str, Mapping[str, Any]],
+    statistic: str = "p50",
 ) -> dict[str, dict[str, float | None]]:
-    """sandpod p50 / baseline p50, for each sequential sandpod path and each baseline."""
+    """sandpod / baseline (p50 by default), for each sequential sandpod path and baseline."""
     sandpod = {
-        key: p50_of(entry) for key, entry in latency.items() if entry.get("concurrency") == 1
+        key: statistic_of(entry, statistic)
+        for key, entry in latency.items()
+        if entry.get("concurrency") == 1
     }
     return {
-        baseline: {path: ratio(value, p50_of(entry)) for path, value in sandpod.items()}
+        baseline: {
+            path: ratio(value, statistic_of(entry, statistic)) for path, value in sandpod.items()
+        }
         for baseline, entry in baselines.items()
     }
 
@@ -86,7 +92,8 @@ def baselines_table(
 ) -> str:
     ratios = baseline_ratios(latency, baselines)
     paths = [key for key, entry in latency.items() if entry.get("concurrency") == 1]
-    headers = ["baseline, sequential", *LATENCY_COLUMNS, *(f"{path} / it" for path in paths)]
+    short = [str(latency[path].get("path", path)).removeprefix("sandpod-") for path in paths]
+    headers = ["baseline, sequential", *LATENCY_COLUMNS, *(f"{name} ÷ it" for name in short)]
     rows = []
     for name, entry in baselines.items():
         rows.append(
@@ -168,7 +175,11 @@ def render(results: Mapping[str, Any]) -> str:
     if results.get("latency"):
         parts += ["", latency_table(results["latency"])]
     if results.get("baselines"):
-        parts += ["", baselines_table(results.get("latency") or {}, results["baselines"])]
+        parts += [
+            "",
+            baselines_table(results.get("latency") or {}, results["baselines"]),
+            "÷ it: sandpod's sequential p50 through kubectl / the gateway over the baseline's",
+        ]
     if results.get("throughput"):
         parts += ["", throughput_table(results["throughput"])]
     if results.get("breakdown"):
@@ -179,6 +190,13 @@ def render(results: Mapping[str, Any]) -> str:
         ]
     if results.get("operator_cost"):
         parts += ["", cost_table(results["operator_cost"])]
+    main_operator = results.get("main_operator")
+    if main_operator:
+        parts.append(
+            f"the latency/throughput operator: {main_operator['executions']} executions, "
+            f"{main_operator['cpu_seconds_per_100_executions']:.2f} CPU s per 100, "
+            f"peak RSS {main_operator['peak_rss_mib']:.0f} MiB"
+        )
     for note in results.get("notes") or []:
         parts.append(f"note: {note}")
     return "\n".join(parts)
