@@ -49,6 +49,18 @@ def tracker(api_client: client.ApiClient, hostile_prefix: str) -> Iterator[Clust
         yield watching
 
 
+@pytest.fixture
+def hostile_namespace(
+    core_v1: client.CoreV1Api, hostile_prefix: str, request: pytest.FixtureRequest
+) -> Iterator[str]:
+    """A fresh namespace for one test, watched by the tracker; deleted afterwards."""
+    test_name = "".join(c for c in request.node.name.lower() if c.isalnum())[:30]
+    name = f"{hostile_prefix}-{test_name}-{uuid.uuid4().hex[:4]}"
+    create_namespace(core_v1, name)
+    yield name
+    core_v1.delete_namespace(name, propagation_policy="Background")
+
+
 @pytest.fixture(scope="session")
 def node_ip(core_v1: client.CoreV1Api) -> str:
     node: Any = core_v1.list_node().items[0]

@@ -73,6 +73,18 @@ class ClusterTracker:
                     return done
                 self.changed.wait(timeout=min(remaining, 5))
 
+    def names_in(self, namespace: str) -> list[str]:
+        """Executions seen in `namespace` so far."""
+        with self.changed:
+            return [name for ns, name in self.executions if ns == namespace]
+
+    def pods_in(self, namespace: str) -> set[str]:
+        """Uids of every sandbox pod ever seen in `namespace`."""
+        with self.changed:
+            return set().union(
+                *(uids for (ns, _), uids in self.pod_uids.items() if ns == namespace)
+            )
+
     def status(self, key: Key) -> dict[str, Any]:
         with self.changed:
             return dict((self.executions.get(key) or {}).get("status") or {})

@@ -1,0 +1,214 @@
+"""Faults during batches of executions: the operator killed with SIGKILL, the gateway killed
+and started again while clients wait, kube-apiserver restarted.
+
+Every execution must reach its terminal phase exactly once: one pod ever created for it (the
+tracker sees every pod), one terminal status that never changes afterwards, at most one
+terminal Event, and the right output. Nothing is lost and nothing runs twice.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from executions import GROUP, PLURAL, VERSION, manifest
+from gateway_process import Gateway
+from kube_helpers import wait_until
+from kubernetes import client
+from operator_process import OperatorProcess
+from results_table import Row
+from tracker import ClusterTracker
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+RESTART_APISERVER = REPO_ROOT / "hack" / "cluster" / "restart-apiserver.sh"
+PID_FILE = REPO_ROOT / ".cluster" / "pids" / "kube-apiserver.pid"
+# Fifty sandboxes on two cores, with a pause in the middle: minutes, not seconds.
+BATCH_TIMEOUT = 420
+RETRY_PAUSE_SECONDS = 0.5
+
+pytestmark = pytest.mark.usefixtures("sandpod_operator")
+
+
+def batch_source(index: int) -> str:
+    return f"sleep 1\necho done {index}\n"
+
+
+def submit(objects: client.CustomObjectsApi, namespace: str, indexes: range) -> None:
+    for index in indexes:
+        body = manifest(f"batch-{index}", {"language": "bash", "source": batch_source(index)})
+        objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+
+
+def batch_problems(
+    tracker: ClusterTracker, core_v1: client.CoreV1Api, namespace: str, count: int
+) -> tuple[Counter[str], list[str]]:
+    """Waits for executions batch-0..count-1 and says what is wrong with any of them."""
+    keys = [(namespace, f"batch-{index}") for index in range(count)]
+    tracker.wait_terminal(keys, timeout=BATCH_TIMEOUT)
+    selector = "involvedObject.kind=CodeExecution"
+    terminal_events: Counter[str] = Counter()
+    for event in core_v1.list_namespaced_event(namespace, field_selector=selector).items:
+        if event.reason in ("Succeeded", "Failed", "TimedOut", "Error", "Cancelled"):
+            terminal_events[event.involved_object.name] += event.count or 1
+    phases: Counter[str] = Counter()
+    found = []
+    for index, key in enumerate(keys):
+        status = tracker.status(key)
+        phases[str(status.get("phase"))] += 1
+        name = key[1]
+        if status.get("phase") != "Succeeded" or status.get("stdout") != f"done {index}\n":
+            found.append(f"{name}: {status.get('phase')}/{status.get('reason')} {status}")
+        if len(pods := tracker.pods_of(key)) != 1:
+            found.append(f"{name}: {len(pods)} pods were created")
+        if len(results := tracker.terminal_statuses_of(key)) != 1:
+            found.append(f"{name}: terminal status written {len(results)} ways: {results}")
+        if terminal_events[name] > 1:
+            found.append(f"{name}: {terminal_events[name]} terminal events")
+    return phases, found
+
+
+def summary(phases: Counter[str], found: list[str]) -> str:
+    text = ", ".join(f"{count} {phase}" for phase, count in sorted(phases.items()))
+    return text + (f"; {len(found)} problems" if found else "; one pod and one result each")
+
+
+def sandbox_pods(core_v1: client.CoreV1Api, namespace: str) -> list[Any]:
+    return list(core_v1.list_namespaced_pod(namespace).items)
+
+
+def test_operator_killed_mid_batch_of_50(
+    hostile_namespace: str,
+    custom_objects: client.CustomObjectsApi,
+    core_v1: client.CoreV1Api,
+    tracker: ClusterTracker,
+    sandpod_operator: OperatorProcess,
+    table_row: Row,
+) -> None:
+    table_row.expected = "50 Succeeded; one pod and one result each"
+    submit(custom_objects, hostile_namespace, range(25))
+    # The node fits about 40 sandboxes at once (2 CPUs, 50m requested each; more are
+    # Unschedulable): the second half starts only once the first half's pods exist.
+    wait_until(
+        lambda: len(tracker.pods_in(hostile_namespace)) >= 25,
+        timeout=120,
+        what="a pod for each of the first 25 executions",
+    )
+    sandpod_operator.kill()
+    try:
+        # While it is down, the rest of the batch arrives and the first half's pods finish:
+        # their results wait in the pods, the new executions wait for theirs.
+        submit(custom_objects, hostile_namespace, range(25, 50))
+        wait_until(
+            lambda: all(
+                p.status.phase in ("Succeeded", "Failed")
+                for p in sandbox_pods(core_v1, hostile_namespace)
+            ),
+            timeout=180,
+            what="the first half's sandboxes to finish while the operator is down",
+        )
+    finally:
+        sandpod_operator.start()
+    phases, found = batch_problems(tracker, core_v1, hostile_namespace, 50)
+    table_row.observed = summary(phases, found)
+    assert not found, "\n".join(found[:20]) + "\n" + sandpod_operator.log_tail()
+
+
+def run_with_retries(gateway: Gateway, key: str, index: int) -> tuple[dict[str, Any], int]:
+    """One agent: creates an execution and waits for its result, retrying the same request
+    (same Idempotency-Key) whenever the gateway is unreachable or answers 5xx."""
+    body = {"language": "bash", "code": batch_source(index)}
+    headers = {"Idempotency-Key": f"hostile-{index}-{uuid.uuid4().hex}"}
+    deadline = time.monotonic() + BATCH_TIMEOUT
+    attempts = 0
+    with gateway.client(key) as http:
+        while True:
+            attempts += 1
+            try:
+                response = http.post("/v1/executions", json=body, headers=headers)
+                if response.status_code == 200:
+                    return response.json(), attempts
+                if response.status_code < 500 and response.status_code != 202:
+                    raise AssertionError(f"{response.status_code}: {response.text}")
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"client {index}: no result after {attempts} attempts")
+            time.sleep(RETRY_PAUSE_SECONDS)
+
+
+def test_gateway_restarted_while_clients_wait(
+    hostile_namespace: str,
+    gateway: Gateway,
+    custom_objects: client.CustomObjectsApi,
+    tracker: ClusterTracker,
+    table_row: Row,
+) -> None:
+    clients = 20
+    table_row.expected = f"{clients} results, {clients} executions (no duplicate, no loss)"
+    key = gateway.add_tenant(
+        hostile_namespace, hostile_namespace, maxConcurrent=clients, maxTimeoutSeconds=60
+    )
+
+    with ThreadPoolExecutor(max_workers=clients) as pool:
+        futures = [pool.submit(run_with_retries, gateway, key, index) for index in range(clients)]
+        wait_until(
+            lambda: len(tracker.names_in(hostile_namespace)) >= clients // 4,
+            timeout=60,
+            what="the first executions",
+        )
+        gateway.kill()
+        gateway.start()
+        outcomes = [future.result(timeout=BATCH_TIMEOUT + 60) for future in futures]
+
+    listed = custom_objects.list_namespaced_custom_object(GROUP, VERSION, hostile_namespace, PLURAL)
+    ids = {result["id"] for result, _ in outcomes}
+    wrong = [
+        (index, result["status"], result.get("stdout"))
+        for index, (result, _) in enumerate(outcomes)
+        if result["status"] != "success" or result.get("stdout") != f"done {index}\n"
+    ]
+    retried = sum(1 for _, attempts in outcomes if attempts > 1)
+    table_row.observed = (
+        f"{len(ids)} results, {len(listed['items'])} executions, {retried} clients retried"
+    )
+    assert not wrong, wrong
+    assert len(ids) == clients
+    assert len(listed["items"]) == clients, [i["metadata"]["name"] for i in listed["items"]]
+    assert retried > 0, "the restart interrupted no request: the test proved nothing"
+
+
+def test_apiserver_restarted_mid_batch(
+    hostile_namespace: str,
+    custom_objects: client.CustomObjectsApi,
+    core_v1: client.CoreV1Api,
+    tracker: ClusterTracker,
+    sandpod_operator: OperatorProcess,
+    table_row: Row,
+) -> None:
+    table_row.expected = "20 Succeeded after the restart; one pod and one result each"
+    if not PID_FILE.is_file():
+        pytest.fail(f"{PID_FILE} is missing: this test restarts the local cluster's API server")
+    submit(custom_objects, hostile_namespace, range(20))
+    wait_until(
+        lambda: len(sandbox_pods(core_v1, hostile_namespace)) >= 5,
+        timeout=120,
+        what="the first sandbox pods",
+    )
+    restarted = subprocess.run(
+        [str(RESTART_APISERVER), "--down-seconds", "5"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert restarted.returncode == 0, restarted.stderr[-3000:]
+    phases, found = batch_problems(tracker, core_v1, hostile_namespace, 20)
+    table_row.observed = summary(phases, found)
+    assert not found, "\n".join(found[:20]) + "\n" + sandpod_operator.log_tail()
