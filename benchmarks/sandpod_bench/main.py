@@ -304,7 +304,8 @@ def create_namespace(core: client.CoreV1Api, name: str) -> None:
             )
         )
     )
-    deadline = time.monotonic() + 60
+    # The controller manager makes the default service account; on a busy cluster it lags.
+    deadline = time.monotonic() + 300
     while True:
         try:
             core.read_namespaced_service_account("default", name)
@@ -763,12 +764,14 @@ class Bench:
             progress("removing the cost section's executions")
 
 
-def write_results(results: dict[str, Any], output_dir: Path, stamp: str) -> Path:
+def write_results(results: dict[str, Any], output_dir: Path, stamp: str, *, latest: bool) -> Path:
+    """<stamp>.json always; latest.json only for a run that completed."""
     output_dir.mkdir(parents=True, exist_ok=True)
     text = json.dumps(results, indent=2, sort_keys=False) + "\n"
     path = output_dir / f"{stamp}.json"
     path.write_text(text)
-    (output_dir / "latest.json").write_text(text)
+    if latest:
+        (output_dir / "latest.json").write_text(text)
     return path
 
 
@@ -863,7 +866,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results["notes"] = notes
     if failure:
         results["failure"] = failure
-    path = write_results(results, options.output_dir, stamp)
+    path = write_results(results, options.output_dir, stamp, latest=failure is None)
     print(render(results))
     print(f"\nresults: {path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path}")
     return 1 if failure else 0
