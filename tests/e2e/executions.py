@@ -97,3 +97,20 @@ def kubectl(kubeconfig: Path, *args: str, stdin: str = "") -> subprocess.Complet
         timeout=60,
         check=False,
     )
+
+
+def delete_executions(objects: client.CustomObjectsApi, namespace: str, timeout: float) -> None:
+    """Deletes every execution in `namespace` and waits until the operator has let them go.
+
+    Do this before deleting a namespace: kopf stops serving a namespace once it is
+    terminating, so executions deleted only with their namespace may keep the operator's
+    finalizer (and the namespace) forever.
+    """
+    objects.delete_collection_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+    wait_until(
+        lambda: (
+            not objects.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
+        ),
+        timeout=timeout,
+        what=f"the executions in {namespace} to be deleted",
+    )

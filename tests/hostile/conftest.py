@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from executions import delete_executions
 from fake_hosts import LISTEN_PORT, METADATA_ADDRESS, PUBLIC_ADDRESS, FakeHosts, NetworkControl
 from kube_helpers import create_namespace
 from kubernetes import client
@@ -51,13 +52,17 @@ def tracker(api_client: client.ApiClient, hostile_prefix: str) -> Iterator[Clust
 
 @pytest.fixture
 def hostile_namespace(
-    core_v1: client.CoreV1Api, hostile_prefix: str, request: pytest.FixtureRequest
+    core_v1: client.CoreV1Api,
+    custom_objects: client.CustomObjectsApi,
+    hostile_prefix: str,
+    request: pytest.FixtureRequest,
 ) -> Iterator[str]:
     """A fresh namespace for one test, watched by the tracker; deleted afterwards."""
     test_name = "".join(c for c in request.node.name.lower() if c.isalnum())[:30]
     name = f"{hostile_prefix}-{test_name}-{uuid.uuid4().hex[:4]}"
     create_namespace(core_v1, name)
     yield name
+    delete_executions(custom_objects, name, timeout=120)
     core_v1.delete_namespace(name, propagation_policy="Background")
 
 
@@ -78,6 +83,7 @@ def fake_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeHosts]:
         yield hosts
     finally:
         hosts.remove()
+    assert not hosts.leftovers(), f"the fake hosts left {hosts.leftovers()} on the host"
 
 
 @pytest.fixture(scope="session")

@@ -301,9 +301,10 @@ CASES: tuple[Case, ...] = (
         ),
         spec={"timeoutSeconds": 170},
         expect=(("Failed", "StorageLimitExceeded"),),
+        # The kubelet removes an evicted pod's container, log included, before the operator
+        # reads it: the output is usually lost, so it is not checked.
         why="300 MiB into a 128 MiB /tmp: the kubelet evicts the sandbox and says why",
-        message_contains=("tmp",),
-        stdout_contains=("writing\n",),
+        message_contains=('EmptyDir volume "tmp" exceeds the limit "128Mi"',),
         fields={"retryable": False},
         slack_seconds=60,
     ),

@@ -27,7 +27,7 @@ from corpus import (
     observed_text,
     problems,
 )
-from executions import GROUP, PLURAL, VERSION, manifest
+from executions import GROUP, PLURAL, VERSION, delete_executions, manifest
 from fake_hosts import FakeHosts, NetworkControl
 from kube_helpers import create_namespace, wait_until
 from kubernetes import client
@@ -97,12 +97,20 @@ def corpus_runs(
         yield runs
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-        for namespace in namespaces.values():
-            try:
-                core_v1.delete_namespace(namespace, propagation_policy="Background")
-            except client.ApiException as error:
-                if error.status != 404:
-                    raise
+        with ThreadPoolExecutor(max_workers=CONCURRENCY) as cleanup:
+            list(cleanup.map(lambda ns: remove_namespace(core_v1, custom_objects, ns),
+                             namespaces.values()))  # fmt: skip
+
+
+def remove_namespace(
+    core_v1: client.CoreV1Api, objects: client.CustomObjectsApi, namespace: str
+) -> None:
+    try:
+        delete_executions(objects, namespace, timeout=120)
+        core_v1.delete_namespace(namespace, propagation_policy="Background")
+    except client.ApiException as error:
+        if error.status != 404:
+            raise
 
 
 def neighbour_problems(status: dict[str, Any]) -> list[str]:
