@@ -33,6 +33,7 @@ from kubernetes import client
 from sandpod_operator.catalog import Catalog, load_catalog
 from sandpod_operator.models import GROUP, PLURAL, VERSION
 from sandpod_operator.settings import OperatorSettings
+from urllib3.exceptions import HTTPError
 
 from sandpod_bench import manifests
 from sandpod_bench.breakdown import (
@@ -95,6 +96,7 @@ class Options:
     sections: tuple[str, ...]
     baselines: tuple[str, ...]
     quick: bool
+    clean_up: bool
     kubeconfig: Path
     kubectl: str
     output_dir: Path
@@ -147,6 +149,12 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     )
     parser.add_argument("--kubectl", default=os.environ.get("KUBECTL") or default_kubectl())
     parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument(
+        "--clean-up",
+        action="store_true",
+        help="only remove what an interrupted bench left behind (its namespaces and their "
+        "executions), then exit; not while another bench runs on the cluster",
+    )
     arguments = parser.parse_args(argv)
     quick = bool(arguments.quick)
 
@@ -173,6 +181,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         sections=sections,
         baselines=baselines,
         quick=quick,
+        clean_up=bool(arguments.clean_up),
         kubeconfig=arguments.kubeconfig,
         kubectl=arguments.kubectl,
         output_dir=arguments.output_dir,
@@ -316,36 +325,81 @@ def create_namespace(core: client.CoreV1Api, name: str) -> None:
         time.sleep(0.2)
 
 
-def delete_executions(custom: client.CustomObjectsApi, namespaces: Sequence[str]) -> None:
+def delete_executions(
+    custom: client.CustomObjectsApi, namespaces: Sequence[str], operator: OperatorProcess
+) -> None:
     """Delete every execution while the operator still runs (it releases its finalizer);
-    whatever is left after CLEANUP_SECONDS loses the finalizer by force."""
-    for namespace in namespaces:
-        try:
-            custom.delete_collection_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
-        except client.ApiException as error:
-            if error.status != 404:
-                raise
+    what is left when the operator is gone or after CLEANUP_SECONDS loses the finalizer by
+    force. Survives an API server that is briefly away (other sessions restart it)."""
     deadline = time.monotonic() + CLEANUP_SECONDS
+    requested: set[str] = set()
     while time.monotonic() < deadline:
-        left = 0
-        for namespace in namespaces:
-            listed: Any = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
-            left += len(listed["items"])
+        try:
+            left = 0
+            for namespace in namespaces:
+                if namespace not in requested:
+                    custom.delete_collection_namespaced_custom_object(
+                        GROUP, VERSION, namespace, PLURAL
+                    )
+                    requested.add(namespace)
+                listed: Any = custom.list_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL
+                )
+                left += len(listed["items"])
+        except (client.ApiException, HTTPError) as error:
+            progress(f"clean-up: the API server failed ({type(error).__name__}), retrying")
+            time.sleep(2)
+            continue
         if not left:
             return
+        if not operator.alive():
+            break
         time.sleep(1)
+    release_finalizers(custom, namespaces)
+
+
+def release_finalizers(custom: client.CustomObjectsApi, namespaces: Sequence[str]) -> None:
+    """Remove the operator's finalizer from every execution left in `namespaces`."""
     for namespace in namespaces:
-        remaining: Any = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
-        for item in remaining["items"]:
-            finalizers = [f for f in item["metadata"].get("finalizers") or [] if f != FINALIZER]
-            custom.patch_namespaced_custom_object(
-                GROUP,
-                VERSION,
-                namespace,
-                PLURAL,
-                item["metadata"]["name"],
-                {"metadata": {"finalizers": finalizers or None}},
-            )
+        try:
+            remaining: Any = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+            for item in remaining["items"]:
+                finalizers = [f for f in item["metadata"].get("finalizers") or [] if f != FINALIZER]
+                custom.patch_namespaced_custom_object(
+                    GROUP,
+                    VERSION,
+                    namespace,
+                    PLURAL,
+                    item["metadata"]["name"],
+                    {"metadata": {"finalizers": finalizers or None}},
+                )
+        except (client.ApiException, HTTPError) as error:
+            progress(f"could not release the executions in {namespace}: {error}")
+
+
+def delete_namespaces(core: client.CoreV1Api, namespaces: Sequence[str]) -> None:
+    for namespace in namespaces:
+        try:
+            core.delete_namespace(namespace, propagation_policy="Background")
+        except client.ApiException as error:
+            if error.status != 404:
+                progress(f"could not delete namespace {namespace}: {error.reason}")
+        except HTTPError as error:
+            progress(f"could not delete namespace {namespace}: {error}")
+
+
+def clean_up_leftovers(api: client.ApiClient) -> list[str]:
+    """Namespaces an interrupted bench left behind (labelled as the bench's): their
+    executions lose the finalizer (no operator runs for them any more), then they go."""
+    core = client.CoreV1Api(api)
+    selector = f"{manifests.PART_OF_LABEL}={manifests.PART_OF}"
+    names = [
+        item["metadata"]["name"]
+        for item in list_raw(core.list_namespace, label_selector=selector)["items"]
+    ]
+    release_finalizers(client.CustomObjectsApi(api), names)
+    delete_namespaces(core, names)
+    return names
 
 
 @contextmanager
@@ -523,7 +577,7 @@ class Bench:
             # Executions go before the operator stops: it releases their finalizers.
             stack.callback(operator.stop)
             operator.start()
-            stack.callback(delete_executions, self.custom, self.namespaces.sandpod)
+            stack.callback(delete_executions, self.custom, self.namespaces.sandpod, operator)
             stack.enter_context(running(gateway))
             operator_start = operator.sample()
             limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
@@ -716,7 +770,7 @@ class Bench:
             )
             stack.callback(operator.stop)
             operator.start()
-            stack.callback(delete_executions, self.custom, [namespace])
+            stack.callback(delete_executions, self.custom, [namespace], operator)
             recorder = self.recorder(namespace, stack)
             warm = run_many(
                 SandpodApi(self.custom, namespace, recorder, "warm"), runs=2, concurrency=1
@@ -783,6 +837,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if options.clean_up:
+        removed = clean_up_leftovers(connect(options.kubeconfig, pool=4))
+        print(f"removed: {', '.join(removed) or 'nothing'}")
+        return 0
     started = datetime.now(UTC)
     stamp = started.strftime("%Y%m%dT%H%M%SZ")
     run_id = uuid.uuid4().hex[:6]
@@ -853,12 +911,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         failure = "interrupted"
     finally:
-        for namespace in (*namespaces.sandpod, namespaces.baselines, namespaces.cost):
-            try:
-                core.delete_namespace(namespace, propagation_policy="Background")
-            except client.ApiException as error:
-                if error.status != 404:
-                    progress(f"could not delete namespace {namespace}: {error.reason}")
+        delete_namespaces(core, [*namespaces.sandpod, namespaces.baselines, namespaces.cost])
         if containerd is not None:
             containerd.stop()
     results["machine"]["load_after"] = load_average()
