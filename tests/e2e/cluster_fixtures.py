@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from executions import delete_executions
 from gateway_process import Gateway, create_keys_secret
 from kube_helpers import create_namespace, wait_until
 from kubernetes import client, config
@@ -67,12 +68,18 @@ def namespace_prefix() -> str:
 def namespace(
     core_v1: client.CoreV1Api, namespace_prefix: str, request: pytest.FixtureRequest
 ) -> Iterator[str]:
-    """A fresh namespace per test, deleted afterwards (without waiting for it to go)."""
+    """A fresh namespace per test, deleted afterwards (its executions first: see
+    delete_executions; the namespace itself without waiting for it to go)."""
     test_name = request.node.name.lower().replace("_", "-")
     test_name = "".join(c for c in test_name if c.isalnum() or c == "-")[:40].strip("-")
     name = f"{namespace_prefix}-{test_name}-{uuid.uuid4().hex[:6]}"
     create_namespace(core_v1, name)
     yield name
+    try:
+        delete_executions(client.CustomObjectsApi(core_v1.api_client), name, timeout=60)
+    except client.ApiException as error:
+        if error.status != 404:  # 404: the CRD is not installed, so there are none
+            raise
     core_v1.delete_namespace(name, propagation_policy="Background", grace_period_seconds=0)
 
 

@@ -424,20 +424,23 @@ def test_egress_allowlist_opens_only_what_it_lists(
 ) -> None:
     addresses = api_server_addresses(core_v1)
     allow = [{"cidr": f"{ip}/32", "ports": [{"port": port}]} for ip, port in addresses]
+    # The kubelet's port on the same node address: listening, on this machine, not allowed.
+    node_ip = addresses[-1][0]
+    unlisted = f"{node_ip}:10250"
     create(
         custom_objects,
         namespace,
         "online",
         language="python",
         source=NETWORK_PROBE,
-        args=[f"{ip}:{port}" for ip, port in addresses] + ["192.0.2.254:443"],
+        args=[f"{ip}:{port}" for ip, port in addresses] + [unlisted],
         network={"egress": "allowlist", "allow": allow},
     )
     st = status(wait_for(custom_objects, namespace, "online"))
     assert st["phase"] == "Succeeded", st
     lines = st["stdout"].splitlines()
     assert f"open {addresses[0][0]}" in lines, lines
-    assert "blocked 192.0.2.254" in lines
+    assert f"blocked {node_ip}" in lines, lines
 
 
 # --- the operator dies mid-batch ----------------------------------------------------------------
