@@ -518,8 +518,17 @@ class Bench:
     def recorder(self, namespace: str, stack: ExitStack) -> Recorder:
         recorder = Recorder(self.api, namespace, self.containerd)
         recorder.start()
-        stack.callback(recorder.stop)
+        stack.callback(self._stop_recorder, recorder)
         return recorder
+
+    def _stop_recorder(self, recorder: Recorder) -> None:
+        recorder.stop()
+        if recorder.outage_seconds:
+            self.notes.append(
+                f"the API server was unreachable for up to {recorder.outage_seconds:.0f} s "
+                f"during the run (watching {recorder.namespace}): the numbers of that phase "
+                "include the outage"
+            )
 
     def warm(self, what: str, workload: Workload) -> None:
         attempt = run_many(workload, runs=1, concurrency=1)[0]

@@ -82,6 +82,8 @@ class Recorder:
         self._changed = threading.Condition()
         self._stopped = threading.Event()
         self._threads: list[threading.Thread] = []
+        # The longest time a watch could not reach the API server (other sessions restart it).
+        self.outage_seconds = 0.0
 
     # --- watching ----------------------------------------------------------------------
 
@@ -133,6 +135,7 @@ class Recorder:
     ) -> None:
         handle = self._on_execution if kind == "executions" else self._on_pod
         resource_version: str | None = None
+        failing_since: float | None = None
         while not self._stopped.is_set():
             try:
                 if resource_version is None:
@@ -149,6 +152,9 @@ class Recorder:
                     timeout_seconds=WATCH_SECONDS,
                     **kwargs,
                 ):
+                    if failing_since is not None:
+                        self._recovered(kind, failing_since)
+                        failing_since = None
                     resource_version = item.get("metadata", {}).get(
                         "resourceVersion", resource_version
                     )
@@ -156,15 +162,26 @@ class Recorder:
                         handle(event_type, item, time.time())
                     if self._stopped.is_set():
                         return
-            except client.ApiException as error:
-                if error.status == 410:
+                if failing_since is not None:
+                    self._recovered(kind, failing_since)
+                    failing_since = None
+            except Exception as error:
+                if isinstance(error, client.ApiException) and error.status == 410:
                     resource_version = None  # expired: list again
                     continue
-                logger.warning("watching %s failed, retrying: %s", kind, error)
+                if failing_since is None:
+                    failing_since = time.monotonic()
+                    logger.warning(
+                        "watching %s in %s failed, retrying: %s", kind, self.namespace, error
+                    )
                 self._stopped.wait(1)
-            except Exception as error:
-                logger.warning("watching %s failed, retrying: %s", kind, error)
-                self._stopped.wait(1)
+
+    def _recovered(self, kind: str, failing_since: float) -> None:
+        """After a failure streak: note how long the watch was down."""
+        down = time.monotonic() - failing_since
+        with self._changed:
+            self.outage_seconds = max(self.outage_seconds, down)
+        logger.warning("watching %s in %s works again after %.0f s", kind, self.namespace, down)
 
     def _observation(self, name: str) -> Observation:
         observation = self._observations.get(name)
