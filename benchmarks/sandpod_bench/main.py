@@ -91,6 +91,7 @@ class Options:
     throughput_concurrency: int
     duration: float
     throughput_path: str
+    think_time: float
     cost_executions: int
     cost_concurrency: int
     sections: tuple[str, ...]
@@ -125,6 +126,13 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         choices=("gateway", "api", "kubectl"),
         default="gateway",
         help="how throughput clients submit (default gateway)",
+    )
+    parser.add_argument(
+        "--think-time",
+        type=float,
+        default=1.0,
+        help="latency clients pause a random 0..this many seconds before each run, so that "
+        "runs do not start in step with the kubelet's 1 s relist (default 1; 0: back to back)",
     )
     parser.add_argument(
         "--cost-executions",
@@ -176,6 +184,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         throughput_concurrency=pick(arguments.throughput_concurrency, 16, 4),
         duration=pick(arguments.duration, 120.0, 20.0),
         throughput_path=arguments.throughput_path,
+        think_time=arguments.think_time,
         cost_executions=pick(arguments.cost_executions, 100, 10),
         cost_concurrency=pick(arguments.cost_concurrency, 8, 2),
         sections=sections,
@@ -221,6 +230,20 @@ def machine_facts(api: client.ApiClient) -> dict[str, Any]:
         "kubernetes": version.git_version,
         "python": platform.python_version(),
     }
+
+
+def api_server_answers(api: client.ApiClient, timeout: float) -> bool:
+    """Whether /version answers within `timeout` (other sessions may be restarting it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            client.VersionApi(api).get_code()
+            return True
+        except (client.ApiException, HTTPError):
+            if time.monotonic() > deadline:
+                return False
+            progress("waiting for the API server")
+            time.sleep(2)
 
 
 def load_average() -> str:
@@ -539,7 +562,12 @@ class Bench:
         self, key: str, label: str, path: str, workload: Workload, *, runs: int, concurrency: int
     ) -> list[Attempt]:
         progress(f"{label}: {runs} runs")
-        attempts = run_many(workload, runs=runs, concurrency=concurrency)
+        attempts = run_many(
+            workload,
+            runs=runs,
+            concurrency=concurrency,
+            think_seconds=self.options.think_time,
+        )
         entry = latency_entry(label, path, concurrency, attempts)
         summary = entry["summary"]
         progress(
@@ -857,6 +885,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     log_dir = options.output_dir / "logs" / stamp
     log_dir.mkdir(parents=True, exist_ok=True)
     api = connect(options.kubeconfig, pool=max(32, options.throughput_concurrency * 2))
+    if not api_server_answers(api, timeout=120):
+        print(
+            f"no cluster: the API server of {options.kubeconfig} does not answer", file=sys.stderr
+        )
+        return 2
     settings = OperatorSettings()
     core = client.CoreV1Api(api)
     results: dict[str, Any] = {

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import random
 import subprocess
 import time
 import uuid
@@ -47,12 +48,23 @@ class Attempt:
 Workload = Callable[[int], Attempt]
 
 
-def run_many(workload: Workload, *, runs: int, concurrency: int) -> list[Attempt]:
-    """`runs` attempts, at most `concurrency` at a time, in index order."""
+def run_many(
+    workload: Workload, *, runs: int, concurrency: int, think_seconds: float = 0.0
+) -> list[Attempt]:
+    """`runs` attempts, at most `concurrency` at a time, in index order. Each client pauses
+    a random 0..`think_seconds` before each attempt: back-to-back runs would start in step
+    with the kubelet's 1-second relist (the previous result arrived on one of its ticks), and
+    every run would see the same phase of it instead of a random one, as real arrivals do."""
+
+    def attempt(index: int) -> Attempt:
+        if think_seconds > 0:
+            time.sleep(random.uniform(0, think_seconds))
+        return _guarded(workload, index)
+
     if concurrency <= 1:
-        return [_guarded(workload, index) for index in range(runs)]
+        return [attempt(index) for index in range(runs)]
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        return list(pool.map(lambda index: _guarded(workload, index), range(runs)))
+        return list(pool.map(attempt, range(runs)))
 
 
 def _guarded(workload: Workload, index: int) -> Attempt:

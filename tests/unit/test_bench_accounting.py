@@ -15,7 +15,7 @@ from sandpod_bench.procstat import ProcessSample
 from sandpod_bench.proxy import classify
 from sandpod_bench.recorder import Observation
 from sandpod_bench.throughput import Finished, audit
-from sandpod_bench.workloads import Attempt
+from sandpod_bench.workloads import Attempt, run_many
 from sandpod_operator.catalog import load_catalog
 from sandpod_operator.settings import OperatorSettings
 
@@ -159,3 +159,16 @@ def test_the_code_execution_runs_print_one() -> None:
     manifest = code_execution("x", namespace="ns")
     assert manifest["spec"] == {"language": "python", "source": "print(1)", "timeoutSeconds": 10}
     assert manifest["metadata"]["namespace"] == "ns"
+
+
+def test_run_many_keeps_order_and_turns_errors_into_failed_attempts() -> None:
+    def workload(index: int) -> Attempt:
+        if index == 2:
+            raise RuntimeError("the cluster went away")
+        return Attempt(True, float(index), str(index))
+
+    for concurrency in (1, 3):
+        attempts = run_many(workload, runs=4, concurrency=concurrency, think_seconds=0.01)
+        assert [a.name for a in attempts] == ["0", "1", "", "3"]
+        assert attempts[2].ok is False
+        assert attempts[2].error == "RuntimeError: the cluster went away"
