@@ -101,9 +101,13 @@ unmount_state() {
 
 main() {
   [ -d "$STATE_DIR" ] || { log "no cluster state at $STATE_DIR; nothing to stop"; return 0; }
-  stop_pods
   local daemon
-  for daemon in gateway-port-forward coredns kube-proxy kubelet netpol kube-scheduler kube-controller-manager kube-apiserver etcd containerd; do
+  # Controllers would replace the pods that stop_pods deletes: stop them first.
+  for daemon in gateway-port-forward kube-controller-manager kube-scheduler; do
+    stop_daemon "$daemon"
+  done
+  stop_pods
+  for daemon in coredns kube-proxy kubelet netpol kube-scheduler kube-controller-manager kube-apiserver etcd containerd; do
     stop_daemon "$daemon"
   done
   kill_remaining_processes
