@@ -8,7 +8,6 @@ RELEASE=sandpod
 RELEASE_NAMESPACE=sandpod-system
 TENANT=dev
 TENANT_NAMESPACE=sandpod-dev
-GATEWAY_ADDRESS=127.0.0.1:8080
 API_KEY_FILE=$STATE_DIR/api-key
 HELM=$(component_dir helm "$HELM_VERSION")/helm
 
@@ -49,15 +48,14 @@ EOF
 gateway_healthy() { curl -fsS "http://$GATEWAY_ADDRESS/readyz" >/dev/null 2>&1; }
 
 serve_gateway() {
-  # A new rollout ends the old port-forward's pod: always start a fresh one.
-  if daemon_running gateway-port-forward; then
-    kill "$(cat "$PID_DIR/gateway-port-forward.pid")"
-  fi
+  local service_ip
+  service_ip=$(kubectl_admin -n "$RELEASE_NAMESPACE" get service sandpod-gateway \
+    -o jsonpath='{.spec.clusterIP}')
+  printf '%s:80\n' "$service_ip" >"$GATEWAY_FORWARD_TARGET"
   log "serving the gateway on http://$GATEWAY_ADDRESS"
-  start_daemon gateway-port-forward "$(component_dir kubernetes "$KUBERNETES_VERSION")/kubectl" \
-    --kubeconfig "$KUBECONFIG_ADMIN" -n "$RELEASE_NAMESPACE" port-forward \
-    --address 127.0.0.1 svc/sandpod-gateway "${GATEWAY_ADDRESS##*:}:80"
-  wait_for "the gateway on $GATEWAY_ADDRESS" 60 gateway-port-forward gateway_healthy
+  stop_daemon gateway-forward  # the Service may be new
+  start_gateway_forward
+  wait_for "the gateway on $GATEWAY_ADDRESS" 60 gateway-forward gateway_healthy
 }
 
 run_with_kubectl() {

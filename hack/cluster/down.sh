@@ -6,24 +6,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 K8S_BIN=$(component_dir kubernetes "$KUBERNETES_VERSION")
 
-daemon_pid() {
-  local pid_file=$PID_DIR/$1.pid
-  [ -f "$pid_file" ] && process_alive "$(cat "$pid_file")" && cat "$pid_file"
-}
-
-stop_daemon() {
-  local name=$1 pid
-  pid=$(daemon_pid "$name") || { rm -f "$PID_DIR/$name.pid"; return 0; }
-  kill -TERM "$pid" 2>/dev/null || true
-  local deadline=$((SECONDS + 15))
-  while process_alive "$pid" && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
-  kill -KILL "$pid" 2>/dev/null || true
-  rm -f "$PID_DIR/$name.pid"
-}
-
 # Pods are deleted through the kubelet first, so each sandbox's network is torn down by CNI.
 stop_pods() {
-  daemon_pid kube-apiserver >/dev/null && daemon_pid kubelet >/dev/null || return 0
+  daemon_running kube-apiserver && daemon_running kubelet || return 0
   log "deleting every pod"
   local namespaces
   namespaces=$(kubectl_admin get namespaces -o name 2>/dev/null | cut -d/ -f2) || return 0
@@ -54,12 +39,6 @@ kill_remaining_processes() {
 }
 
 remove_network() {
-  local netns
-  for netns in /run/netns/cni-*; do
-    [ -e "$netns" ] || continue
-    umount "$netns" 2>/dev/null || true
-    rm -f "$netns"
-  done
   ip link del "$CNI_BRIDGE" 2>/dev/null || true
   # kube-proxy's own cleanup removes its KUBE-* chains.
   [ -x "$K8S_BIN/kube-proxy" ] && "$K8S_BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true
@@ -103,7 +82,7 @@ main() {
   [ -d "$STATE_DIR" ] || { log "no cluster state at $STATE_DIR; nothing to stop"; return 0; }
   local daemon
   # Controllers would replace the pods that stop_pods deletes: stop them first.
-  for daemon in gateway-port-forward kube-controller-manager kube-scheduler; do
+  for daemon in gateway-forward kube-controller-manager kube-scheduler; do
     stop_daemon "$daemon"
   done
   stop_pods

@@ -27,6 +27,10 @@ SERVICE_CIDR=10.96.0.0/16
 KUBERNETES_SERVICE_IP=10.96.0.1
 DNS_SERVICE_IP=10.96.0.10
 CNI_BRIDGE=cni0
+# `make run` serves the gateway here; the target (its Service's address) is kept in state so
+# that `cluster-up` after a `cluster-down` serves it again.
+GATEWAY_ADDRESS=127.0.0.1:8080
+GATEWAY_FORWARD_TARGET=$STATE_DIR/gateway-forward-target
 # The pids hierarchy groups every process the cluster starts (daemons, shims, sandboxes, pods),
 # so `cluster-down` can find and stop each one by PID.
 CLUSTER_CGROUP=sandpod-cluster
@@ -77,6 +81,28 @@ start_daemon() {
   setsid bash -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$PIDS_CGROUP" "$@" \
     </dev/null >>"$LOG_DIR/$name.log" 2>&1 &
   echo $! >"$PID_DIR/$name.pid"
+}
+
+# start_gateway_forward: serves GATEWAY_ADDRESS on the host once `make run` has named a target.
+# socat forks one relay per connection to the gateway Service (through kube-proxy's rules), so
+# a connection that breaks ends only itself, never the listener.
+start_gateway_forward() {
+  [ -s "$GATEWAY_FORWARD_TARGET" ] || return 0
+  start_daemon gateway-forward socat \
+    "TCP-LISTEN:${GATEWAY_ADDRESS##*:},bind=${GATEWAY_ADDRESS%:*},fork,reuseaddr" \
+    "TCP:$(cat "$GATEWAY_FORWARD_TARGET")"
+}
+
+# stop_daemon NAME: TERM, up to 15 s, then KILL; by the PID in its pid file.
+stop_daemon() {
+  local name=$1 pid_file=$PID_DIR/$1.pid pid
+  daemon_running "$name" || { rm -f "$pid_file"; return 0; }
+  pid=$(cat "$pid_file")
+  kill -TERM "$pid" 2>/dev/null || true
+  local deadline=$((SECONDS + 15))
+  while process_alive "$pid" && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+  rm -f "$pid_file"
 }
 
 # wait_for DESCRIPTION SECONDS DAEMON COMMAND...: polls COMMAND until it succeeds.

@@ -138,6 +138,10 @@ state = "$CONTAINERD_STATE"
   sandbox_image = "$PAUSE_IMAGE"
   # Without CAP_SYS_RESOURCE on this machine, runc cannot lower oom_score_adj below its own.
   restrict_oom_score_adj = true
+  # Pod network namespaces are mounted under containerd's state dir (/run/sandpod), not the
+  # host's /run/netns: "ip netns add" by any other tool bind-mounts /run/netns over itself,
+  # hiding earlier mounts there so that they can be neither unmounted nor removed.
+  netns_mounts_under_state_dir = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -459,6 +463,7 @@ main() {
   preflight
   if daemon_running kube-apiserver && daemon_running kubelet && node_ready; then
     log "the cluster is already running (KUBECONFIG=$KUBECONFIG_ADMIN); nothing to do"
+    start_gateway_forward
     return 0
   fi
   local started=$SECONDS
@@ -471,6 +476,7 @@ main() {
   start_node
   wait_for "node $NODE_NAME to be Ready" 120 kubelet node_ready
   wait_for "the default service account" 60 kube-controller-manager kubectl_admin get serviceaccount default
+  start_gateway_forward
   log "cluster up in $((SECONDS - started)) s"
   print_usage
 }
