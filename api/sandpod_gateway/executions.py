@@ -14,14 +14,13 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 from fastapi.sse import ServerSentEvent
-from sandpod_operator.quantities import parse_quantity
+from sandpod_contract.names import REQUEST_HASH_ANNOTATION, TENANT_LABEL
+from sandpod_contract.quantities import parse_quantity, smaller_quantity
 
 from sandpod_gateway.auth import Tenant
 from sandpod_gateway.errors import ErrorDetail, GatewayError
 from sandpod_gateway.languages import LanguageCatalog
 from sandpod_gateway.resources import (
-    REQUEST_HASH_ANNOTATION,
-    TENANT_LABEL,
     Resource,
     belongs_to,
     build_code_execution,
@@ -77,10 +76,6 @@ def unavailable(exc: KubernetesUnavailable, settings: GatewaySettings) -> Gatewa
         "The cluster could not be reached; retry later.",
         headers={"Retry-After": str(settings.default_retry_after_seconds)},
     )
-
-
-def _smaller_quantity(first: str, second: str) -> str:
-    return first if parse_quantity(first) <= parse_quantity(second) else second
 
 
 def check_request(
@@ -282,7 +277,7 @@ async def _admit(
         request=request,
         timeout_seconds=request.timeout_seconds
         or min(settings.default_timeout_seconds, limits.max_timeout_seconds),
-        memory=request.memory or _smaller_quantity(settings.default_memory, limits.max_memory),
+        memory=request.memory or smaller_quantity(settings.default_memory, limits.max_memory),
         ttl_seconds_after_finished=settings.ttl_seconds_after_finished,
     )
     async with admission.admitting(tenant.name):

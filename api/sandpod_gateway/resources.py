@@ -6,10 +6,8 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
-from sandpod_operator.models import (
-    API_VERSION,
+from sandpod_contract.models import (
     DEFAULT_OUTPUT_BYTES,
-    KIND,
     TERMINAL_PHASES,
     CodeExecutionSpec,
     Diagnostic,
@@ -17,12 +15,11 @@ from sandpod_operator.models import (
     SourceFile,
     execution_name_problem,
 )
+from sandpod_contract.names import API_VERSION, KIND, REQUEST_HASH_ANNOTATION, TENANT_LABEL
 
 from sandpod_gateway.errors import ErrorDetail, GatewayError, format_location
 from sandpod_gateway.schemas import CreateExecutionRequest, ExecutionResult, ExecutionStatus
 
-TENANT_LABEL = "sandpod.dev/tenant"
-REQUEST_HASH_ANNOTATION = "sandpod.dev/request-sha256"
 NAME_PREFIX = "cx-"
 
 PHASE_STATUS: dict[str, ExecutionStatus] = {

@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sandpod_operator.models import Phase, is_terminal
-from sandpod_operator.quantities import parse_quantity
-from sandpod_operator.runner_log import LogSummary, RunnerResult, parse_termination_message
+from sandpod_contract.models import Phase, is_terminal
+from sandpod_contract.quantities import parse_quantity
+from sandpod_contract.runner import LogSummary, RunnerResult, parse_termination_message
+
 from sandpod_operator.settings import OperatorSettings
 
 Pod = dict[str, Any]

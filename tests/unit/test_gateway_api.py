@@ -8,10 +8,9 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from gateway_fakes import FakeExecutionService, make_app, parse_sse, tenant
+from sandpod_contract.names import CANCEL_ANNOTATION, TENANT_LABEL
 from sandpod_gateway.dependencies import get_execution_service
-from sandpod_gateway.resources import TENANT_LABEL
 from sandpod_gateway.service import KubernetesUnavailable
-from sandpod_operator.models import CANCEL_ANNOTATION
 
 ALICE = "sk-alice-0123456789"
 BOB = "sk-bob-0123456789"

@@ -4,6 +4,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from sandpod_contract.models import CodeExecutionSpec, execution_name_problem
+from sandpod_contract.names import API_VERSION, KIND
+from sandpod_contract.runner import MAX_FRAME_BYTES, FrameDecoder, OutputChunk, decode_frame
 from sandpod_gateway.auth import KeyIndex, hash_api_key, parse_tenants_config
 from sandpod_gateway.errors import GatewayError, format_location
 from sandpod_gateway.executions import retry_after_seconds
@@ -15,9 +18,7 @@ from sandpod_gateway.resources import (
     execution_result,
     request_fingerprint,
 )
-from sandpod_gateway.runner_frames import MAX_FRAME_BYTES, FrameDecoder, OutputChunk, decode_frame
 from sandpod_gateway.schemas import CreateExecutionRequest, ExecutionStatus
-from sandpod_operator.models import API_VERSION, KIND, CodeExecutionSpec, execution_name_problem
 
 
 def request(**fields: Any) -> CreateExecutionRequest:

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sandpod_operator.runner_log import LogReader, LogSummary
+from sandpod_contract.runner import LogReader, LogSummary
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import (
     Verdict,

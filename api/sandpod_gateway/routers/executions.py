@@ -5,6 +5,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
+from sandpod_contract.names import TENANT_LABEL
 
 from sandpod_gateway.dependencies import (
     AdmissionDep,
@@ -21,7 +22,7 @@ from sandpod_gateway.executions import (
     get_owned_execution,
     unavailable,
 )
-from sandpod_gateway.resources import TENANT_LABEL, Resource, execution_result, is_terminal
+from sandpod_gateway.resources import Resource, execution_result, is_terminal
 from sandpod_gateway.schemas import (
     TERMINAL_STATUSES,
     CreateExecutionRequest,

@@ -1,7 +1,8 @@
 """The CodeExecution resource as pydantic models: the one source of truth for its schema.
 
-The CRD in crds/ is generated from these models (see crd.py), and the gateway imports them
-to validate and build resources. Keep this module free of kopf and Kubernetes client imports.
+The CRD in crds/ is generated from these models (see crd.py), the operator writes the status
+through CodeExecutionStatus, and the gateway imports them to validate and build resources
+and to read the status. Keep this module free of kopf and Kubernetes client imports.
 
 Every rule the API server enforces through a CEL expression (`x-kubernetes-validations`) is
 also enforced here by a validator, with the same message, so that both refuse the same specs.
@@ -24,18 +25,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
-from sandpod_operator.quantities import QuantityBounds
-
-GROUP = "sandpod.dev"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "CodeExecution"
-PLURAL = "codeexecutions"
-SINGULAR = "codeexecution"
-SHORT_NAMES = ("cx",)
-CATEGORIES = ("sandpod",)
-
-CANCEL_ANNOTATION = f"{GROUP}/cancel"
+from sandpod_contract.quantities import QuantityBounds
 
 Phase = Literal["Pending", "Running", "Succeeded", "Failed", "TimedOut", "Error", "Cancelled"]
 TERMINAL_PHASES: frozenset[str] = frozenset(
