@@ -12,7 +12,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import ToolAnnotations
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 
 from sandpod_gateway.auth import Tenant
 from sandpod_gateway.errors import GatewayError
@@ -22,7 +22,13 @@ from sandpod_gateway.metrics import GatewayMetrics
 from sandpod_gateway.schemas import CreateExecutionRequest, ExecutionResult
 from sandpod_gateway.service import ExecutionService
 from sandpod_gateway.settings import GatewaySettings
-from sandpod_gateway.tool_definitions import RUN_CODE_DESCRIPTION, RUN_CODE_NAME
+from sandpod_gateway.tool_definitions import (
+    RUN_CODE_DESCRIPTION,
+    RUN_CODE_NAME,
+    Code,
+    TimeoutSeconds,
+    language_field,
+)
 
 TOOL_CALL_STATE = "sandpod_tool_call"
 
@@ -53,16 +59,12 @@ def build_mcp_server(catalog: LanguageCatalog) -> MCPServer:
         instructions="Run code in isolated sandboxes with the run_code tool.",
     )
 
+    # The arguments of tool_definitions.run_code_arguments, field for field.
     async def run_code(
-        language: Annotated[
-            str,
-            Field(description="Programming language", json_schema_extra={"enum": catalog.names()}),
-        ],
-        code: Annotated[str, Field(min_length=1, description="The complete program to run")],
+        language: Annotated[str, language_field(catalog)],
+        code: Code,
         ctx: Context[Any, Any],
-        timeout_seconds: Annotated[
-            int | None, Field(ge=1, le=3600, description="Wall-clock limit in seconds")
-        ] = None,
+        timeout_seconds: TimeoutSeconds = None,
     ) -> ExecutionResult:
         call = _tool_call_context(ctx)
         try:

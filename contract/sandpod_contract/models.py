@@ -10,7 +10,7 @@ also enforced here by a validator, with the same message, so that both refuse th
 
 import ipaddress
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -19,6 +19,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PlainSerializer,
     field_validator,
     model_validator,
 )
@@ -83,6 +84,14 @@ ALLOWLIST_RULE: JsonDict = {
     "message": ALLOWLIST_MESSAGE,
 }
 CIDR_RULE: JsonDict = {"rule": "isCIDR(self)", "message": "cidr must be a CIDR such as 10.0.0.0/8"}
+
+
+def format_time(value: datetime) -> str:
+    """A status timestamp as Kubernetes writes them: UTC, whole seconds."""
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+Timestamp = Annotated[datetime, PlainSerializer(format_time, return_type=str, when_used="json")]
 
 
 def execution_name_problem(name: str) -> str | None:
@@ -335,7 +344,7 @@ class Condition(_Model):
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str = Field(description="CamelCase reason of the last transition.")
     message: str = Field(default="", description="Human-readable detail.")
-    last_transition_time: datetime = Field(description="When status last changed.")
+    last_transition_time: Timestamp = Field(description="When status last changed.")
     observed_generation: int | None = Field(
         default=None, description="metadata.generation this condition was set for."
     )
@@ -384,8 +393,8 @@ class CodeExecutionStatus(_Model):
     diagnostics: list[Diagnostic] | None = Field(
         default=None, description="Linter findings (lint mode)."
     )
-    started_at: datetime | None = Field(default=None, description="When the program started.")
-    finished_at: datetime | None = Field(
+    started_at: Timestamp | None = Field(default=None, description="When the program started.")
+    finished_at: Timestamp | None = Field(
         default=None, description="When the execution reached its terminal phase."
     )
     duration_ms: int | None = Field(
