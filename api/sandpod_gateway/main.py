@@ -7,10 +7,10 @@ from importlib.metadata import version
 from fastapi import FastAPI
 from sandpod_contract.kube import open_api_client
 
+from sandpod_gateway.admission import AdmissionControl
 from sandpod_gateway.auth import SecretApiKeyStore
 from sandpod_gateway.body_limit import BodySizeLimitMiddleware
 from sandpod_gateway.errors import install_error_handlers
-from sandpod_gateway.executions import AdmissionControl
 from sandpod_gateway.kube_service import KubernetesExecutionService
 from sandpod_gateway.languages import load_language_catalog
 from sandpod_gateway.mcp_server import build_mcp_server, new_session_manager

@@ -14,13 +14,14 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import ToolAnnotations
 from pydantic import ValidationError
 
+from sandpod_gateway.admission import AdmissionControl
 from sandpod_gateway.auth import Tenant
-from sandpod_gateway.errors import GatewayError
-from sandpod_gateway.executions import AdmissionControl, create_execution
+from sandpod_gateway.errors import GatewayError, as_gateway_error
+from sandpod_gateway.executions import create_execution
 from sandpod_gateway.languages import LanguageCatalog
 from sandpod_gateway.metrics import GatewayMetrics
 from sandpod_gateway.schemas import CreateExecutionRequest, ExecutionResult
-from sandpod_gateway.service import ExecutionService
+from sandpod_gateway.service import ExecutionService, KubernetesUnavailable
 from sandpod_gateway.settings import GatewaySettings
 from sandpod_gateway.tool_definitions import (
     RUN_CODE_DESCRIPTION,
@@ -83,8 +84,10 @@ def build_mcp_server(catalog: LanguageCatalog) -> MCPServer:
             )
         except ValidationError as exc:
             raise ToolError(f"invalid arguments: {exc}") from exc
-        except GatewayError as exc:
-            raise ToolError(f"{exc.code}: {exc.message}") from exc
+        except (GatewayError, KubernetesUnavailable) as exc:
+            error = as_gateway_error(exc, call.settings.default_retry_after_seconds)
+            assert error is not None
+            raise ToolError(f"{error.code}: {error.message}") from exc
         if outcome.created:
             call.metrics.executions.labels(outcome.result.language, outcome.result.status).inc()
         return outcome.result

@@ -2,7 +2,6 @@
 
 import hashlib
 import json
-import secrets
 from datetime import datetime
 from typing import Any
 
@@ -14,14 +13,11 @@ from sandpod_contract.models import (
     CodeExecutionStatus,
     Resources,
     SourceFile,
-    execution_name_problem,
 )
 from sandpod_contract.names import API_VERSION, KIND, REQUEST_HASH_ANNOTATION, TENANT_LABEL
 
 from sandpod_gateway.errors import ErrorDetail, GatewayError, format_location
 from sandpod_gateway.schemas import CreateExecutionRequest, ExecutionResult, ExecutionStatus
-
-NAME_PREFIX = "cx-"
 
 PHASE_STATUS: dict[str, ExecutionStatus] = {
     "Pending": ExecutionStatus.pending,
@@ -42,32 +38,10 @@ REQUEST_FIELDS = {
 Resource = dict[str, Any]
 
 
-def is_execution_name(text: str) -> bool:
-    """Whether text can name a CodeExecution (so is worth looking up)."""
-    return execution_name_problem(text) is None
-
-
-def execution_name(tenant: str, idempotency_key: str | None) -> str:
-    """The CR name: derived from tenant and Idempotency-Key, so a retry names the same CR."""
-    if idempotency_key is None:
-        return NAME_PREFIX + secrets.token_hex(8)
-    digest = hashlib.sha256(f"{tenant}\n{idempotency_key}".encode()).hexdigest()
-    return NAME_PREFIX + digest[:20]
-
-
 def request_fingerprint(request: CreateExecutionRequest) -> str:
     """Hash of the request as sent, to tell a true retry from a reused Idempotency-Key."""
     canonical = request.model_dump_json(exclude_unset=True)
     return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def code_size(request: CreateExecutionRequest) -> int:
-    """UTF-8 bytes of everything the execution carries as content."""
-    size = len(request.code.encode())
-    size += sum(len(f.content.encode()) + len(f.path) for f in request.files)
-    size += len(request.stdin.encode()) if request.stdin is not None else 0
-    size += sum(len(arg.encode()) for arg in request.args)
-    return size
 
 
 def _spec_error_field(location: tuple[int | str, ...]) -> str:

@@ -8,14 +8,14 @@ from sandpod_contract.catalog import DEFAULT_CATALOG_PATH
 from sandpod_contract.models import MAX_TIMEOUT_SECONDS, CodeExecutionSpec, execution_name_problem
 from sandpod_contract.names import API_VERSION, KIND, REQUEST_HASH_ANNOTATION, TENANT_LABEL
 from sandpod_contract.runner import MAX_FRAME_BYTES, FrameDecoder, OutputChunk, decode_frame
+from sandpod_gateway.admission import retry_after_seconds
 from sandpod_gateway.auth import KeyIndex, hash_api_key, parse_tenants_config
 from sandpod_gateway.errors import GatewayError, format_location
-from sandpod_gateway.executions import retry_after_seconds
+from sandpod_gateway.idempotency import execution_name
 from sandpod_gateway.languages import load_language_catalog
 from sandpod_gateway.mcp_server import build_mcp_server
 from sandpod_gateway.resources import (
     build_code_execution,
-    execution_name,
     execution_result,
     read_status,
     request_fingerprint,
