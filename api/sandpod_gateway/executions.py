@@ -43,17 +43,6 @@ class CreateOutcome:
     created: bool
 
 
-@dataclass(frozen=True)
-class CreateContext:
-    """Who creates, and what the gateway creates with."""
-
-    tenant: Tenant
-    service: ExecutionService
-    catalog: LanguageCatalog
-    settings: GatewaySettings
-    admission: AdmissionControl
-
-
 async def create_execution(
     request: CreateExecutionRequest,
     *,
@@ -65,7 +54,6 @@ async def create_execution(
     idempotency_key: str | None,
     wait: bool,
 ) -> CreateOutcome:
-    context = CreateContext(tenant, service, catalog, settings, admission)
     check_request(request, tenant, catalog, settings)
     name = execution_name(tenant.name, idempotency_key)
     fingerprint = request_fingerprint(request)
@@ -75,7 +63,9 @@ async def create_execution(
             resource = await replay(service, tenant, name, fingerprint)
         created = resource is None
         if resource is None:
-            resource, created = await _admit(request, name, fingerprint, context)
+            resource, created = await _admit(
+                request, name, tenant, service, settings, admission, fingerprint
+            )
         if wait:
             resource = await finished(resource, tenant.namespace, service, settings)
     except ExecutionNotFound as exc:
@@ -86,21 +76,26 @@ async def create_execution(
 
 
 async def _admit(
-    request: CreateExecutionRequest, name: str, fingerprint: str, context: CreateContext
+    request: CreateExecutionRequest,
+    name: str,
+    tenant: Tenant,
+    service: ExecutionService,
+    settings: GatewaySettings,
+    admission: AdmissionControl,
+    fingerprint: str,
 ) -> tuple[Resource, bool]:
     """Create the execution if the tenant may run another: (the execution, created?)."""
-    tenant, service = context.tenant, context.service
-    timeout_seconds, memory = resolved_limits(request, tenant, context.settings)
+    timeout_seconds, memory = resolved_limits(request, tenant, settings)
     manifest = build_code_execution(
         name=name,
         tenant=tenant.name,
         request=request,
         timeout_seconds=timeout_seconds,
         memory=memory,
-        ttl_seconds_after_finished=context.settings.ttl_seconds_after_finished,
+        ttl_seconds_after_finished=settings.ttl_seconds_after_finished,
     )
-    async with context.admission.admitting(tenant.name):
-        await check_concurrency(service, tenant, context.settings)
+    async with admission.admitting(tenant.name):
+        await check_concurrency(service, tenant, settings)
         try:
             return await service.create(tenant.namespace, manifest), True
         except ExecutionAlreadyExists:
