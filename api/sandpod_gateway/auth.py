@@ -14,13 +14,12 @@ import logging
 import re
 import time
 from dataclasses import dataclass
-from typing import Annotated, Protocol
+from typing import Protocol
 
 import yaml
 from kubernetes_asyncio.client import ApiClient, CoreV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -28,20 +27,12 @@ from pydantic import (
     field_validator,
 )
 from pydantic.alias_generators import to_camel
-from sandpod_operator.models import DNS_LABEL_PATTERN
-from sandpod_operator.quantities import parse_quantity
+from sandpod_contract.models import DNS_LABEL_PATTERN
+from sandpod_contract.quantities import Quantity
 
 TENANTS_SECRET_KEY = "tenants.yaml"
 
 logger = logging.getLogger(__name__)
-
-
-def _quantity(text: str) -> str:
-    parse_quantity(text)
-    return text
-
-
-Quantity = Annotated[str, AfterValidator(_quantity)]
 
 
 class _CamelModel(BaseModel):

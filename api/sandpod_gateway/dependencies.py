@@ -6,9 +6,9 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from sandpod_gateway.admission import AdmissionControl
 from sandpod_gateway.auth import ApiKeyStore, KeyStoreUnavailable, Tenant
 from sandpod_gateway.errors import GatewayError
-from sandpod_gateway.executions import AdmissionControl
 from sandpod_gateway.languages import LanguageCatalog
 from sandpod_gateway.metrics import GatewayMetrics
 from sandpod_gateway.service import ExecutionService

@@ -11,6 +11,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from sandpod_gateway.service import ExecutionNotFound, KubernetesUnavailable
+
 logger = logging.getLogger(__name__)
 
 # Stable codes for errors Starlette/FastAPI raise themselves.
@@ -104,9 +106,37 @@ def validation_details(errors: Sequence[Any]) -> list[ErrorDetail]:
     ]
 
 
+def not_found(execution_id: str) -> GatewayError:
+    return GatewayError(404, "not_found", f"No execution {execution_id!r}")
+
+
+def unavailable(exc: KubernetesUnavailable, retry_after_seconds: int) -> GatewayError:
+    logger.warning("Kubernetes unavailable: %s", exc)
+    return GatewayError(
+        503,
+        "kubernetes_unavailable",
+        "The cluster could not be reached; retry later.",
+        headers={"Retry-After": str(retry_after_seconds)},
+    )
+
+
+def as_gateway_error(exc: Exception, retry_after_seconds: int) -> GatewayError | None:
+    """The error answer for what the use cases raise (HTTP handlers and the MCP tool)."""
+    if isinstance(exc, GatewayError):
+        return exc
+    if isinstance(exc, KubernetesUnavailable):
+        return unavailable(exc, retry_after_seconds)
+    if isinstance(exc, ExecutionNotFound):
+        return not_found(str(exc))
+    return None
+
+
 async def handle_gateway_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, GatewayError)
-    return error_response(exc.status_code, exc.code, exc.message, exc.details, exc.headers)
+    error = as_gateway_error(exc, request.app.state.settings.default_retry_after_seconds)
+    assert error is not None
+    return error_response(
+        error.status_code, error.code, error.message, error.details, error.headers
+    )
 
 
 async def handle_validation_error(request: Request, exc: Exception) -> JSONResponse:
@@ -133,7 +163,8 @@ async def handle_unexpected_error(request: Request, exc: Exception) -> JSONRespo
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    app.add_exception_handler(GatewayError, handle_gateway_error)
+    for error in (GatewayError, KubernetesUnavailable, ExecutionNotFound):
+        app.add_exception_handler(error, handle_gateway_error)
     app.add_exception_handler(RequestValidationError, handle_validation_error)
     app.add_exception_handler(StarletteHTTPException, handle_http_exception)
     app.add_exception_handler(Exception, handle_unexpected_error)

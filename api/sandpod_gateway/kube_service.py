@@ -8,14 +8,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, cast
 
 import aiohttp
-from kubernetes_asyncio import config, watch
-from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api, CustomObjectsApi
+from kubernetes_asyncio import watch
+from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
-from kubernetes_asyncio.config import ConfigException
-from sandpod_operator.models import CANCEL_ANNOTATION, GROUP, PLURAL, VERSION
+from sandpod_contract.names import CANCEL_ANNOTATION, GROUP, PLURAL, VERSION
+from sandpod_contract.runner import FrameDecoder, OutputChunk
 
 from sandpod_gateway.resources import Resource, is_terminal
-from sandpod_gateway.runner_frames import FrameDecoder, OutputChunk
 from sandpod_gateway.service import (
     ExecutionAlreadyExists,
     ExecutionNotFound,
@@ -24,7 +23,6 @@ from sandpod_gateway.service import (
     InvalidCursor,
     KubernetesUnavailable,
 )
-from sandpod_gateway.settings import GatewaySettings
 
 logger = logging.getLogger(__name__)
 
@@ -32,25 +30,6 @@ TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, TimeoutError)
 
 Predicate = Callable[[Resource], bool]
 Reader = Callable[[], Awaitable[Resource | None]]
-
-
-async def open_api_client(settings: GatewaySettings) -> ApiClient:
-    """An API client: the configured kubeconfig, else in-cluster, else the default kubeconfig."""
-    configuration = Configuration()
-    if settings.kubeconfig is not None:
-        await config.load_kube_config(
-            config_file=str(settings.kubeconfig),
-            client_configuration=configuration,
-            persist_config=False,
-        )
-    else:
-        try:
-            config.load_incluster_config(  # type: ignore[no-untyped-call]
-                client_configuration=configuration
-            )
-        except ConfigException:
-            await config.load_kube_config(client_configuration=configuration, persist_config=False)
-    return ApiClient(configuration)
 
 
 def api_error_message(exc: ApiException) -> tuple[str, list[tuple[str | None, str]]]:

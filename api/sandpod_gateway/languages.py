@@ -3,7 +3,7 @@
 from collections.abc import Iterable
 from pathlib import Path
 
-from sandpod_operator.catalog import load_catalog
+from sandpod_contract.catalog import load_catalog
 
 from sandpod_gateway.schemas import LanguageInfo
 

@@ -5,12 +5,13 @@ from contextlib import asynccontextmanager
 from importlib.metadata import version
 
 from fastapi import FastAPI
+from sandpod_contract.kube import open_api_client
 
+from sandpod_gateway.admission import AdmissionControl
 from sandpod_gateway.auth import SecretApiKeyStore
 from sandpod_gateway.body_limit import BodySizeLimitMiddleware
 from sandpod_gateway.errors import install_error_handlers
-from sandpod_gateway.executions import AdmissionControl
-from sandpod_gateway.kube_service import KubernetesExecutionService, open_api_client
+from sandpod_gateway.kube_service import KubernetesExecutionService
 from sandpod_gateway.languages import load_language_catalog
 from sandpod_gateway.mcp_server import build_mcp_server, new_session_manager
 from sandpod_gateway.metrics import GatewayMetrics, MetricsMiddleware
@@ -34,7 +35,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        api_client = await open_api_client(settings)
+        api_client = await open_api_client(settings.kubeconfig)
         try:
             app.state.key_store = SecretApiKeyStore(
                 api_client,

@@ -12,17 +12,24 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import ToolAnnotations
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 
+from sandpod_gateway.admission import AdmissionControl
 from sandpod_gateway.auth import Tenant
-from sandpod_gateway.errors import GatewayError
-from sandpod_gateway.executions import AdmissionControl, create_execution
+from sandpod_gateway.errors import GatewayError, as_gateway_error
+from sandpod_gateway.executions import create_execution
 from sandpod_gateway.languages import LanguageCatalog
 from sandpod_gateway.metrics import GatewayMetrics
 from sandpod_gateway.schemas import CreateExecutionRequest, ExecutionResult
-from sandpod_gateway.service import ExecutionService
+from sandpod_gateway.service import ExecutionService, KubernetesUnavailable
 from sandpod_gateway.settings import GatewaySettings
-from sandpod_gateway.tool_definitions import RUN_CODE_DESCRIPTION, RUN_CODE_NAME
+from sandpod_gateway.tool_definitions import (
+    RUN_CODE_DESCRIPTION,
+    RUN_CODE_NAME,
+    Code,
+    TimeoutSeconds,
+    language_field,
+)
 
 TOOL_CALL_STATE = "sandpod_tool_call"
 
@@ -53,16 +60,12 @@ def build_mcp_server(catalog: LanguageCatalog) -> MCPServer:
         instructions="Run code in isolated sandboxes with the run_code tool.",
     )
 
+    # The arguments of tool_definitions.run_code_arguments, field for field.
     async def run_code(
-        language: Annotated[
-            str,
-            Field(description="Programming language", json_schema_extra={"enum": catalog.names()}),
-        ],
-        code: Annotated[str, Field(min_length=1, description="The complete program to run")],
+        language: Annotated[str, language_field(catalog)],
+        code: Code,
         ctx: Context[Any, Any],
-        timeout_seconds: Annotated[
-            int | None, Field(ge=1, le=3600, description="Wall-clock limit in seconds")
-        ] = None,
+        timeout_seconds: TimeoutSeconds = None,
     ) -> ExecutionResult:
         call = _tool_call_context(ctx)
         try:
@@ -81,8 +84,10 @@ def build_mcp_server(catalog: LanguageCatalog) -> MCPServer:
             )
         except ValidationError as exc:
             raise ToolError(f"invalid arguments: {exc}") from exc
-        except GatewayError as exc:
-            raise ToolError(f"{exc.code}: {exc.message}") from exc
+        except (GatewayError, KubernetesUnavailable) as exc:
+            error = as_gateway_error(exc, call.settings.default_retry_after_seconds)
+            assert error is not None
+            raise ToolError(f"{error.code}: {error.message}") from exc
         if outcome.created:
             call.metrics.executions.labels(outcome.result.language, outcome.result.status).inc()
         return outcome.result

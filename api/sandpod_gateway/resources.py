@@ -1,29 +1,23 @@
 """Pure translation between the gateway's HTTP shapes and CodeExecution resources."""
 
 import hashlib
-import secrets
+import json
 from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
-from sandpod_operator.models import (
-    API_VERSION,
+from sandpod_contract.models import (
     DEFAULT_OUTPUT_BYTES,
-    KIND,
     TERMINAL_PHASES,
     CodeExecutionSpec,
-    Diagnostic,
+    CodeExecutionStatus,
     Resources,
     SourceFile,
-    execution_name_problem,
 )
+from sandpod_contract.names import API_VERSION, KIND, REQUEST_HASH_ANNOTATION, TENANT_LABEL
 
 from sandpod_gateway.errors import ErrorDetail, GatewayError, format_location
 from sandpod_gateway.schemas import CreateExecutionRequest, ExecutionResult, ExecutionStatus
-
-TENANT_LABEL = "sandpod.dev/tenant"
-REQUEST_HASH_ANNOTATION = "sandpod.dev/request-sha256"
-NAME_PREFIX = "cx-"
 
 PHASE_STATUS: dict[str, ExecutionStatus] = {
     "Pending": ExecutionStatus.pending,
@@ -44,32 +38,10 @@ REQUEST_FIELDS = {
 Resource = dict[str, Any]
 
 
-def is_execution_name(text: str) -> bool:
-    """Whether text can name a CodeExecution (so is worth looking up)."""
-    return execution_name_problem(text) is None
-
-
-def execution_name(tenant: str, idempotency_key: str | None) -> str:
-    """The CR name: derived from tenant and Idempotency-Key, so a retry names the same CR."""
-    if idempotency_key is None:
-        return NAME_PREFIX + secrets.token_hex(8)
-    digest = hashlib.sha256(f"{tenant}\n{idempotency_key}".encode()).hexdigest()
-    return NAME_PREFIX + digest[:20]
-
-
 def request_fingerprint(request: CreateExecutionRequest) -> str:
     """Hash of the request as sent, to tell a true retry from a reused Idempotency-Key."""
     canonical = request.model_dump_json(exclude_unset=True)
     return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def code_size(request: CreateExecutionRequest) -> int:
-    """UTF-8 bytes of everything the execution carries as content."""
-    size = len(request.code.encode())
-    size += sum(len(f.content.encode()) + len(f.path) for f in request.files)
-    size += len(request.stdin.encode()) if request.stdin is not None else 0
-    size += sum(len(arg.encode()) for arg in request.args)
-    return size
 
 
 def _spec_error_field(location: tuple[int | str, ...]) -> str:
@@ -148,11 +120,59 @@ def execution_status(resource: Resource) -> ExecutionStatus:
     return PHASE_STATUS.get(phase(resource) or "Pending", ExecutionStatus.pending)
 
 
-# The status is read field by field and leniently: a status this gateway version does
-# not fully understand must still give an answer, never a 500.
+def _without(data: Resource, location: tuple[int | str, ...]) -> Resource:
+    """`data` without what `location` points at: a list item, else a whole field."""
+    key, *rest = location
+    value = data.get(str(key))
+    if rest and isinstance(rest[0], int) and isinstance(value, list):
+        return {**data, str(key): [item for i, item in enumerate(value) if i != rest[0]]}
+    return {name: item for name, item in data.items() if name != key}
 
 
-def _timestamp(value: object) -> datetime | None:
+def read_status(resource: Resource) -> CodeExecutionStatus | None:
+    """The status through its model, leniently: a status this gateway version does not fully
+    understand must still give an answer, never a 500, so what does not fit is left out."""
+    data = resource.get("status")
+    if not isinstance(data, dict):
+        return None
+    while True:
+        try:
+            # Strict, from JSON: a string is not a number, a number is not a flag.
+            return CodeExecutionStatus.model_validate_json(json.dumps(data), strict=True)
+        except ValidationError as exc:
+            location = next((e["loc"] for e in exc.errors() if e["loc"]), None)
+            smaller = _without(data, location) if location and location[0] != "phase" else data
+            if smaller == data:
+                return None
+            data = smaller
+
+
+def error_message(
+    status: ExecutionStatus, st: CodeExecutionStatus, timeout_seconds: object
+) -> str | None:
+    """What went wrong, in one sentence an agent can act on."""
+    message, reason = st.message or None, st.reason or None
+    if status == ExecutionStatus.error:
+        if message:
+            return message
+        if reason == "OOMKilled":
+            return "The program ran out of memory and was killed"
+        if st.signal is not None:
+            return f"The program was killed by signal {st.signal}"
+        return f"The program exited with code {st.exit_code}"
+    if status == ExecutionStatus.timeout:
+        return message or (
+            f"The program exceeded its time limit of {timeout_seconds} s and was killed"
+        )
+    if status == ExecutionStatus.cancelled:
+        return message or "The execution was cancelled"
+    if status == ExecutionStatus.sandbox_error:
+        return ": ".join(part for part in (reason, message) if part) or "The sandbox failed"
+    return None
+
+
+def _created_at(metadata: Resource) -> datetime | None:
+    value = metadata.get("creationTimestamp")
     if not isinstance(value, str):
         return None
     try:
@@ -161,76 +181,29 @@ def _timestamp(value: object) -> datetime | None:
         return None
 
 
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _output(value: object) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _diagnostics(value: object) -> list[Diagnostic] | None:
-    if not isinstance(value, list):
-        return None
-    diagnostics = []
-    for item in value:
-        try:
-            diagnostics.append(Diagnostic.model_validate(item))
-        except ValidationError:
-            continue
-    return diagnostics
-
-
-def error_message(status: ExecutionStatus, resource: Resource) -> str | None:
-    """What went wrong, in one sentence an agent can act on."""
-    st = resource.get("status") or {}
-    message, reason = _text(st.get("message")), _text(st.get("reason"))
-    if status == ExecutionStatus.error:
-        if message:
-            return message
-        if reason == "OOMKilled":
-            return "The program ran out of memory and was killed"
-        if _int(st.get("signal")) is not None:
-            return f"The program was killed by signal {st['signal']}"
-        return f"The program exited with code {st.get('exitCode')}"
-    if status == ExecutionStatus.timeout:
-        limit = (resource.get("spec") or {}).get("timeoutSeconds")
-        return message or f"The program exceeded its time limit of {limit} s and was killed"
-    if status == ExecutionStatus.cancelled:
-        return message or "The execution was cancelled"
-    if status == ExecutionStatus.sandbox_error:
-        return ": ".join(part for part in (reason, message) if part) or "The sandbox failed"
-    return None
-
-
 def execution_result(resource: Resource) -> ExecutionResult:
     """The agent-facing view of a CodeExecution."""
     metadata = resource.get("metadata") or {}
     spec = resource.get("spec") or {}
-    st = resource.get("status") or {}
+    st = read_status(resource) or CodeExecutionStatus(phase="Pending")
     status = execution_status(resource)
-    retryable = st.get("retryable")
     return ExecutionResult(
         id=str(metadata.get("name", "")),
         status=status,
         language=str(spec.get("language", "")),
         mode=str(spec.get("mode") or "run"),
-        stdout=_output(st.get("stdout")),
-        stderr=_output(st.get("stderr")),
-        exit_code=_int(st.get("exitCode")),
-        signal=_int(st.get("signal")),
-        execution_time_ms=_int(st.get("durationMs")),
-        error_message=error_message(status, resource),
-        reason=_text(st.get("reason")),
-        retryable=retryable if isinstance(retryable, bool) else None,
-        stdout_truncated=st.get("stdoutTruncated") is True,
-        stderr_truncated=st.get("stderrTruncated") is True,
-        diagnostics=_diagnostics(st.get("diagnostics")),
-        created_at=_timestamp(metadata.get("creationTimestamp")),
-        started_at=_timestamp(st.get("startedAt")),
-        finished_at=_timestamp(st.get("finishedAt")),
+        stdout=st.stdout or "",
+        stderr=st.stderr or "",
+        exit_code=st.exit_code,
+        signal=st.signal,
+        execution_time_ms=st.duration_ms,
+        error_message=error_message(status, st, spec.get("timeoutSeconds")),
+        reason=st.reason or None,
+        retryable=st.retryable,
+        stdout_truncated=st.stdout_truncated is True,
+        stderr_truncated=st.stderr_truncated is True,
+        diagnostics=st.diagnostics,
+        created_at=_created_at(metadata),
+        started_at=st.started_at,
+        finished_at=st.finished_at,
     )

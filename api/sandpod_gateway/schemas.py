@@ -6,7 +6,7 @@ from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
-from sandpod_operator.models import (
+from sandpod_contract.models import (
     CPU_BOUNDS,
     MAX_ARG_CHARS,
     MAX_ARGS,

@@ -4,7 +4,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sandpod_gateway.runner_frames import OutputChunk
+from sandpod_contract.runner import OutputChunk
 
 Resource = dict[str, Any]
 

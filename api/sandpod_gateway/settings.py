@@ -5,8 +5,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
-from sandpod_operator.catalog import DEFAULT_CATALOG_PATH
-from sandpod_operator.models import MAX_CONTENT_CHARS, MAX_TTL_SECONDS, MEMORY_BOUNDS
+from sandpod_contract.catalog import DEFAULT_CATALOG_PATH
+from sandpod_contract.models import MAX_CONTENT_CHARS, MAX_TTL_SECONDS, MEMORY_BOUNDS
 
 SERVICE_ACCOUNT_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 

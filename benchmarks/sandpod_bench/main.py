@@ -30,8 +30,8 @@ from typing import Any
 import httpx
 import yaml
 from kubernetes import client
-from sandpod_operator.catalog import Catalog, load_catalog
-from sandpod_operator.models import GROUP, PLURAL, VERSION
+from sandpod_contract.catalog import Catalog, load_catalog
+from sandpod_contract.names import GROUP, PLURAL, VERSION
 from sandpod_operator.settings import OperatorSettings
 from urllib3.exceptions import HTTPError
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from sandpod_contract.catalog import Catalog
+from sandpod_contract.models import CodeExecutionSpec
+from sandpod_contract.names import API_VERSION, KIND
 from sandpod_operator.builders import build_pod, plan_execution
-from sandpod_operator.catalog import Catalog
-from sandpod_operator.models import API_VERSION, KIND, CodeExecutionSpec
 from sandpod_operator.settings import OperatorSettings
 
 Manifest = dict[str, Any]

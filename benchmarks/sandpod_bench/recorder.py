@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes import client
-from sandpod_operator.models import GROUP, PLURAL, TERMINAL_PHASES, VERSION
+from sandpod_contract.models import TERMINAL_PHASES
+from sandpod_contract.names import GROUP, PLURAL, VERSION
 
 from sandpod_bench.containerd import ContainerdEvents
 from sandpod_bench.kube import list_raw, watch_events

@@ -8,18 +8,22 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sandpod_operator.catalog import Catalog, Language
-from sandpod_operator.models import CodeExecutionSpec, Network
-from sandpod_operator.quantities import parse_quantity
+from sandpod_contract.catalog import Catalog, Language
+from sandpod_contract.models import CodeExecutionSpec, Network
+from sandpod_contract.names import (
+    EXECUTION_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    ROLE_LABEL,
+    SANDBOX_ROLE,
+    child_name,
+)
+from sandpod_contract.quantities import parse_quantity, smaller_quantity
+
 from sandpod_operator.settings import OperatorSettings
 
 Manifest = dict[str, Any]
 
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "sandpod"
-EXECUTION_LABEL = "sandpod.dev/execution"
-ROLE_LABEL = "sandpod.dev/role"
-SANDBOX_ROLE = "sandbox"
 DENY_ALL_POLICY_NAME = "sandpod-sandbox-deny-all"
 
 CONTAINER_NAME = "sandbox"
@@ -35,8 +39,6 @@ UNREACHABLE_NAMESERVER = "127.0.0.1"
 
 # A ConfigMap holds at most 1 MiB; leave room for config.json and keys.
 MAX_CONTENT_BYTES = 1000 * 1000
-_UID_PART = 8
-_MAX_NAME = 63
 
 
 class InvalidSpecError(ValueError):
@@ -59,16 +61,6 @@ class Plan:
 def content_size_bytes(spec: CodeExecutionSpec) -> int:
     texts = [spec.source, spec.stdin or "", *(f.content for f in spec.files)]
     return sum(len(text.encode()) for text in texts)
-
-
-def child_name(execution_name: str, uid: str) -> str:
-    """Deterministic name of an execution's children: one per CR instance, a valid DNS label.
-
-    The uid part makes a re-created CR with the same name get new children, never the old.
-    """
-    suffix = uid.replace("-", "")[:_UID_PART]
-    head = execution_name[: _MAX_NAME - _UID_PART - 1].rstrip("-.")
-    return f"{head}-{suffix}"
 
 
 def sandbox_labels(execution_name: str) -> dict[str, str]:
@@ -196,10 +188,6 @@ def build_configmap(
     }
 
 
-def _smaller(a: str, b: str) -> str:
-    return a if parse_quantity(a) <= parse_quantity(b) else b
-
-
 def build_pod(
     *,
     namespace: str,
@@ -247,9 +235,9 @@ def build_pod(
                             "ephemeral-storage": plan.ephemeral_storage,
                         },
                         "requests": {
-                            "cpu": _smaller(settings.cpu_request, plan.cpu),
+                            "cpu": smaller_quantity(settings.cpu_request, plan.cpu),
                             "memory": plan.memory,
-                            "ephemeral-storage": _smaller(
+                            "ephemeral-storage": smaller_quantity(
                                 settings.ephemeral_storage_request, plan.ephemeral_storage
                             ),
                         },
@@ -274,7 +262,9 @@ def build_pod(
                 {
                     "name": "tmp",
                     "emptyDir": {
-                        "sizeLimit": _smaller(settings.tmp_size_limit, plan.ephemeral_storage)
+                        "sizeLimit": smaller_quantity(
+                            settings.tmp_size_limit, plan.ephemeral_storage
+                        )
                     },
                 },
             ],

@@ -10,18 +10,24 @@ from typing import Any, cast
 
 import kopf
 import prometheus_client
-
-from sandpod_operator.builders import (
-    DENY_ALL_POLICY_NAME,
+from sandpod_contract.catalog import load_catalog
+from sandpod_contract.kube import open_api_client
+from sandpod_contract.models import is_terminal
+from sandpod_contract.names import (
+    CANCEL_ANNOTATION,
     EXECUTION_LABEL,
+    FINALIZER,
+    GROUP,
     MANAGED_BY,
     MANAGED_BY_LABEL,
+    PLURAL,
     ROLE_LABEL,
     SANDBOX_ROLE,
+    VERSION,
 )
-from sandpod_operator.catalog import load_catalog
-from sandpod_operator.kube import Kube, RequestCounter, connect
-from sandpod_operator.models import CANCEL_ANNOTATION, GROUP, PLURAL, VERSION, is_terminal
+
+from sandpod_operator.builders import DENY_ALL_POLICY_NAME
+from sandpod_operator.kube import Kube, RequestCounter
 from sandpod_operator.reconciler import API_ERRORS, Reconciler, is_transient
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import Verdict
@@ -73,14 +79,14 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=KOPF_PREFIX, ignored_fields=["spec"]
     )
-    settings.persistence.finalizer = f"{GROUP}/operator"
+    settings.persistence.finalizer = FINALIZER
     # Our own Events mark phase transitions; kopf's per-handler "succeeded" ones are noise.
     settings.posting.level = logging.WARNING
     settings.posting.reporting_component = "sandpod-operator"
     selector = ",".join(f"{key}={value}" for key, value in SANDBOX_POD_LABELS.items())
     settings.watching.label_selectors[PODS] = selector
     settings.watching.label_selectors[NETWORK_POLICIES] = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
-    kube = Kube(await connect(), RequestCounter())
+    kube = Kube(await open_api_client(), RequestCounter())
     memo.reconciler = Reconciler(kube=kube, settings=sandpod, catalog=catalog)
     if sandpod.metrics_port:
         prometheus_client.start_http_server(sandpod.metrics_port)

@@ -11,12 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubernetes_asyncio import client as k8s
-from kubernetes_asyncio import config as k8s_config
-from kubernetes_asyncio.config.config_exception import ConfigException
 from prometheus_client import Counter, Histogram
-
-from sandpod_operator.models import GROUP, PLURAL, VERSION
-from sandpod_operator.runner_log import LogReader, LogSummary
+from sandpod_contract.names import GROUP, PLURAL, VERSION
+from sandpod_contract.runner import LogReader, LogSummary
 
 Manifest = dict[str, Any]
 
@@ -85,18 +82,6 @@ class RequestCounter:
         total = self._per_execution.pop(execution_uid, 0)
         REQUESTS_PER_EXECUTION.observe(total)
         return total
-
-
-async def connect() -> k8s.ApiClient:
-    """An API client from the in-cluster service account, else from KUBECONFIG."""
-    configuration = k8s.Configuration()
-    try:
-        k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
-            client_configuration=configuration
-        )
-    except ConfigException:
-        await k8s_config.load_kube_config(client_configuration=configuration)
-    return k8s.ApiClient(configuration=configuration)
 
 
 class Kube:

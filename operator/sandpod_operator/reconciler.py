@@ -16,27 +16,20 @@ from typing import Any, cast
 import aiohttp
 import kopf
 from pydantic import ValidationError
+from sandpod_contract.catalog import Catalog
+from sandpod_contract.models import CodeExecutionSpec, is_terminal
+from sandpod_contract.names import API_VERSION, CANCEL_ANNOTATION, EXECUTION_LABEL, KIND, child_name
 
 from sandpod_operator.builders import (
-    EXECUTION_LABEL,
     InvalidSpecError,
     Plan,
     build_configmap,
     build_egress_policy,
     build_network_policy,
     build_pod,
-    child_name,
     plan_execution,
 )
-from sandpod_operator.catalog import Catalog
 from sandpod_operator.kube import Kube, KubeError
-from sandpod_operator.models import (
-    API_VERSION,
-    CANCEL_ANNOTATION,
-    KIND,
-    CodeExecutionSpec,
-    is_terminal,
-)
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import (
     Verdict,

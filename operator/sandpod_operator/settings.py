@@ -1,22 +1,12 @@
 """Operator settings, read from SANDPOD_* environment variables."""
 
 from pathlib import Path
-from typing import Annotated
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
-
-from sandpod_operator.catalog import DEFAULT_CATALOG_PATH
-from sandpod_operator.models import MAX_TIMEOUT_SECONDS, MAX_TTL_SECONDS
-from sandpod_operator.quantities import parse_quantity
-
-
-def _valid_quantity(text: str) -> str:
-    parse_quantity(text)
-    return text
-
-
-Quantity = Annotated[str, AfterValidator(_valid_quantity)]
+from sandpod_contract.catalog import DEFAULT_CATALOG_PATH
+from sandpod_contract.models import MAX_TIMEOUT_SECONDS, MAX_TTL_SECONDS
+from sandpod_contract.quantities import Quantity, parse_quantity
 
 
 class OperatorSettings(BaseSettings):

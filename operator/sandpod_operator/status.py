@@ -10,9 +10,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sandpod_operator.models import Phase, is_terminal
-from sandpod_operator.quantities import parse_quantity
-from sandpod_operator.runner_log import LogSummary, RunnerResult, parse_termination_message
+from pydantic import ValidationError
+from sandpod_contract.models import (
+    CodeExecutionStatus,
+    Condition,
+    Diagnostic,
+    Phase,
+    format_time,
+    is_terminal,
+)
+from sandpod_contract.quantities import parse_quantity
+from sandpod_contract.runner import LogSummary, RunnerResult, parse_termination_message
+
 from sandpod_operator.settings import OperatorSettings
 
 Pod = dict[str, Any]
@@ -73,10 +82,6 @@ def parse_time(value: Any) -> datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
-def format_time(value: datetime) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _container_status(pod: Pod) -> dict[str, Any]:
@@ -427,6 +432,42 @@ def _set_condition(
     conditions[kind] = condition
 
 
+def _diagnostics(found: list[dict[str, Any]] | None) -> list[Diagnostic] | None:
+    """The runner's findings that are findings; the sandbox can write anything there."""
+    if found is None:
+        return None
+    diagnostics = []
+    for item in found:
+        try:
+            diagnostics.append(Diagnostic.model_validate(item))
+        except ValidationError:
+            continue
+    return diagnostics
+
+
+def _conditions(
+    previous: Status, verdict: Verdict, started: bool, refused: bool, stamp: str, gen: int | None
+) -> list[Condition]:
+    conditions = {c["type"]: c for c in previous.get("conditions") or [] if "type" in c}
+    if refused:
+        _set_condition(conditions, "Accepted", "False", verdict.reason, verdict.message, stamp, gen)
+    else:
+        _set_condition(conditions, "Accepted", "True", "PodCreated", "", stamp, gen)
+    if started:
+        _set_condition(conditions, "Started", "True", "Started", "", stamp, gen)
+    else:
+        _set_condition(conditions, "Started", "False", verdict.reason, "", stamp, gen)
+    if verdict.terminal:
+        _set_condition(conditions, "Completed", "True", verdict.reason, verdict.message, stamp, gen)
+        succeeded = "True" if verdict.phase == "Succeeded" else "False"
+        _set_condition(
+            conditions, "Succeeded", succeeded, verdict.reason, verdict.message, stamp, gen
+        )
+    else:
+        _set_condition(conditions, "Completed", "False", verdict.phase, "", stamp, gen)
+    return [Condition.model_validate(conditions[k]) for k in sorted(conditions)]
+
+
 def next_status(
     previous: Status | None,
     verdict: Verdict,
@@ -435,54 +476,33 @@ def next_status(
     pod_name: str | None,
     now: datetime,
 ) -> Status:
-    """The whole status after `verdict` (call `supersedes` first)."""
+    """The whole status after `verdict` (call `supersedes` first), built through the model."""
     previous = previous or {}
-    stamp = format_time(now)
     started_at = verdict.started_at or parse_time(previous.get("startedAt"))
-    status: Status = {"phase": verdict.phase, "reason": verdict.reason}
-    optional: dict[str, Any] = {
-        "message": verdict.message or None,
-        "retryable": verdict.retryable,
-        "exitCode": verdict.exit_code,
-        "signal": verdict.signal,
-        "stdout": verdict.stdout,
-        "stderr": verdict.stderr,
-        "stdoutTruncated": verdict.stdout_truncated,
-        "stderrTruncated": verdict.stderr_truncated,
-        "diagnostics": verdict.diagnostics,
-        "startedAt": format_time(started_at) if started_at else None,
-        "finishedAt": format_time(verdict.finished_at) if verdict.finished_at else None,
-        "durationMs": verdict.duration_ms,
-        "podName": pod_name or previous.get("podName"),
-    }
-    status.update({key: value for key, value in optional.items() if value is not None})
-
-    conditions = {c["type"]: c for c in previous.get("conditions") or [] if "type" in c}
-    refused = verdict.terminal and not status.get("podName")
-    if refused:
-        _set_condition(
-            conditions, "Accepted", "False", verdict.reason, verdict.message, stamp, generation
-        )
-    else:
-        _set_condition(conditions, "Accepted", "True", "PodCreated", "", stamp, generation)
-    if started_at is not None:
-        _set_condition(conditions, "Started", "True", "Started", "", stamp, generation)
-    else:
-        _set_condition(conditions, "Started", "False", verdict.reason, "", stamp, generation)
-    if verdict.terminal:
-        _set_condition(
-            conditions, "Completed", "True", verdict.reason, verdict.message, stamp, generation
-        )
-        succeeded = "True" if verdict.phase == "Succeeded" else "False"
-        _set_condition(
-            conditions, "Succeeded", succeeded, verdict.reason, verdict.message, stamp, generation
-        )
-    else:
-        _set_condition(conditions, "Completed", "False", verdict.phase, "", stamp, generation)
-    status["conditions"] = [conditions[k] for k in sorted(conditions)]
-    if generation is not None:
-        status["observedGeneration"] = generation
-    return status
+    pod_name = pod_name or previous.get("podName")
+    refused = verdict.terminal and not pod_name
+    status = CodeExecutionStatus(
+        phase=verdict.phase,
+        reason=verdict.reason,
+        message=verdict.message or None,
+        retryable=verdict.retryable,
+        exit_code=verdict.exit_code,
+        signal=verdict.signal,
+        stdout=verdict.stdout,
+        stderr=verdict.stderr,
+        stdout_truncated=verdict.stdout_truncated,
+        stderr_truncated=verdict.stderr_truncated,
+        diagnostics=_diagnostics(verdict.diagnostics),
+        started_at=started_at,
+        finished_at=verdict.finished_at,
+        duration_ms=verdict.duration_ms,
+        pod_name=pod_name,
+        conditions=_conditions(
+            previous, verdict, started_at is not None, refused, format_time(now), generation
+        ),
+        observed_generation=generation,
+    )
+    return status.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 def status_patch(previous: Status | None, new: Status) -> Status:

@@ -135,7 +135,7 @@ def sandpod_operator(
     """The operator, running on this machine against the test cluster, for the whole session."""
     workdir = tmp_path_factory.mktemp("operator")
     catalog = yaml.safe_load(
-        (REPO_ROOT / "operator" / "sandpod_operator" / "catalog.yaml").read_text()
+        (REPO_ROOT / "contract" / "sandpod_contract" / "catalog.yaml").read_text()
     )
     catalog["languages"][MISSING_IMAGE_LANGUAGE] = {
         "image": MISSING_IMAGE,

@@ -30,7 +30,7 @@ from executions import (
 from kube_helpers import wait_until
 from kubernetes import client
 from operator_process import MISSING_IMAGE_LANGUAGE, MISSING_RUNTIME_CLASS, OperatorProcess
-from sandpod_operator.quantities import parse_quantity
+from sandpod_contract.quantities import parse_quantity
 
 pytestmark = pytest.mark.usefixtures("sandpod_operator")
 

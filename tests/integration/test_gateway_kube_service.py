@@ -22,13 +22,13 @@ import pytest
 import yaml
 from fastapi import FastAPI
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
+from sandpod_contract.kube import open_api_client
+from sandpod_contract.names import CANCEL_ANNOTATION, GROUP, PLURAL, TENANT_LABEL, VERSION
 from sandpod_gateway.auth import KeyStoreUnavailable, SecretApiKeyStore, hash_api_key
-from sandpod_gateway.kube_service import KubernetesExecutionService, open_api_client
+from sandpod_gateway.kube_service import KubernetesExecutionService
 from sandpod_gateway.main import create_app
-from sandpod_gateway.resources import TENANT_LABEL
 from sandpod_gateway.service import ExecutionAlreadyExists, ExecutionNotFound, InvalidCursor
 from sandpod_gateway.settings import GatewaySettings
-from sandpod_operator.models import CANCEL_ANNOTATION, GROUP, PLURAL, VERSION
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "crds" / "codeexecutions.sandpod.dev.yaml"
@@ -185,7 +185,7 @@ def namespace(api_server: PrivateApiServer) -> str:
 
 @asynccontextmanager
 async def kube(api_server: PrivateApiServer) -> AsyncIterator[ApiClient]:
-    client = await open_api_client(GatewaySettings(kubeconfig=api_server.kubeconfig))
+    client = await open_api_client(api_server.kubeconfig)
     async with client:
         yield client
 

@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
+from sandpod_contract.models import TERMINAL_PHASES
+from sandpod_contract.names import CANCEL_ANNOTATION
+from sandpod_contract.runner import OutputChunk
 from sandpod_gateway.auth import Tenant, TenantLimits
 from sandpod_gateway.dependencies import get_execution_service, get_key_store
 from sandpod_gateway.main import create_app
-from sandpod_gateway.runner_frames import OutputChunk
 from sandpod_gateway.service import (
     ExecutionAlreadyExists,
     ExecutionNotFound,
@@ -24,7 +26,6 @@ from sandpod_gateway.service import (
     KubernetesUnavailable,
 )
 from sandpod_gateway.settings import GatewaySettings
-from sandpod_operator.models import CANCEL_ANNOTATION, TERMINAL_PHASES
 
 Resource = dict[str, Any]
 

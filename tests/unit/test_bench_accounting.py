@@ -16,7 +16,7 @@ from sandpod_bench.proxy import classify
 from sandpod_bench.recorder import Observation
 from sandpod_bench.throughput import Finished, audit
 from sandpod_bench.workloads import Attempt, run_many
-from sandpod_operator.catalog import load_catalog
+from sandpod_contract.catalog import load_catalog
 from sandpod_operator.settings import OperatorSettings
 
 

@@ -18,12 +18,11 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from sandpod_contract import crd
+from sandpod_contract.catalog import DEFAULT_CATALOG_PATH, load_catalog
+from sandpod_contract.names import GROUP, ROLE_LABEL, SANDBOX_ROLE
 from sandpod_gateway.auth import KeyIndex, parse_tenants_config
 from sandpod_gateway.settings import GatewaySettings
-from sandpod_operator import crd
-from sandpod_operator.builders import ROLE_LABEL, SANDBOX_ROLE
-from sandpod_operator.catalog import DEFAULT_CATALOG_PATH, load_catalog
-from sandpod_operator.models import GROUP
 from sandpod_operator.settings import OperatorSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

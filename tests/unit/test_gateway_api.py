@@ -8,10 +8,9 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from gateway_fakes import FakeExecutionService, make_app, parse_sse, tenant
+from sandpod_contract.names import CANCEL_ANNOTATION, TENANT_LABEL
 from sandpod_gateway.dependencies import get_execution_service
-from sandpod_gateway.resources import TENANT_LABEL
-from sandpod_gateway.service import KubernetesUnavailable
-from sandpod_operator.models import CANCEL_ANNOTATION
+from sandpod_gateway.service import ExecutionNotFound, ExecutionPageData, KubernetesUnavailable
 
 ALICE = "sk-alice-0123456789"
 BOB = "sk-bob-0123456789"
@@ -486,6 +485,35 @@ def test_an_unreachable_cluster_is_503_with_retry_after(app: FastAPI) -> None:
     assert response.status_code == 503
     assert response.headers["Retry-After"] == "5"
     assert error_of(response)["code"] == "kubernetes_unavailable"
+
+
+class VanishingService(FakeExecutionService):
+    async def cancel(self, namespace: str, name: str) -> dict[str, Any]:
+        raise ExecutionNotFound(name)
+
+    async def list(
+        self, namespace: str, *, label_selector: str, limit: int | None, cursor: str | None
+    ) -> ExecutionPageData:
+        raise KubernetesUnavailable("connection refused")
+
+
+def test_not_found_and_unavailable_are_answered_wherever_they_arise(app: FastAPI) -> None:
+    service = VanishingService()
+    app.dependency_overrides[get_execution_service] = lambda: service
+    client = client_for(app)
+    created = client.post("/v1/executions?wait=false", json={"language": "python", "code": "x"})
+    assert created.status_code == 503
+
+    service.objects[("ns-alice", "cx-1")] = {
+        "metadata": {"name": "cx-1", "labels": {TENANT_LABEL: "alice"}},
+        "spec": {"language": "python"},
+    }
+    cancelled = client.delete("/v1/executions/cx-1")
+    listed = client.get("/v1/executions")
+
+    assert (cancelled.status_code, error_of(cancelled)["code"]) == (404, "not_found")
+    assert (listed.status_code, error_of(listed)["code"]) == (503, "kubernetes_unavailable")
+    assert listed.headers["Retry-After"] == "5"
 
 
 def test_an_unexpected_failure_is_still_a_json_error(app: FastAPI) -> None:

@@ -4,20 +4,24 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from sandpod_contract.catalog import DEFAULT_CATALOG_PATH
+from sandpod_contract.models import MAX_TIMEOUT_SECONDS, CodeExecutionSpec, execution_name_problem
+from sandpod_contract.names import API_VERSION, KIND, REQUEST_HASH_ANNOTATION, TENANT_LABEL
+from sandpod_contract.runner import MAX_FRAME_BYTES, FrameDecoder, OutputChunk, decode_frame
+from sandpod_gateway.admission import retry_after_seconds
 from sandpod_gateway.auth import KeyIndex, hash_api_key, parse_tenants_config
 from sandpod_gateway.errors import GatewayError, format_location
-from sandpod_gateway.executions import retry_after_seconds
+from sandpod_gateway.idempotency import execution_name
+from sandpod_gateway.languages import load_language_catalog
+from sandpod_gateway.mcp_server import build_mcp_server
 from sandpod_gateway.resources import (
-    REQUEST_HASH_ANNOTATION,
-    TENANT_LABEL,
     build_code_execution,
-    execution_name,
     execution_result,
+    read_status,
     request_fingerprint,
 )
-from sandpod_gateway.runner_frames import MAX_FRAME_BYTES, FrameDecoder, OutputChunk, decode_frame
 from sandpod_gateway.schemas import CreateExecutionRequest, ExecutionStatus
-from sandpod_operator.models import API_VERSION, KIND, CodeExecutionSpec, execution_name_problem
+from sandpod_gateway.tool_definitions import run_code_parameters
 
 
 def request(**fields: Any) -> CreateExecutionRequest:
@@ -207,6 +211,38 @@ def test_retry_after_is_the_time_until_the_first_running_execution_must_end() ->
     assert retry_after_seconds(overdue, now, default=5) == 1
     long = [{"spec": {"timeoutSeconds": 300}, "status": {"startedAt": now.isoformat()}}]
     assert retry_after_seconds(long, now, default=5) == 60
+
+
+def test_the_status_is_read_through_its_model() -> None:
+    status = read_status(
+        resource({"phase": "Failed", "exitCode": 3, "conditions": [{"type": "x"}], "new": 1})
+    )
+
+    assert status is not None
+    assert (status.phase, status.exit_code, status.conditions) == ("Failed", 3, [])
+    assert read_status(resource({"phase": "Sleeping", "exitCode": 3})) is None
+    assert read_status(resource(None)) is None
+
+
+# --- the run_code tool ---------------------------------------------------------------------
+
+
+async def test_both_run_code_tools_derive_from_one_definition() -> None:
+    catalog = load_language_catalog(DEFAULT_CATALOG_PATH)
+    [mcp_tool] = await build_mcp_server(catalog).list_tools()
+    mcp_properties = mcp_tool.input_schema["properties"]
+
+    for tenant_maximum, advertised in ((60, 60), (MAX_TIMEOUT_SECONDS + 1, MAX_TIMEOUT_SECONDS)):
+        parameters = run_code_parameters(catalog, tenant_maximum)
+        properties = parameters["properties"]
+        assert properties["timeout_seconds"]["maximum"] == advertised
+        assert parameters["required"] == mcp_tool.input_schema["required"]
+        for name in ("language", "code"):
+            assert {**properties[name], "title": mcp_properties[name]["title"]} == (
+                mcp_properties[name]
+            )
+    [mcp_timeout, _] = mcp_properties["timeout_seconds"]["anyOf"]
+    assert mcp_timeout["maximum"] == MAX_TIMEOUT_SECONDS
 
 
 # --- runner frames ----------------------------------------------------------------------

@@ -4,6 +4,9 @@ import re
 from typing import Any
 
 import pytest
+from sandpod_contract.catalog import Catalog, load_catalog
+from sandpod_contract.models import CodeExecutionSpec
+from sandpod_contract.names import child_name
 from sandpod_operator.builders import (
     DENY_ALL_POLICY_NAME,
     RUNNER_PATH,
@@ -14,11 +17,8 @@ from sandpod_operator.builders import (
     build_network_policy,
     build_pod,
     build_runner_config,
-    child_name,
     plan_execution,
 )
-from sandpod_operator.catalog import Catalog, load_catalog
-from sandpod_operator.models import CodeExecutionSpec
 from sandpod_operator.settings import OperatorSettings
 
 UID = "0a1b2c3d-4e5f-6789-abcd-ef0123456789"

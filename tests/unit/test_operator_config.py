@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
-from sandpod_operator.catalog import DEFAULT_CATALOG_PATH, load_catalog
+from sandpod_contract.catalog import DEFAULT_CATALOG_PATH, load_catalog
 from sandpod_operator.settings import OperatorSettings
 
 

@@ -6,7 +6,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sandpod_operator.runner_log import LogReader, LogSummary
+from sandpod_contract.models import CodeExecutionStatus
+from sandpod_contract.runner import LogReader, LogSummary
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import (
     Verdict,
@@ -460,6 +461,17 @@ def test_writing_the_same_verdict_twice_changes_nothing() -> None:
     again = next_status(first, verdict, generation=1, pod_name=None, now=NOW + timedelta(1))
     assert again == first
     assert status_patch(first, again) == {}
+
+
+def test_the_status_is_built_through_its_model() -> None:
+    findings = [{"code": "F401", "message": "unused", "line": 1, "extra": 2}, {"line": "x"}]
+    verdict = Verdict("Succeeded", "Completed", finished_at=NOW, diagnostics=findings)
+    status = next_status(None, verdict, generation=None, pod_name="p", now=NOW)
+
+    assert status["diagnostics"] == [{"code": "F401", "message": "unused", "line": 1}]
+    assert "message" not in status and "observedGeneration" not in status
+    parsed = CodeExecutionStatus.model_validate(status)
+    assert parsed.model_dump(mode="json", by_alias=True, exclude_none=True) == status
 
 
 def test_verdicts_never_go_backwards() -> None:

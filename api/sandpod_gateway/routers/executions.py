@@ -5,6 +5,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
+from sandpod_contract.names import TENANT_LABEL
 
 from sandpod_gateway.dependencies import (
     AdmissionDep,
@@ -15,20 +16,16 @@ from sandpod_gateway.dependencies import (
     SettingsDep,
 )
 from sandpod_gateway.errors import GatewayError, error_responses
-from sandpod_gateway.executions import (
-    create_execution,
-    execution_events,
-    get_owned_execution,
-    unavailable,
-)
-from sandpod_gateway.resources import TENANT_LABEL, Resource, execution_result, is_terminal
+from sandpod_gateway.executions import create_execution, get_owned_execution
+from sandpod_gateway.resources import Resource, execution_result, is_terminal
 from sandpod_gateway.schemas import (
     TERMINAL_STATUSES,
     CreateExecutionRequest,
     ExecutionPage,
     ExecutionResult,
 )
-from sandpod_gateway.service import InvalidCursor, KubernetesUnavailable
+from sandpod_gateway.service import InvalidCursor
+from sandpod_gateway.streaming import execution_events
 
 router = APIRouter(prefix="/v1/executions", tags=["executions"])
 
@@ -48,9 +45,9 @@ IdempotencyKey = Annotated[
 
 
 async def owned_execution(
-    execution_id: str, tenant: CurrentTenant, service: ExecutionServiceDep, settings: SettingsDep
+    execution_id: str, tenant: CurrentTenant, service: ExecutionServiceDep
 ) -> Resource:
-    return await get_owned_execution(execution_id, tenant, service, settings)
+    return await get_owned_execution(execution_id, tenant, service)
 
 
 OwnedExecution = Annotated[Resource, Depends(owned_execution)]
@@ -107,7 +104,6 @@ async def post_execution(
 async def list_executions(
     tenant: CurrentTenant,
     service: ExecutionServiceDep,
-    settings: SettingsDep,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     cursor: Annotated[str | None, Query(min_length=1, max_length=4096)] = None,
 ) -> ExecutionPage:
@@ -120,8 +116,6 @@ async def list_executions(
         )
     except InvalidCursor as exc:
         raise GatewayError(400, "invalid_cursor", "The cursor is invalid or expired") from exc
-    except KubernetesUnavailable as exc:
-        raise unavailable(exc, settings) from exc
     return ExecutionPage(
         items=[execution_result(item) for item in page.items], next_cursor=page.next_cursor
     )
@@ -153,14 +147,10 @@ async def cancel_execution(
     response: Response,
     tenant: CurrentTenant,
     service: ExecutionServiceDep,
-    settings: SettingsDep,
 ) -> ExecutionResult:
     if is_terminal(execution):
         return execution_result(execution)
-    try:
-        execution = await service.cancel(tenant.namespace, execution["metadata"]["name"])
-    except KubernetesUnavailable as exc:
-        raise unavailable(exc, settings) from exc
+    execution = await service.cancel(tenant.namespace, execution["metadata"]["name"])
     response.status_code = 202
     return execution_result(execution)
 

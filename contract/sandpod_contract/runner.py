@@ -1,17 +1,21 @@
-"""Reading what the runner reports (docs/runner-protocol.md), with bounded memory.
+"""The runner protocol (docs/runner-protocol.md): its frames and its result, read with
+bounded memory.
 
 The pod log carries one JSON object per line: output frames, then a result line. The
 termination message carries the same result (without diagnostics when it would not fit).
-Only the tail of each stream is kept: status holds a bounded amount.
+`FrameDecoder` turns log bytes into frames (the gateway streams the output ones);
+`LogReader` keeps only the tail of each stream (the operator's status holds a bounded amount).
 """
 
 import json
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+Stream = Literal["stdout", "stderr"]
 
 # The runner frames reads of a few KiB; a line longer than this is not one of its frames.
-MAX_LINE_BYTES = 4 * 1024 * 1024
+MAX_FRAME_BYTES = 4 * 1024 * 1024
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -66,6 +70,98 @@ def parse_termination_message(text: str | None) -> RunnerResult | None:
         return None
 
 
+@dataclass(frozen=True)
+class OutputChunk:
+    """An output frame: text the program wrote to one of its streams."""
+
+    stream: Stream
+    data: str
+
+
+@dataclass(frozen=True)
+class ResultFrame:
+    """The result line; `result` is None when its object is not a result."""
+
+    result: RunnerResult | None
+
+
+@dataclass(frozen=True)
+class Unframed:
+    """A line that is not a frame (a runner crash, a missing runner)."""
+
+    line: bytes
+
+
+Frame = OutputChunk | ResultFrame | Unframed
+
+
+def decode_line(line: bytes) -> Frame:
+    """One log line -> the frame it is."""
+    try:
+        frame = json.loads(line)
+    except ValueError:
+        return Unframed(line)
+    if isinstance(frame, dict):
+        stream, data = frame.get("stream"), frame.get("data")
+        if stream in ("stdout", "stderr") and isinstance(data, str):
+            return OutputChunk(stream=stream, data=data)
+        if "result" in frame:
+            return ResultFrame(RunnerResult.from_json(frame["result"]))
+    return Unframed(line)
+
+
+def decode_frame(line: bytes) -> OutputChunk | None:
+    """One log line -> an output chunk; None for the result line and anything unframed."""
+    frame = decode_line(line)
+    return frame if isinstance(frame, OutputChunk) else None
+
+
+class LineSplitter:
+    """Log bytes, split anywhere, -> complete lines; a line over MAX_FRAME_BYTES is skipped."""
+
+    def __init__(self) -> None:
+        self._pending = bytearray()
+        self._skipping = False
+
+    def feed(self, data: bytes) -> list[bytes]:
+        lines: list[bytes] = []
+        self._pending += data
+        while (end := self._pending.find(b"\n")) >= 0:
+            line = bytes(self._pending[:end])
+            del self._pending[: end + 1]
+            if self._skipping:
+                self._skipping = False
+                continue
+            lines.append(line)
+        if len(self._pending) > MAX_FRAME_BYTES:
+            self._pending.clear()
+            self._skipping = True
+        return lines
+
+    def finish(self) -> list[bytes]:
+        """A last line that had no newline, if any."""
+        line, self._pending = bytes(self._pending), bytearray()
+        return [] if self._skipping or not line else [line]
+
+
+class FrameDecoder:
+    """Log bytes, split anywhere, -> the output chunks of its complete lines (live streaming)."""
+
+    def __init__(self) -> None:
+        self._lines = LineSplitter()
+
+    def feed(self, data: bytes) -> list[OutputChunk]:
+        return self._chunks(self._lines.feed(data))
+
+    def finish(self) -> list[OutputChunk]:
+        """Chunks from a last line that had no newline."""
+        return self._chunks(self._lines.finish())
+
+    @staticmethod
+    def _chunks(lines: list[bytes]) -> list[OutputChunk]:
+        return [chunk for line in lines if (chunk := decode_frame(line)) is not None]
+
+
 class Tail:
     """The last `limit` UTF-8 bytes of a text stream, and whether anything was dropped."""
 
@@ -111,44 +207,27 @@ class LogReader:
     def __init__(self, tail_bytes: int) -> None:
         self._stdout = Tail(tail_bytes)
         self._stderr = Tail(tail_bytes)
-        self._pending = bytearray()
-        self._skipping_long_line = False
+        self._lines = LineSplitter()
         self._result: RunnerResult | None = None
 
     def feed(self, data: bytes) -> None:
-        self._pending += data
-        while (end := self._pending.find(b"\n")) >= 0:
-            line = bytes(self._pending[:end])
-            del self._pending[: end + 1]
-            if self._skipping_long_line:
-                self._skipping_long_line = False
-                continue
+        for line in self._lines.feed(data):
             self._line(line)
-        if len(self._pending) > MAX_LINE_BYTES:
-            self._pending.clear()
-            self._skipping_long_line = True
 
     def _line(self, line: bytes) -> None:
         if not line.strip():
             return
-        try:
-            frame = json.loads(line)
-        except ValueError:
-            frame = None
-        if isinstance(frame, dict):
-            stream, data = frame.get("stream"), frame.get("data")
-            if isinstance(data, str) and stream in ("stdout", "stderr"):
-                (self._stdout if stream == "stdout" else self._stderr).add(data)
-                return
-            if "result" in frame:
-                self._result = RunnerResult.from_json(frame["result"])
-                return
-        self._stderr.add(line.decode(errors="replace") + "\n")
+        frame = decode_line(line)
+        if isinstance(frame, OutputChunk):
+            (self._stdout if frame.stream == "stdout" else self._stderr).add(frame.data)
+        elif isinstance(frame, ResultFrame):
+            self._result = frame.result
+        else:
+            self._stderr.add(line.decode(errors="replace") + "\n")
 
     def finish(self) -> LogSummary:
-        if self._pending and not self._skipping_long_line:
-            self._line(bytes(self._pending))
-        self._pending.clear()
+        for line in self._lines.finish():
+            self._line(line)
         return LogSummary(
             stdout=self._stdout.text(),
             stderr=self._stderr.text(),

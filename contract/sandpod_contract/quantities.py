@@ -3,6 +3,9 @@
 import re
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 # The Kubernetes quantity grammar without a sign (negative limits make no sense here).
 _QUANTITY = re.compile(
@@ -25,6 +28,21 @@ def parse_quantity(text: str) -> Decimal:
     if suffix in _DECIMAL:
         return number.scaleb(_DECIMAL[suffix])
     return number.scaleb(int(suffix[1:]))
+
+
+def valid_quantity(text: str) -> str:
+    """`text` itself when it is a quantity; ValueError otherwise."""
+    parse_quantity(text)
+    return text
+
+
+# A setting or field that must hold a quantity.
+Quantity = Annotated[str, AfterValidator(valid_quantity)]
+
+
+def smaller_quantity(first: str, second: str) -> str:
+    """The smaller of two quantities, as written (the first when they are equal)."""
+    return first if parse_quantity(first) <= parse_quantity(second) else second
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ from typing import Any
 
 import pytest
 import yaml
-from sandpod_operator import crd
+from sandpod_contract import crd
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "crds" / "codeexecutions.sandpod.dev.yaml"
@@ -34,11 +34,11 @@ def schema(generated: dict[str, Any]) -> dict[str, Any]:
 
 def test_committed_crd_matches_the_models() -> None:
     assert COMMITTED.read_text() == crd.render(), (
-        "crds/ drifted from models.py: run `python -m sandpod_operator.crd`"
+        "crds/ drifted from models.py: run `python -m sandpod_contract.crd`"
     )
     assert crd.main(["--check", "--output", str(COMMITTED)]) == 0
     assert crd.main(["--check", "--chart"]) == 0, (
-        "the Helm chart's copy drifted: run `python -m sandpod_operator.crd --chart`"
+        "the Helm chart's copy drifted: run `python -m sandpod_contract.crd --chart`"
     )
 
 

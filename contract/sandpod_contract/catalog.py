@@ -7,7 +7,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
-from sandpod_operator.models import LANGUAGE_PATTERN, RELATIVE_PATH_PATTERN
+from sandpod_contract.models import LANGUAGE_PATTERN, RELATIVE_PATH_PATTERN
 
 DEFAULT_CATALOG_PATH = Path(__file__).with_name("catalog.yaml")
 

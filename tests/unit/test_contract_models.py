@@ -3,13 +3,13 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
-from sandpod_operator.models import (
+from sandpod_contract.models import (
     MAX_CONTENT_CHARS,
     CodeExecutionSpec,
     CodeExecutionStatus,
     execution_name_problem,
 )
-from sandpod_operator.quantities import QuantityBounds, parse_quantity
+from sandpod_contract.quantities import QuantityBounds, parse_quantity
 
 
 def spec(**fields: Any) -> CodeExecutionSpec:

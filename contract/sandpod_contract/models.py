@@ -1,7 +1,8 @@
 """The CodeExecution resource as pydantic models: the one source of truth for its schema.
 
-The CRD in crds/ is generated from these models (see crd.py), and the gateway imports them
-to validate and build resources. Keep this module free of kopf and Kubernetes client imports.
+The CRD in crds/ is generated from these models (see crd.py), the operator writes the status
+through CodeExecutionStatus, and the gateway imports them to validate and build resources
+and to read the status. Keep this module free of kopf and Kubernetes client imports.
 
 Every rule the API server enforces through a CEL expression (`x-kubernetes-validations`) is
 also enforced here by a validator, with the same message, so that both refuse the same specs.
@@ -9,7 +10,7 @@ also enforced here by a validator, with the same message, so that both refuse th
 
 import ipaddress
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -18,24 +19,14 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PlainSerializer,
     field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
-from sandpod_operator.quantities import QuantityBounds
-
-GROUP = "sandpod.dev"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "CodeExecution"
-PLURAL = "codeexecutions"
-SINGULAR = "codeexecution"
-SHORT_NAMES = ("cx",)
-CATEGORIES = ("sandpod",)
-
-CANCEL_ANNOTATION = f"{GROUP}/cancel"
+from sandpod_contract.quantities import QuantityBounds
 
 Phase = Literal["Pending", "Running", "Succeeded", "Failed", "TimedOut", "Error", "Cancelled"]
 TERMINAL_PHASES: frozenset[str] = frozenset(
@@ -93,6 +84,14 @@ ALLOWLIST_RULE: JsonDict = {
     "message": ALLOWLIST_MESSAGE,
 }
 CIDR_RULE: JsonDict = {"rule": "isCIDR(self)", "message": "cidr must be a CIDR such as 10.0.0.0/8"}
+
+
+def format_time(value: datetime) -> str:
+    """A status timestamp as Kubernetes writes them: UTC, whole seconds."""
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+Timestamp = Annotated[datetime, PlainSerializer(format_time, return_type=str, when_used="json")]
 
 
 def execution_name_problem(name: str) -> str | None:
@@ -345,7 +344,7 @@ class Condition(_Model):
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str = Field(description="CamelCase reason of the last transition.")
     message: str = Field(default="", description="Human-readable detail.")
-    last_transition_time: datetime = Field(description="When status last changed.")
+    last_transition_time: Timestamp = Field(description="When status last changed.")
     observed_generation: int | None = Field(
         default=None, description="metadata.generation this condition was set for."
     )
@@ -394,8 +393,8 @@ class CodeExecutionStatus(_Model):
     diagnostics: list[Diagnostic] | None = Field(
         default=None, description="Linter findings (lint mode)."
     )
-    started_at: datetime | None = Field(default=None, description="When the program started.")
-    finished_at: datetime | None = Field(
+    started_at: Timestamp | None = Field(default=None, description="When the program started.")
+    finished_at: Timestamp | None = Field(
         default=None, description="When the execution reached its terminal phase."
     )
     duration_ms: int | None = Field(

@@ -1,8 +1,8 @@
 import json
 
 import pytest
-from sandpod_operator.runner_log import (
-    MAX_LINE_BYTES,
+from sandpod_contract.runner import (
+    MAX_FRAME_BYTES,
     LogReader,
     RunnerResult,
     Tail,
@@ -91,7 +91,7 @@ def test_unframed_lines_become_stderr() -> None:
 
 def test_overlong_line_is_skipped() -> None:
     reader = LogReader(tail_bytes=1024)
-    reader.feed(b"x" * (MAX_LINE_BYTES + 1))
+    reader.feed(b"x" * (MAX_FRAME_BYTES + 1))
     reader.feed(b"yyy\n" + frames({"stream": "stdout", "data": "ok"}))
     summary = reader.finish()
     assert summary.stdout == "ok"

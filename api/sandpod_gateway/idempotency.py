@@ -1,0 +1,42 @@
+"""Idempotency: a retried create (same tenant, same Idempotency-Key) names the same execution,
+and gets it back only if it is the same request."""
+
+import hashlib
+import secrets
+
+from sandpod_contract.names import REQUEST_HASH_ANNOTATION
+
+from sandpod_gateway.auth import Tenant
+from sandpod_gateway.errors import ErrorDetail, GatewayError
+from sandpod_gateway.resources import Resource, belongs_to
+from sandpod_gateway.service import ExecutionNotFound, ExecutionService
+
+NAME_PREFIX = "cx-"
+
+
+def execution_name(tenant: str, idempotency_key: str | None) -> str:
+    """The CR name: derived from tenant and Idempotency-Key, so a retry names the same CR."""
+    if idempotency_key is None:
+        return NAME_PREFIX + secrets.token_hex(8)
+    digest = hashlib.sha256(f"{tenant}\n{idempotency_key}".encode()).hexdigest()
+    return NAME_PREFIX + digest[:20]
+
+
+async def replay(
+    service: ExecutionService, tenant: Tenant, name: str, fingerprint: str
+) -> Resource | None:
+    """The execution an earlier request with this Idempotency-Key created, if any."""
+    try:
+        resource = await service.get(tenant.namespace, name)
+    except ExecutionNotFound:
+        return None
+    annotations = (resource.get("metadata") or {}).get("annotations") or {}
+    same_request = annotations.get(REQUEST_HASH_ANNOTATION) == fingerprint
+    if not belongs_to(resource, tenant.name) or not same_request:
+        raise GatewayError(
+            409,
+            "idempotency_key_reused",
+            "This Idempotency-Key was already used for a different request.",
+            [ErrorDetail(field="header.idempotency-key", message="reused", type="idempotency_key")],
+        )
+    return resource

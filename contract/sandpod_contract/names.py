@@ -1,0 +1,35 @@
+"""Names the operator, the gateway and the chart agree on: the API group and kind, the
+label, annotation and finalizer keys, and how an execution's children are named."""
+
+GROUP = "sandpod.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "CodeExecution"
+PLURAL = "codeexecutions"
+SINGULAR = "codeexecution"
+SHORT_NAMES = ("cx",)
+CATEGORIES = ("sandpod",)
+
+CANCEL_ANNOTATION = f"{GROUP}/cancel"
+REQUEST_HASH_ANNOTATION = f"{GROUP}/request-sha256"
+FINALIZER = f"{GROUP}/operator"
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "sandpod"
+EXECUTION_LABEL = f"{GROUP}/execution"
+ROLE_LABEL = f"{GROUP}/role"
+SANDBOX_ROLE = "sandbox"
+TENANT_LABEL = f"{GROUP}/tenant"
+
+_UID_PART = 8
+_MAX_NAME = 63
+
+
+def child_name(execution_name: str, uid: str) -> str:
+    """Deterministic name of an execution's children: one per CR instance, a valid DNS label.
+
+    The uid part makes a re-created CR with the same name get new children, never the old.
+    """
+    suffix = uid.replace("-", "")[:_UID_PART]
+    head = execution_name[: _MAX_NAME - _UID_PART - 1].rstrip("-.")
+    return f"{head}-{suffix}"
