@@ -464,6 +464,22 @@ async def test_cancel_and_finish_side_by_side_agree_on_one_outcome(
     assert not kube.pods
 
 
+async def test_cancel_of_a_running_program_removes_its_pod(
+    kube: FakeKube, reconciler: Reconciler
+) -> None:
+    key = await running(kube, reconciler)
+    last_seen = copy.deepcopy(kube.pods[key])
+    await reconciler.cancel(latest(kube))
+    status = status_of(kube)
+    assert outcome(kube, "retryable") == ("Cancelled", "Cancelled", False)
+    assert status["durationMs"] >= 1000
+    assert kube.deleted_pods == [key]
+    # The watch then reports the pod deleted: nothing more to record.
+    await reconciler.on_pod_event("DELETED", last_seen)
+    assert status_of(kube) == status
+    assert transitions(kube) == ["Pending", "Running", "Cancelled"]
+
+
 async def test_cancel_before_the_pod_exists_creates_nothing(
     kube: FakeKube, reconciler: Reconciler
 ) -> None:
