@@ -16,7 +16,7 @@ import itertools
 import json
 import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -143,9 +143,11 @@ class FakeKube:
             stored["metadata"]["creationTimestamp"] = stamp(created)
         return self._bump(stored)
 
-    def post_event(self, obj: Manifest, *, type: str, reason: str, message: str = "") -> None:
+    def post_event(
+        self, objs: Mapping[str, Any], *, type: str, reason: str, message: str = ""
+    ) -> None:
         """Stands in for kopf.event (the Reconciler's `post_event`)."""
-        self.events.append(PostedEvent(obj["metadata"]["uid"], type, reason, message))
+        self.events.append(PostedEvent(objs["metadata"]["uid"], type, reason, message))
 
     # --- KubeApi ----------------------------------------------------------------------
 
