@@ -8,7 +8,7 @@ per execution (logged when the execution finishes).
 import json
 from collections import Counter as Tally
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes_asyncio import client as k8s
 from prometheus_client import Counter, Histogram
@@ -82,6 +82,32 @@ class RequestCounter:
         total = self._per_execution.pop(execution_uid, 0)
         REQUESTS_PER_EXECUTION.observe(total)
         return total
+
+
+class KubeApi(Protocol):
+    """The operator's view of the cluster: `Kube`, or an in-memory fake in unit tests."""
+
+    counter: RequestCounter
+
+    async def close(self) -> None: ...
+    async def create_configmap(self, body: Manifest, *, uid: str) -> None: ...
+    async def create_network_policy(self, body: Manifest, *, uid: str | None) -> None: ...
+    async def create_pod(self, body: Manifest, *, uid: str) -> Manifest | None: ...
+    async def read_pod(self, namespace: str, name: str, *, uid: str | None) -> Manifest | None: ...
+    async def delete_pod(self, namespace: str, name: str, *, uid: str | None) -> None: ...
+    async def read_pod_log(
+        self, namespace: str, name: str, *, uid: str | None, tail_bytes: int, limit_bytes: int
+    ) -> LogSummary: ...
+    async def latest_warning(
+        self, namespace: str, pod_name: str, *, uid: str | None
+    ) -> str | None: ...
+    async def get_execution(
+        self, namespace: str, name: str, *, uid: str | None
+    ) -> Manifest | None: ...
+    async def patch_execution_status(
+        self, namespace: str, name: str, *, uid: str | None, resource_version: str, status: Manifest
+    ) -> Manifest: ...
+    async def delete_execution(self, namespace: str, name: str, *, uid: str) -> None: ...
 
 
 class Kube:

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import aiohttp
 import kopf
@@ -29,7 +29,7 @@ from sandpod_operator.builders import (
     build_pod,
     plan_execution,
 )
-from sandpod_operator.kube import Kube, KubeError
+from sandpod_operator.kube import KubeApi, KubeError
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import (
     Verdict,
@@ -56,6 +56,12 @@ FINAL = ("final",)
 NORMAL_PHASES = frozenset({"Pending", "Running", "Succeeded", "Cancelled"})
 TRANSIENT_ERRORS = (aiohttp.ClientError, TimeoutError)
 API_ERRORS = (KubeError, *TRANSIENT_ERRORS)
+
+
+class EventPoster(Protocol):
+    """Posts a Kubernetes Event about an object: kopf.event (kopf queues and sends it)."""
+
+    def __call__(self, objs: kopf.Body, *, type: str, reason: str, message: str = "") -> None: ...
 
 
 def as_body(manifest: Manifest) -> kopf.Body:
@@ -85,9 +91,10 @@ def owner_uid(pod: Mapping[str, Any]) -> str | None:
 
 @dataclass
 class Reconciler:
-    kube: Kube
+    kube: KubeApi
     settings: OperatorSettings
     catalog: Catalog
+    post_event: EventPoster = kopf.event
     # Per pod uid, the state last acted on (or FINAL), to skip pod events that change nothing.
     observations: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
@@ -368,7 +375,7 @@ class Reconciler:
         if previous.get("phase") == phase:
             return
         message = f"{new.get('reason')}: {new.get('message', '')}".rstrip(": ")
-        kopf.event(
+        self.post_event(
             as_body(execution),
             type="Normal" if phase in NORMAL_PHASES else "Warning",
             reason=phase,

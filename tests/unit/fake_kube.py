@@ -1,0 +1,312 @@
+"""An in-memory stand-in for the operator's Kubernetes surface (`sandpod_operator.kube.KubeApi`).
+
+It keeps what the API server keeps for the operator's calls: objects by (namespace, name),
+each with a uid and a resourceVersion; a status patch with a stale resourceVersion is a 409;
+creating an existing object returns None (as `Kube` turns "409 AlreadyExists" into None);
+reads and writes hand out copies. Every call first yields to the event loop, so that
+coroutines run side by side interleave as they would against a real server.
+
+Tests can make the next call of a method fail (`fail`), or run something just before it
+(`before`: another writer getting in first), and play the kubelet with `set_pod_status`.
+"""
+
+import asyncio
+import copy
+import itertools
+import json
+import uuid
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sandpod_contract.runner import LogReader, LogSummary
+from sandpod_operator.kube import KubeError, RequestCounter
+
+Manifest = dict[str, Any]
+Key = tuple[str, str]
+Hook = Callable[[], Awaitable[None]]
+
+CONFLICT_MESSAGE = (
+    "Operation cannot be fulfilled: the object has been modified; "
+    "please apply your changes to the latest version and try again"
+)
+
+
+def stamp(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def merge_patch(target: Manifest, patch: Manifest) -> None:
+    """RFC 7386 JSON merge patch, in place: null removes a key, objects merge."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            merge_patch(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+def conflict() -> KubeError:
+    return KubeError(409, "Conflict", CONFLICT_MESSAGE)
+
+
+@dataclass(frozen=True)
+class PostedEvent:
+    uid: str
+    type: str
+    reason: str
+    message: str
+
+
+class FakeKube:
+    """Satisfies `KubeApi`; the dicts are public so that tests can look at the cluster."""
+
+    def __init__(self) -> None:
+        self.counter = RequestCounter()
+        self.executions: dict[Key, Manifest] = {}
+        self.pods: dict[Key, Manifest] = {}
+        self.configmaps: dict[Key, Manifest] = {}
+        self.network_policies: dict[Key, Manifest] = {}
+        self.logs: dict[Key, bytes] = {}
+        self.warnings: dict[Key, str] = {}
+        self.events: list[PostedEvent] = []
+        self.calls: list[str] = []
+        self.created: list[tuple[str, Key]] = []
+        self.deleted_pods: list[Key] = []
+        self._versions = itertools.count(1000)
+        self._faults: dict[str, list[BaseException]] = defaultdict(list)
+        self._hooks: dict[str, list[Hook]] = defaultdict(list)
+
+    # --- steering the fake ------------------------------------------------------------
+
+    def fail(self, call: str, error: BaseException, times: int = 1) -> None:
+        """The next `times` calls of method `call` raise `error` (the object is untouched)."""
+        self._faults[call].extend([error] * times)
+
+    def before(self, call: str, hook: Hook) -> None:
+        """Run `hook` just before the next call of method `call` takes effect (once per call:
+        register it n times for the next n calls)."""
+        self._hooks[call].append(hook)
+
+    async def _enter(self, call: str) -> None:
+        self.calls.append(call)
+        await asyncio.sleep(0)
+        if self._hooks[call]:
+            await self._hooks[call].pop(0)()
+        if self._faults[call]:
+            raise self._faults[call].pop(0)
+
+    def _store(self, objects: dict[Key, Manifest], body: Manifest) -> Manifest:
+        stored = copy.deepcopy(body)
+        meta = stored["metadata"]
+        meta["uid"] = str(uuid.uuid4())
+        meta["resourceVersion"] = str(next(self._versions))
+        meta["generation"] = 1
+        meta.setdefault("creationTimestamp", stamp(datetime.now(UTC)))
+        objects[(meta["namespace"], meta["name"])] = stored
+        return stored
+
+    def _bump(self, stored: Manifest) -> Manifest:
+        stored["metadata"]["resourceVersion"] = str(next(self._versions))
+        return copy.deepcopy(stored)
+
+    def add_execution(self, body: Manifest) -> Manifest:
+        """A CodeExecution as the API server stores it (the user's create)."""
+        return copy.deepcopy(self._store(self.executions, body))
+
+    def write_status(self, namespace: str, name: str, status: Manifest) -> Manifest:
+        """Another writer's status patch (no precondition): moves the resourceVersion."""
+        stored = self.executions[(namespace, name)]
+        merge_patch(stored.setdefault("status", {}), status)
+        return self._bump(stored)
+
+    def written_first(self, namespace: str, name: str, status: Manifest, times: int = 1) -> None:
+        """Another writer patches this status just before each of the next `times` status
+        writes: those writes' resourceVersion is stale."""
+
+        async def write() -> None:
+            self.write_status(namespace, name, status)
+
+        for _ in range(times):
+            self.before("patch_execution_status", write)
+
+    def set_pod_status(
+        self, namespace: str, name: str, status: Manifest, *, created: datetime | None = None
+    ) -> Manifest:
+        """The kubelet reports: replace the pod's status; the new pod, as a watch shows it."""
+        stored = self.pods[(namespace, name)]
+        stored["status"] = copy.deepcopy(status)
+        if created is not None:
+            stored["metadata"]["creationTimestamp"] = stamp(created)
+        return self._bump(stored)
+
+    def post_event(
+        self, objs: Mapping[str, Any], *, type: str, reason: str, message: str = ""
+    ) -> None:
+        """Stands in for kopf.event (the Reconciler's `post_event`)."""
+        self.events.append(PostedEvent(objs["metadata"]["uid"], type, reason, message))
+
+    # --- KubeApi ----------------------------------------------------------------------
+
+    async def close(self) -> None:
+        return None
+
+    async def _create(self, call: str, objects: dict[Key, Manifest], body: Manifest) -> Any:
+        await self._enter(call)
+        key = (body["metadata"]["namespace"], body["metadata"]["name"])
+        if key in objects:
+            return None
+        self.created.append((body["kind"], key))
+        return copy.deepcopy(self._store(objects, body))
+
+    async def create_configmap(self, body: Manifest, *, uid: str) -> None:
+        await self._create("create_configmap", self.configmaps, body)
+
+    async def create_network_policy(self, body: Manifest, *, uid: str | None) -> None:
+        await self._create("create_network_policy", self.network_policies, body)
+
+    async def create_pod(self, body: Manifest, *, uid: str) -> Manifest | None:
+        created = {**body, "status": {"phase": "Pending", "qosClass": "Burstable"}}
+        pod: Manifest | None = await self._create("create_pod", self.pods, created)
+        return pod
+
+    async def read_pod(self, namespace: str, name: str, *, uid: str | None) -> Manifest | None:
+        await self._enter("read_pod")
+        return copy.deepcopy(self.pods.get((namespace, name)))
+
+    async def delete_pod(self, namespace: str, name: str, *, uid: str | None) -> None:
+        await self._enter("delete_pod")
+        if self.pods.pop((namespace, name), None) is not None:
+            self.deleted_pods.append((namespace, name))
+
+    async def read_pod_log(
+        self, namespace: str, name: str, *, uid: str | None, tail_bytes: int, limit_bytes: int
+    ) -> LogSummary:
+        await self._enter("read_pod_log")
+        if (namespace, name) not in self.pods:
+            raise KubeError(404, "NotFound", f'pods "{name}" not found')
+        reader = LogReader(tail_bytes)
+        reader.feed(self.logs.get((namespace, name), b"")[:limit_bytes])
+        return reader.finish()
+
+    async def latest_warning(self, namespace: str, pod_name: str, *, uid: str | None) -> str | None:
+        await self._enter("latest_warning")
+        return self.warnings.get((namespace, pod_name))
+
+    async def get_execution(self, namespace: str, name: str, *, uid: str | None) -> Manifest | None:
+        await self._enter("get_execution")
+        return copy.deepcopy(self.executions.get((namespace, name)))
+
+    async def patch_execution_status(
+        self, namespace: str, name: str, *, uid: str | None, resource_version: str, status: Manifest
+    ) -> Manifest:
+        await self._enter("patch_execution_status")
+        stored = self.executions.get((namespace, name))
+        if stored is None:
+            raise KubeError(404, "NotFound", f'codeexecutions "{name}" not found')
+        if stored["metadata"]["resourceVersion"] != resource_version:
+            raise conflict()
+        merge_patch(stored.setdefault("status", {}), status)
+        return self._bump(stored)
+
+    async def delete_execution(self, namespace: str, name: str, *, uid: str) -> None:
+        await self._enter("delete_execution")
+        stored = self.executions.get((namespace, name))
+        # As `Kube`: the uid precondition's 409 and a 404 are both "nothing to do".
+        if stored is not None and stored["metadata"]["uid"] == uid:
+            del self.executions[(namespace, name)]
+
+
+# --- what the kubelet writes into a sandbox pod's status ----------------------------------
+
+
+def _sandbox_container(state: Manifest, *, image: str) -> Manifest:
+    return {
+        "name": "sandbox",
+        "image": image,
+        "ready": "running" in state,
+        "restartCount": 0,
+        "started": "running" in state,
+        "state": state,
+    }
+
+
+def scheduled_condition(since: datetime) -> Manifest:
+    return {"type": "PodScheduled", "status": "True", "lastTransitionTime": stamp(since)}
+
+
+def unschedulable_status(since: datetime) -> Manifest:
+    """No node fits the sandbox (the scheduler's condition; no container yet)."""
+    condition = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": "0/1 nodes are available: 1 Insufficient memory.",
+        "lastTransitionTime": stamp(since),
+    }
+    return {"phase": "Pending", "qosClass": "Burstable", "conditions": [condition]}
+
+
+def pending_status(since: datetime, *, waiting: str = "ContainerCreating", image: str) -> Manifest:
+    state = {"waiting": {"reason": waiting}}
+    return {
+        "phase": "Pending",
+        "qosClass": "Burstable",
+        "conditions": [scheduled_condition(since)],
+        "containerStatuses": [_sandbox_container(state, image=image)],
+    }
+
+
+def running_status(started: datetime, *, image: str) -> Manifest:
+    state = {"running": {"startedAt": stamp(started)}}
+    return {
+        "phase": "Running",
+        "qosClass": "Burstable",
+        "conditions": [scheduled_condition(started)],
+        "containerStatuses": [_sandbox_container(state, image=image)],
+        "startTime": stamp(started),
+    }
+
+
+# What the runner writes to /dev/termination-log (and as its log's last frame) after a run.
+RUNNER_RESULT = (
+    '{"exitCode":0,"signal":null,"timedOut":false,"durationMs":40,'
+    '"stdoutTruncated":false,"stderrTruncated":false,"peakMemoryBytes":12000000}'
+)
+
+
+def runner_result(exit_code: int = 0, **fields: Any) -> Manifest:
+    """The runner's result object, with the given exit code and other fields."""
+    result: Manifest = json.loads(RUNNER_RESULT)
+    return {**result, "exitCode": exit_code, **fields}
+
+
+def terminated_status(
+    started: datetime, finished: datetime, result: Manifest | None, *, image: str
+) -> Manifest:
+    """The container ended; `result` is what the runner wrote to its termination log."""
+    exit_code = 0 if result is None else int(result.get("exitCode") or 0)
+    terminated: Manifest = {
+        "exitCode": exit_code,
+        "reason": "Completed" if exit_code == 0 else "Error",
+        "startedAt": stamp(started),
+        "finishedAt": stamp(finished),
+    }
+    if result is not None:
+        terminated["message"] = json.dumps(result)
+    return {
+        "phase": "Succeeded" if exit_code == 0 else "Failed",
+        "qosClass": "Burstable",
+        "conditions": [scheduled_condition(started)],
+        "containerStatuses": [_sandbox_container({"terminated": terminated}, image=image)],
+        "startTime": stamp(started),
+    }
+
+
+def runner_log(stdout: str, result: Manifest) -> bytes:
+    """The pod log as the runner frames it: output frames, then the result frame."""
+    frames = [{"stream": "stdout", "data": stdout}, {"result": result}]
+    return b"".join(json.dumps(frame).encode() + b"\n" for frame in frames)
