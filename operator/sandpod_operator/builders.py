@@ -259,17 +259,19 @@ def build_pod(
             ],
             "volumes": [
                 {"name": "input", "configMap": {"name": name, "defaultMode": 0o444}},
-                {
-                    "name": "tmp",
-                    "emptyDir": {
-                        "sizeLimit": smaller_quantity(
-                            settings.tmp_size_limit, plan.ephemeral_storage
-                        )
-                    },
-                },
+                {"name": "tmp", "emptyDir": scratch_volume(plan, settings)},
             ],
         },
     }
+
+
+def scratch_volume(plan: Plan, settings: OperatorSettings) -> Manifest:
+    """/tmp as a memory-backed emptyDir: the kubelet mounts a tmpfs of exactly sizeLimit, so a
+    write past it fails at once with ENOSPC and nothing reaches the node's disk (a disk-backed
+    emptyDir is only enforced by eviction, about a minute late). Its pages count toward the
+    pod's memory limit, so it is never larger than that limit."""
+    size = smaller_quantity(settings.tmp_size_limit, plan.ephemeral_storage)
+    return {"medium": "Memory", "sizeLimit": smaller_quantity(size, plan.memory)}
 
 
 def build_network_policy(namespace: str) -> Manifest:

@@ -195,7 +195,7 @@ def test_pod_is_hardened(catalog: Catalog, settings: OperatorSettings) -> None:
     assert resources["requests"] == {"cpu": "50m", "memory": "512Mi", "ephemeral-storage": "16Mi"}
     volumes = {v["name"]: v for v in podspec["volumes"]}
     assert volumes["input"]["configMap"]["name"] == "hello-0a1b2c3d"
-    assert volumes["tmp"]["emptyDir"] == {"sizeLimit": "128Mi"}
+    assert volumes["tmp"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "128Mi"}
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     assert mounts["/sandbox/input"]["readOnly"] is True
     assert set(mounts) == {"/sandbox/input", "/tmp"}
@@ -208,6 +208,14 @@ def test_small_limits_cap_requests(catalog: Catalog, settings: OperatorSettings)
     assert container["resources"]["requests"]["cpu"] == "20m"
     assert container["resources"]["requests"]["ephemeral-storage"] == "8Mi"
     assert pod["spec"]["volumes"][1]["emptyDir"]["sizeLimit"] == "8Mi"
+
+
+def test_scratch_is_never_larger_than_the_memory_limit(
+    catalog: Catalog, settings: OperatorSettings
+) -> None:
+    planned = plan(catalog, settings, resources={"memory": "64Mi", "ephemeralStorage": "1Gi"})
+    pod = build_pod(namespace="ns", execution_name="x", uid=UID, plan=planned, settings=settings)
+    assert pod["spec"]["volumes"][1]["emptyDir"] == {"medium": "Memory", "sizeLimit": "64Mi"}
 
 
 def test_deny_all_network_policy() -> None:
