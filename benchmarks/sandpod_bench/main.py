@@ -48,7 +48,7 @@ from sandpod_bench.breakdown import (
 from sandpod_bench.containerd import ContainerdEvents
 from sandpod_bench.cost import cost_summary, wait_quiet
 from sandpod_bench.kube import connect, list_raw
-from sandpod_bench.processes import OperatorProcess, ProxyProcess, gateway_process
+from sandpod_bench.processes import GatewayProcess, OperatorProcess, ProxyProcess
 from sandpod_bench.procstat import ProcessSample
 from sandpod_bench.proxy import proxy_kubeconfig
 from sandpod_bench.recorder import FINALIZER, Recorder
@@ -595,11 +595,12 @@ class Bench:
                 }
             ),
         )
-        gateway = gateway_process(
+        gateway = GatewayProcess(
             kubeconfig=options.kubeconfig,
-            namespace=self.namespaces.gateway,
-            secret=KEYS_SECRET,
+            keys_namespace=self.namespaces.gateway,
+            keys_secret=KEYS_SECRET,
             log_path=self.log_dir / "gateway.log",
+            access_log=False,
         )
         progress("starting the operator and the gateway")
         operator = self.start_operator(
@@ -796,54 +797,45 @@ class Bench:
             )
             if not all(a.ok for a in warm):
                 raise BenchError(f"warm-up of the cost section failed: {warm[0].error}")
-            summary = self.measure_cost(
-                proxy, operator, SandpodApi(self.custom, namespace, recorder, "cost")
+            if not wait_quiet(proxy.counts, quiet_seconds=3, timeout=60):
+                self.notes.append("the operator never went quiet before the cost measurement")
+            before, counts_before, own_before = (
+                operator.sample(),
+                proxy.counts(),
+                operator.own_requests(),
             )
+            started = time.perf_counter()
+            attempts = run_many(
+                SandpodApi(self.custom, namespace, recorder, "cost"),
+                runs=options.cost_executions,
+                concurrency=options.cost_concurrency,
+            )
+            if not wait_quiet(proxy.counts, quiet_seconds=3, timeout=60):
+                self.notes.append("the operator never went quiet after the cost measurement")
+            seconds = time.perf_counter() - started
+            after, counts_after, own_after = (
+                operator.sample(),
+                proxy.counts(),
+                operator.own_requests(),
+            )
+            summary = cost_summary(
+                executions=options.cost_executions,
+                before=before,
+                after=after,
+                requests_before=counts_before,
+                requests_after=counts_after,
+                own_before=own_before,
+                own_after=own_after,
+                seconds=seconds,
+            )
+            summary["concurrency"] = options.cost_concurrency
+            summary["failures"] = sum(1 for a in attempts if not a.ok)
             self.results["operator_cost"] = summary
             progress(
                 f"  {summary['cpu_seconds_per_100_executions']:.1f} CPU s per 100, "
                 f"{summary['api_requests_per_execution']:.1f} API requests per execution"
             )
             progress("removing the cost section's executions")
-
-    def measure_cost(
-        self, proxy: ProxyProcess, operator: OperatorProcess, workload: Workload
-    ) -> dict[str, Any]:
-        """The operator's CPU, memory and API requests over the cost section's executions,
-        between two quiet moments."""
-        options = self.options
-        if not wait_quiet(proxy.counts, quiet_seconds=3, timeout=60):
-            self.notes.append("the operator never went quiet before the cost measurement")
-        before, counts_before, own_before = (
-            operator.sample(),
-            proxy.counts(),
-            operator.own_requests(),
-        )
-        started = time.perf_counter()
-        attempts = run_many(
-            workload, runs=options.cost_executions, concurrency=options.cost_concurrency
-        )
-        if not wait_quiet(proxy.counts, quiet_seconds=3, timeout=60):
-            self.notes.append("the operator never went quiet after the cost measurement")
-        seconds = time.perf_counter() - started
-        after, counts_after, own_after = (
-            operator.sample(),
-            proxy.counts(),
-            operator.own_requests(),
-        )
-        summary = cost_summary(
-            executions=options.cost_executions,
-            before=before,
-            after=after,
-            requests_before=counts_before,
-            requests_after=counts_after,
-            own_before=own_before,
-            own_after=own_after,
-            seconds=seconds,
-        )
-        summary["concurrency"] = options.cost_concurrency
-        summary["failures"] = sum(1 for a in attempts if not a.ok)
-        return summary
 
 
 def write_results(results: dict[str, Any], output_dir: Path, stamp: str, *, latest: bool) -> Path:

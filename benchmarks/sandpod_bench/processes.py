@@ -17,6 +17,7 @@ from sandpod_testkit.processes import ChildProcess, free_port, http_ok
 from sandpod_bench.procstat import ProcessSample, sample
 
 BENCH_DIR = REPO_ROOT / "benchmarks"
+# The bench's cluster is busy: start and stop may take longer than in the tests.
 START_SECONDS = 90
 STOP_SECONDS = 20
 
@@ -29,6 +30,9 @@ def http_text(url: str) -> str:
 class OperatorProcess(components.OperatorProcess):
     """The operator, with its Prometheus metrics on a port of its own."""
 
+    start_seconds = START_SECONDS
+    stop_seconds = STOP_SECONDS
+
     def __init__(self, *, kubeconfig: Path, namespaces: list[str], log_path: Path) -> None:
         self.metrics_port = free_port()
         env = {
@@ -36,13 +40,7 @@ class OperatorProcess(components.OperatorProcess):
             "KUBECONFIG": str(kubeconfig),
             "SANDPOD_METRICS_PORT": str(self.metrics_port),
         }
-        super().__init__(
-            env=env,
-            namespaces=namespaces,
-            log_path=log_path,
-            start_seconds=START_SECONDS,
-            stop_seconds=STOP_SECONDS,
-        )
+        super().__init__(env=env, namespaces=namespaces, log_path=log_path)
 
     def sample(self) -> ProcessSample:
         return sample(self.pid)
@@ -62,23 +60,15 @@ class OperatorProcess(components.OperatorProcess):
         return total, finished
 
 
-def gateway_process(
-    *, kubeconfig: Path, namespace: str, secret: str, log_path: Path
-) -> components.GatewayProcess:
-    """The gateway, its keys Secret in `namespace`, without an access log."""
-    return components.GatewayProcess(
-        kubeconfig=kubeconfig,
-        keys_namespace=namespace,
-        keys_secret=secret,
-        log_path=log_path,
-        access_log=False,
-        start_seconds=START_SECONDS,
-        stop_seconds=STOP_SECONDS,
-    )
+class GatewayProcess(components.GatewayProcess):
+    start_seconds = START_SECONDS
+    stop_seconds = STOP_SECONDS
 
 
 class ProxyProcess(ChildProcess):
     """The counting API proxy (sandpod_bench.proxy)."""
+
+    stop_seconds = STOP_SECONDS
 
     def __init__(self, *, kubeconfig: Path, log_path: Path) -> None:
         self.port = free_port()
@@ -92,7 +82,7 @@ class ProxyProcess(ChildProcess):
             "--port",
             str(self.port),
         ]
-        super().__init__("the counting proxy", command, env, log_path, stop_seconds=STOP_SECONDS)
+        super().__init__("the counting proxy", command, env, log_path)
 
     def start(self) -> None:
         self.spawn()

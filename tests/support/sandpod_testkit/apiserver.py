@@ -114,8 +114,7 @@ class PrivateApiServer:
 
     def _spawn(self, binary: str, *args: str) -> None:
         command = self.wrap([str(self.bin_dir / binary), *args])
-        log_path = self.workdir / f"{binary}.log"
-        process = ChildProcess(binary, command, None, log_path, stop_seconds=10)
+        process = ChildProcess(binary, command, None, self.workdir / f"{binary}.log")
         self.processes.append(process)
         process.spawn()
 

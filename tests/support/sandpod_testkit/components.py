@@ -14,18 +14,11 @@ class OperatorProcess(ChildProcess):
     """`kopf run -m sandpod_operator.handlers --standalone`, watching the namespaces that match
     `namespaces`; started, it answers on its liveness endpoint."""
 
-    def __init__(
-        self,
-        *,
-        env: dict[str, str],
-        namespaces: list[str],
-        log_path: Path,
-        start_seconds: float = 60,
-        stop_seconds: float = 15,
-    ) -> None:
-        super().__init__("the operator", [], env, log_path, stop_seconds=stop_seconds)
+    start_seconds: float = 60
+
+    def __init__(self, *, env: dict[str, str], namespaces: list[str], log_path: Path) -> None:
+        super().__init__("the operator", [], env, log_path)
         self.namespaces = namespaces
-        self.start_seconds = start_seconds
 
     def start(self) -> None:
         liveness = f"http://127.0.0.1:{free_port()}/healthz"
@@ -53,6 +46,8 @@ class GatewayProcess(ChildProcess):
     restarts, so clients can retry through one), reading tenants from the Secret
     `keys_secret` in `keys_namespace`."""
 
+    start_seconds: float = 60
+
     def __init__(
         self,
         *,
@@ -62,8 +57,6 @@ class GatewayProcess(ChildProcess):
         log_path: Path,
         settings: dict[str, str] | None = None,
         access_log: bool = True,
-        start_seconds: float = 60,
-        stop_seconds: float = 15,
     ) -> None:
         self.port = free_port()
         env = {
@@ -85,9 +78,8 @@ class GatewayProcess(ChildProcess):
             str(self.port),
             *([] if access_log else ["--no-access-log"]),
         ]
-        super().__init__("the gateway", command, env, log_path, stop_seconds=stop_seconds)
+        super().__init__("the gateway", command, env, log_path)
         self.keys_namespace = keys_namespace
-        self.start_seconds = start_seconds
 
     @property
     def url(self) -> str:

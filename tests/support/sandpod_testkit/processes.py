@@ -38,20 +38,15 @@ class ChildProcess:
     """`command` as a child process logging (stdout and stderr) to `log_path`; stopped with
     SIGTERM, then SIGKILL after `stop_seconds`."""
 
+    stop_seconds: float = 15
+
     def __init__(
-        self,
-        name: str,
-        command: list[str],
-        env: dict[str, str] | None,
-        log_path: Path,
-        *,
-        stop_seconds: float = 15,
+        self, name: str, command: list[str], env: dict[str, str] | None, log_path: Path
     ) -> None:
         self.name = name
         self.command = command
         self.env = env
         self.log_path = log_path
-        self.stop_seconds = stop_seconds
         self.process: subprocess.Popen[bytes] | None = None
 
     def spawn(self) -> None:
