@@ -7,17 +7,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from sandpod_testkit.paths import CACHE_DIR
 
 # Cluster fixtures (tests/e2e/cluster_fixtures.py, on pythonpath): registered once for the
 # session, so tests/e2e and tests/hostile share one CRD install and one operator.
 pytest_plugins = ["cluster_fixtures"]
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-CACHE_DIR = Path(
-    os.environ.get(
-        "SANDPOD_CACHE", Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sandpod"
-    )
-)
 
 
 @pytest.fixture(scope="session")

@@ -33,6 +33,8 @@ from kubernetes import client
 from sandpod_contract.catalog import Catalog, load_catalog
 from sandpod_contract.names import GROUP, PLURAL, VERSION
 from sandpod_operator.settings import OperatorSettings
+from sandpod_testkit.kube import create_namespace, ensure_crd, executions_left, request_deletion
+from sandpod_testkit.paths import REPO_ROOT, default_kubeconfig, kube_bin_dir
 from urllib3.exceptions import HTTPError
 
 from sandpod_bench import manifests
@@ -46,12 +48,8 @@ from sandpod_bench.breakdown import (
 from sandpod_bench.containerd import ContainerdEvents
 from sandpod_bench.cost import cost_summary, wait_quiet
 from sandpod_bench.kube import connect, list_raw
-from sandpod_bench.processes import (
-    REPO_ROOT,
-    GatewayProcess,
-    OperatorProcess,
-    ProxyProcess,
-)
+from sandpod_bench.processes import GatewayProcess, OperatorProcess, ProxyProcess
+from sandpod_bench.procstat import ProcessSample
 from sandpod_bench.proxy import proxy_kubeconfig
 from sandpod_bench.recorder import FINALIZER, Recorder
 from sandpod_bench.report import baseline_ratios, render
@@ -71,12 +69,12 @@ from sandpod_bench.workloads import (
 )
 
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
-CRD_PATH = REPO_ROOT / "crds" / "codeexecutions.sandpod.dev.yaml"
 CONTAINERD_SOCKET = REPO_ROOT / ".cluster" / "run" / "containerd.sock"
 KEYS_SECRET = "bench-api-keys"
 SECTIONS = ("latency", "baselines", "throughput", "cost")
 BASELINES = ("job", "pod", "llm-sandbox")
 CLEANUP_SECONDS = 180
+BENCH_LABELS = {manifests.PART_OF_LABEL: manifests.PART_OF}
 
 
 class BenchError(RuntimeError):
@@ -103,7 +101,7 @@ class Options:
     output_dir: Path
 
 
-def parse_options(argv: Sequence[str] | None = None) -> Options:
+def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="benchmarks/run.py",
         description="Latency, throughput, baselines, time breakdown and operator cost of "
@@ -150,11 +148,13 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         default=",".join(BASELINES),
         help=f"comma-separated subset of {','.join(BASELINES)}",
     )
-    parser.add_argument(
-        "--kubeconfig",
-        type=Path,
-        default=Path(os.environ.get("KUBECONFIG") or REPO_ROOT / ".cluster" / "kubeconfig"),
-    )
+    add_setup_arguments(parser)
+    return parser
+
+
+def add_setup_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the bench runs and writes, and its clean-up mode."""
+    parser.add_argument("--kubeconfig", type=Path, default=default_kubeconfig())
     parser.add_argument("--kubectl", default=os.environ.get("KUBECTL") or default_kubectl())
     parser.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument(
@@ -163,6 +163,10 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         help="only remove what an interrupted bench left behind (its namespaces and their "
         "executions), then exit; not while another bench runs on the cluster",
     )
+
+
+def parse_options(argv: Sequence[str] | None = None) -> Options:
+    parser = argument_parser()
     arguments = parser.parse_args(argv)
     quick = bool(arguments.quick)
 
@@ -199,8 +203,10 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
 
 def default_kubectl() -> str:
     """The local cluster's kubectl (built with it), else the one on PATH."""
-    built = sorted(Path.home().glob(".cache/sandpod/bin/kubernetes-*/kubectl"))
-    return str(built[-1]) if built else (shutil.which("kubectl") or "kubectl")
+    bin_dir = kube_bin_dir()
+    if bin_dir is not None and (bin_dir / "kubectl").exists():
+        return str(bin_dir / "kubectl")
+    return shutil.which("kubectl") or "kubectl"
 
 
 def progress(message: str) -> None:
@@ -261,31 +267,6 @@ def other_activity(core: client.CoreV1Api, prefix: str) -> dict[str, int]:
     }
 
 
-def ensure_crd(api: client.ApiClient) -> None:
-    """The repository's CRD, created if missing or replaced (as the e2e fixtures do)."""
-    manifest = yaml.safe_load(CRD_PATH.read_text())
-    extensions = client.ApiextensionsV1Api(api)
-    name = manifest["metadata"]["name"]
-    try:
-        extensions.create_custom_resource_definition(manifest)
-    except client.ApiException as error:
-        if error.status != 409:
-            raise
-        current: Any = extensions.read_custom_resource_definition(name)
-        manifest["metadata"]["resourceVersion"] = current.metadata.resource_version
-        extensions.replace_custom_resource_definition(name, manifest)
-    custom = client.CustomObjectsApi(api)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, limit=1)
-            return
-        except client.ApiException as error:
-            if error.status != 404 or time.monotonic() > deadline:
-                raise
-        time.sleep(0.5)
-
-
 def ensure_runtime_class(api: client.ApiClient, name: str) -> None:
     try:
         client.NodeV1Api(api).read_runtime_class(name)
@@ -328,26 +309,6 @@ class Namespaces:
         return [self.kubectl, self.gateway, self.load]
 
 
-def create_namespace(core: client.CoreV1Api, name: str) -> None:
-    core.create_namespace(
-        client.V1Namespace(
-            metadata=client.V1ObjectMeta(
-                name=name, labels={manifests.PART_OF_LABEL: manifests.PART_OF}
-            )
-        )
-    )
-    # The controller manager makes the default service account; on a busy cluster it lags.
-    deadline = time.monotonic() + 300
-    while True:
-        try:
-            core.read_namespaced_service_account("default", name)
-            return
-        except client.ApiException as error:
-            if error.status != 404 or time.monotonic() > deadline:
-                raise
-        time.sleep(0.2)
-
-
 def delete_executions(
     custom: client.CustomObjectsApi, namespaces: Sequence[str], operator: OperatorProcess
 ) -> None:
@@ -361,14 +322,9 @@ def delete_executions(
             left = 0
             for namespace in namespaces:
                 if namespace not in requested:
-                    custom.delete_collection_namespaced_custom_object(
-                        GROUP, VERSION, namespace, PLURAL
-                    )
+                    request_deletion(custom, namespace)
                     requested.add(namespace)
-                listed: Any = custom.list_namespaced_custom_object(
-                    GROUP, VERSION, namespace, PLURAL
-                )
-                left += len(listed["items"])
+                left += executions_left(custom, namespace)
         except (client.ApiException, HTTPError) as error:
             progress(f"clean-up: the API server failed ({type(error).__name__}), retrying")
             time.sleep(2)
@@ -518,6 +474,24 @@ def breakdown_entry(
     }
 
 
+@dataclass(frozen=True)
+class Recorders:
+    """Watchers of the main operator's namespaces, one per way in."""
+
+    kubectl: Recorder
+    gateway: Recorder
+    load: Recorder
+
+
+def gateway_client(url: str, key: str) -> httpx.Client:
+    return httpx.Client(
+        base_url=url,
+        limits=httpx.Limits(max_connections=64, max_keepalive_connections=64),
+        timeout=httpx.Timeout(RUN_TIMEOUT_SECONDS + 30),
+        headers={"Authorization": f"Bearer {key}"},
+    )
+
+
 @dataclass
 class Bench:
     options: Options
@@ -581,176 +555,179 @@ class Bench:
         return attempts
 
     def run(self) -> None:
-        options = self.options
+        """The sections that need the main operator and the gateway, then the cost section
+        (with an operator of its own)."""
+        sections = self.options.sections
         with ExitStack() as stack:
-            kubectl_recorder = self.recorder(self.namespaces.kubectl, stack)
-            gateway_recorder = self.recorder(self.namespaces.gateway, stack)
-            load_recorder = self.recorder(self.namespaces.load, stack)
-            operator = OperatorProcess(
-                kubeconfig=options.kubeconfig,
-                namespaces=self.namespaces.sandpod,
-                log_path=self.log_dir / "operator.log",
+            recorders = Recorders(
+                kubectl=self.recorder(self.namespaces.kubectl, stack),
+                gateway=self.recorder(self.namespaces.gateway, stack),
+                load=self.recorder(self.namespaces.load, stack),
             )
-            gateway_key, load_key = (
-                f"sk-{secrets.token_urlsafe(24)}",
-                f"sk-{secrets.token_urlsafe(24)}",
-            )
-            self.core.create_namespaced_secret(
-                self.namespaces.gateway,
-                tenants_secret(
-                    {
-                        "bench-latency": (self.namespaces.gateway, gateway_key),
-                        "bench-load": (self.namespaces.load, load_key),
-                    }
-                ),
-            )
-            gateway = GatewayProcess(
-                kubeconfig=options.kubeconfig,
-                namespace=self.namespaces.gateway,
-                secret=KEYS_SECRET,
-                log_path=self.log_dir / "gateway.log",
-            )
-            progress("starting the operator and the gateway")
-            # Executions go before the operator stops: it releases their finalizers.
-            stack.callback(operator.stop)
-            operator.start()
-            stack.callback(delete_executions, self.custom, self.namespaces.sandpod, operator)
-            stack.enter_context(running(gateway))
+            operator, gateway_http, load_http = self.start_sandpod(stack)
             operator_start = operator.sample()
-            limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-            timeout = httpx.Timeout(RUN_TIMEOUT_SECONDS + 30)
-            gateway_http = stack.enter_context(
-                httpx.Client(
-                    base_url=gateway.url,
-                    limits=limits,
-                    timeout=timeout,
-                    headers={"Authorization": f"Bearer {gateway_key}"},
-                )
-            )
-            load_http = stack.enter_context(
-                httpx.Client(
-                    base_url=gateway.url,
-                    limits=limits,
-                    timeout=timeout,
-                    headers={"Authorization": f"Bearer {load_key}"},
-                )
-            )
-
-            def kubectl_workload(prefix: str) -> SandpodKubectl:
-                return SandpodKubectl(
-                    options.kubectl,
-                    options.kubeconfig,
-                    self.namespaces.kubectl,
-                    kubectl_recorder,
-                    prefix,
-                )
-
-            gateway_workload = SandpodGateway(gateway_http, gateway_recorder)
-            if "latency" in options.sections:
-                progress("warming up")
-                self.warm("sandpod via kubectl", kubectl_workload("warm"))
-                self.warm("sandpod via the gateway", gateway_workload)
-                sequential_kubectl = self.measure(
-                    "kubectl_sequential",
-                    "sandpod via kubectl apply, sequential",
-                    "sandpod-kubectl",
-                    kubectl_workload("seq"),
-                    runs=options.runs,
-                    concurrency=1,
-                )
-                self.measure(
-                    f"kubectl_concurrency_{options.concurrency}",
-                    f"sandpod via kubectl apply, concurrency {options.concurrency}",
-                    "sandpod-kubectl",
-                    kubectl_workload("conc"),
-                    runs=options.runs,
-                    concurrency=options.concurrency,
-                )
-                sequential_gateway = self.measure(
-                    "gateway_sequential",
-                    "sandpod via the gateway, sequential",
-                    "sandpod-gateway",
-                    gateway_workload,
-                    runs=options.runs,
-                    concurrency=1,
-                )
-                self.measure(
-                    f"gateway_concurrency_{options.concurrency}",
-                    f"sandpod via the gateway, concurrency {options.concurrency}",
-                    "sandpod-gateway",
-                    gateway_workload,
-                    runs=options.runs,
-                    concurrency=options.concurrency,
-                )
-                breakdown = {}
-                for path, recorder, attempts in (
-                    ("kubectl", kubectl_recorder, sequential_kubectl),
-                    ("gateway", gateway_recorder, sequential_gateway),
-                ):
-                    entry = breakdown_entry(recorder, attempts)
-                    if entry:
-                        breakdown[path] = entry
-                self.results.setdefault("breakdown", {}).update(breakdown)
-            if "baselines" in options.sections:
+            if "latency" in sections:
+                self.run_latency(recorders, SandpodGateway(gateway_http, recorders.gateway))
+            if "baselines" in sections:
                 self.run_baselines()
-                if self.results.get("latency"):
-                    for statistic in ("p50", "p95"):
-                        self.results[f"ratios_{statistic}"] = baseline_ratios(
-                            self.results["latency"],
-                            self.results.get("baselines") or {},
-                            statistic,
-                        )
-            if "throughput" in options.sections:
-                workloads: dict[str, Workload] = {
-                    "gateway": SandpodGateway(load_http, load_recorder),
-                    "api": SandpodApi(self.custom, self.namespaces.load, load_recorder, "load"),
-                    "kubectl": SandpodKubectl(
-                        options.kubectl,
-                        options.kubeconfig,
-                        self.namespaces.load,
-                        load_recorder,
-                        "load",
-                    ),
-                }
-                workload = workloads[options.throughput_path]
-                self.warm("the throughput path", workload)
-                progress(
-                    f"throughput: {options.throughput_concurrency} clients via "
-                    f"{options.throughput_path} for {options.duration:.0f}s"
-                )
-                throughput = measure_throughput(
-                    workload,
-                    load_recorder,
-                    path=options.throughput_path,
-                    concurrency=options.throughput_concurrency,
-                    duration_seconds=options.duration,
-                )
-                progress(
-                    f"  {throughput['executions_per_second']:.2f}/s, lost {throughput['lost']}, "
-                    f"duplicated {throughput['duplicated']}, failed {throughput['failed']}"
-                )
-                self.results["throughput"] = throughput
-            operator_end = operator.sample()
-            handled = len(
-                [
-                    observation
-                    for recorder in (kubectl_recorder, gateway_recorder, load_recorder)
-                    for observation in recorder.all()
-                    if observation.terminal
-                ]
-            )
-            if handled:
-                cpu = operator_end.cpu_seconds - operator_start.cpu_seconds
-                self.results["main_operator"] = {
-                    "executions": handled,
-                    "cpu_seconds": cpu,
-                    "cpu_seconds_per_100_executions": cpu / handled * 100,
-                    "rss_mib_end": operator_end.rss_bytes / 1024 / 1024,
-                    "peak_rss_mib": operator_end.peak_rss_bytes / 1024 / 1024,
-                }
+                self.record_ratios()
+            if "throughput" in sections:
+                self.run_throughput(load_http, recorders.load)
+            self.record_main_operator(operator_start, operator.sample(), recorders)
             progress("removing the executions (the operator releases them)")
-        if "cost" in options.sections:
+        if "cost" in sections:
             self.run_cost()
+
+    def start_sandpod(self, stack: ExitStack) -> tuple[OperatorProcess, httpx.Client, httpx.Client]:
+        """The main operator and the gateway, stopped by `stack`, and a gateway client for
+        each of the two tenants (latency, load)."""
+        options = self.options
+        gateway_key, load_key = (
+            f"sk-{secrets.token_urlsafe(24)}",
+            f"sk-{secrets.token_urlsafe(24)}",
+        )
+        self.core.create_namespaced_secret(
+            self.namespaces.gateway,
+            tenants_secret(
+                {
+                    "bench-latency": (self.namespaces.gateway, gateway_key),
+                    "bench-load": (self.namespaces.load, load_key),
+                }
+            ),
+        )
+        gateway = GatewayProcess(
+            kubeconfig=options.kubeconfig,
+            keys_namespace=self.namespaces.gateway,
+            keys_secret=KEYS_SECRET,
+            log_path=self.log_dir / "gateway.log",
+            access_log=False,
+        )
+        progress("starting the operator and the gateway")
+        operator = self.start_operator(
+            stack, options.kubeconfig, self.namespaces.sandpod, "operator.log"
+        )
+        stack.enter_context(running(gateway))
+        gateway_http = stack.enter_context(gateway_client(gateway.url, gateway_key))
+        load_http = stack.enter_context(gateway_client(gateway.url, load_key))
+        return operator, gateway_http, load_http
+
+    def kubectl_workload(self, recorder: Recorder, prefix: str) -> SandpodKubectl:
+        options = self.options
+        namespace = self.namespaces.kubectl
+        return SandpodKubectl(options.kubectl, options.kubeconfig, namespace, recorder, prefix)
+
+    def run_latency(self, recorders: Recorders, gateway_workload: SandpodGateway) -> None:
+        """Sequential and concurrent runs via kubectl and via the gateway, and the time
+        breakdown of the sequential ones."""
+        runs, concurrency = self.options.runs, self.options.concurrency
+        progress("warming up")
+        self.warm("sandpod via kubectl", self.kubectl_workload(recorders.kubectl, "warm"))
+        self.warm("sandpod via the gateway", gateway_workload)
+        sequential_kubectl = self.measure(
+            "kubectl_sequential",
+            "sandpod via kubectl apply, sequential",
+            "sandpod-kubectl",
+            self.kubectl_workload(recorders.kubectl, "seq"),
+            runs=runs,
+            concurrency=1,
+        )
+        self.measure(
+            f"kubectl_concurrency_{concurrency}",
+            f"sandpod via kubectl apply, concurrency {concurrency}",
+            "sandpod-kubectl",
+            self.kubectl_workload(recorders.kubectl, "conc"),
+            runs=runs,
+            concurrency=concurrency,
+        )
+        sequential_gateway = self.measure(
+            "gateway_sequential",
+            "sandpod via the gateway, sequential",
+            "sandpod-gateway",
+            gateway_workload,
+            runs=runs,
+            concurrency=1,
+        )
+        self.measure(
+            f"gateway_concurrency_{concurrency}",
+            f"sandpod via the gateway, concurrency {concurrency}",
+            "sandpod-gateway",
+            gateway_workload,
+            runs=runs,
+            concurrency=concurrency,
+        )
+        breakdown = {}
+        for path, recorder, attempts in (
+            ("kubectl", recorders.kubectl, sequential_kubectl),
+            ("gateway", recorders.gateway, sequential_gateway),
+        ):
+            entry = breakdown_entry(recorder, attempts)
+            if entry:
+                breakdown[path] = entry
+        self.results.setdefault("breakdown", {}).update(breakdown)
+
+    def record_ratios(self) -> None:
+        """sandpod's latency against the baselines' (when both were measured)."""
+        if self.results.get("latency"):
+            for statistic in ("p50", "p95"):
+                self.results[f"ratios_{statistic}"] = baseline_ratios(
+                    self.results["latency"],
+                    self.results.get("baselines") or {},
+                    statistic,
+                )
+
+    def run_throughput(self, load_http: httpx.Client, load_recorder: Recorder) -> None:
+        options = self.options
+        workloads: dict[str, Workload] = {
+            "gateway": SandpodGateway(load_http, load_recorder),
+            "api": SandpodApi(self.custom, self.namespaces.load, load_recorder, "load"),
+            "kubectl": SandpodKubectl(
+                options.kubectl,
+                options.kubeconfig,
+                self.namespaces.load,
+                load_recorder,
+                "load",
+            ),
+        }
+        workload = workloads[options.throughput_path]
+        self.warm("the throughput path", workload)
+        progress(
+            f"throughput: {options.throughput_concurrency} clients via "
+            f"{options.throughput_path} for {options.duration:.0f}s"
+        )
+        throughput = measure_throughput(
+            workload,
+            load_recorder,
+            path=options.throughput_path,
+            concurrency=options.throughput_concurrency,
+            duration_seconds=options.duration,
+        )
+        progress(
+            f"  {throughput['executions_per_second']:.2f}/s, lost {throughput['lost']}, "
+            f"duplicated {throughput['duplicated']}, failed {throughput['failed']}"
+        )
+        self.results["throughput"] = throughput
+
+    def record_main_operator(
+        self, start: ProcessSample, end: ProcessSample, recorders: Recorders
+    ) -> None:
+        """The main operator's CPU and memory over the executions it saw to the end."""
+        handled = len(
+            [
+                observation
+                for recorder in (recorders.kubectl, recorders.gateway, recorders.load)
+                for observation in recorder.all()
+                if observation.terminal
+            ]
+        )
+        if handled:
+            cpu = end.cpu_seconds - start.cpu_seconds
+            self.results["main_operator"] = {
+                "executions": handled,
+                "cpu_seconds": cpu,
+                "cpu_seconds_per_100_executions": cpu / handled * 100,
+                "rss_mib_end": end.rss_bytes / 1024 / 1024,
+                "peak_rss_mib": end.peak_rss_bytes / 1024 / 1024,
+            }
 
     def run_baselines(self) -> None:
         options = self.options
@@ -791,6 +768,19 @@ class Bench:
             if key == "pod" and (entry := breakdown_entry(None, attempts)):
                 self.results.setdefault("breakdown", {})["bare pod"] = entry
 
+    def start_operator(
+        self, stack: ExitStack, kubeconfig: Path, namespaces: list[str], log_name: str
+    ) -> OperatorProcess:
+        """An operator watching `namespaces`, stopped by `stack` once their executions are
+        gone (it releases their finalizers)."""
+        operator = OperatorProcess(
+            kubeconfig=kubeconfig, namespaces=namespaces, log_path=self.log_dir / log_name
+        )
+        stack.callback(operator.stop)
+        operator.start()
+        stack.callback(delete_executions, self.custom, namespaces, operator)
+        return operator
+
     def run_cost(self) -> None:
         options = self.options
         namespace = self.namespaces.cost
@@ -800,14 +790,7 @@ class Bench:
             stack.enter_context(running(proxy))
             proxied = self.log_dir / "proxy.kubeconfig"
             proxied.write_text(yaml.safe_dump(proxy_kubeconfig(proxy.port)))
-            operator = OperatorProcess(
-                kubeconfig=proxied,
-                namespaces=[namespace],
-                log_path=self.log_dir / "operator-cost.log",
-            )
-            stack.callback(operator.stop)
-            operator.start()
-            stack.callback(delete_executions, self.custom, [namespace], operator)
+            operator = self.start_operator(stack, proxied, [namespace], "operator-cost.log")
             recorder = self.recorder(namespace, stack)
             warm = run_many(
                 SandpodApi(self.custom, namespace, recorder, "warm"), runs=2, concurrency=1
@@ -891,8 +874,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     settings = OperatorSettings()
-    core = client.CoreV1Api(api)
-    results: dict[str, Any] = {
+    results = run_facts(options, settings, api, log_dir, started)
+    notes: list[str] = []
+    note_other_activity(client.CoreV1Api(api), namespaces.prefix, results, notes)
+    bench = Bench(
+        options=options,
+        api=api,
+        namespaces=namespaces,
+        catalog=load_catalog(settings.catalog_path),
+        settings=settings,
+        log_dir=log_dir,
+        containerd=containerd_events(namespaces.prefix, notes),
+        results=results,
+        notes=notes,
+    )
+    progress(f"bench {namespaces.prefix}: logs in {log_dir}")
+    failure = run_bench(bench)
+    results["machine"]["load_after"] = load_average()
+    results["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+    results["notes"] = notes
+    if failure:
+        results["failure"] = failure
+    path = write_results(results, options.output_dir, stamp, latest=failure is None)
+    print(render(results))
+    print(f"\nresults: {path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path}")
+    return 1 if failure else 0
+
+
+def run_facts(
+    options: Options,
+    settings: OperatorSettings,
+    api: client.ApiClient,
+    log_dir: Path,
+    started: datetime,
+) -> dict[str, Any]:
+    """What the results say about the run before it starts: options, program, machine."""
+    return {
         "started_at": started.isoformat(timespec="seconds"),
         "options": {
             key: (str(value) if isinstance(value, Path) else value)
@@ -907,9 +924,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if log_dir.is_relative_to(REPO_ROOT)
         else str(log_dir),
     }
-    notes: list[str] = []
+
+
+def note_other_activity(
+    core: client.CoreV1Api, prefix: str, results: dict[str, Any], notes: list[str]
+) -> None:
+    """The load and the other pods at the start (other people's tests make numbers noisy)."""
     results["machine"]["load_before"] = load_average()
-    activity = other_activity(core, namespaces.prefix)
+    activity = other_activity(core, prefix)
     results["machine"]["other_activity_before"] = activity
     busy = os.getloadavg()[0] > 1.0 or activity["pods_outside_kube_system"] > 0
     if busy:
@@ -917,51 +939,44 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"the machine was not quiet: load average {load_average()}, "
             f"{activity['pods_outside_kube_system']} other pods outside kube-system at the start"
         )
-    containerd: ContainerdEvents | None = None
+
+
+def containerd_events(prefix: str, notes: list[str]) -> ContainerdEvents | None:
+    """containerd's event stream for the bench's pods, started; None (and a note) without
+    ctr or the local cluster's socket."""
     ctr = shutil.which("ctr")
     if ctr and CONTAINERD_SOCKET.exists():
-        containerd = ContainerdEvents(ctr, CONTAINERD_SOCKET, namespaces.prefix)
+        containerd = ContainerdEvents(ctr, CONTAINERD_SOCKET, prefix)
         containerd.start()
-    else:
-        notes.append(
-            "no containerd event stream (ctr or the socket missing): the sandbox and "
-            "container milestones are folded into 'kubelet reports the exit'"
-        )
-    bench = Bench(
-        options=options,
-        api=api,
-        namespaces=namespaces,
-        catalog=load_catalog(settings.catalog_path),
-        settings=settings,
-        log_dir=log_dir,
-        containerd=containerd,
-        results=results,
-        notes=notes,
+        return containerd
+    notes.append(
+        "no containerd event stream (ctr or the socket missing): the sandbox and "
+        "container milestones are folded into 'kubelet reports the exit'"
     )
-    progress(f"bench {namespaces.prefix}: logs in {log_dir}")
+    return None
+
+
+def run_bench(bench: Bench) -> str | None:
+    """Prepares the cluster, runs the bench and removes its namespaces; the failure, if any
+    (the partial results are still written and printed)."""
+    core = bench.core
+    namespaces = [*bench.namespaces.sandpod, bench.namespaces.baselines, bench.namespaces.cost]
     failure: str | None = None
     try:
-        ensure_crd(api)
-        ensure_runtime_class(api, settings.runtime_class_name)
-        for namespace in (*namespaces.sandpod, namespaces.baselines, namespaces.cost):
-            create_namespace(core, namespace)
+        ensure_crd(bench.api, timeout=60)
+        ensure_runtime_class(bench.api, bench.settings.runtime_class_name)
+        for namespace in namespaces:
+            # On a busy cluster the controller manager is slow to make the service account.
+            create_namespace(core, namespace, labels=BENCH_LABELS, timeout=300)
         bench.run()
-    except Exception as error:  # the partial results are still written and printed
+    except Exception as error:
         failure = f"{type(error).__name__}: {error}"
         progress(f"the bench failed: {failure}")
         traceback.print_exc()
     except KeyboardInterrupt:
         failure = "interrupted"
     finally:
-        delete_namespaces(core, [*namespaces.sandpod, namespaces.baselines, namespaces.cost])
-        if containerd is not None:
-            containerd.stop()
-    results["machine"]["load_after"] = load_average()
-    results["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
-    results["notes"] = notes
-    if failure:
-        results["failure"] = failure
-    path = write_results(results, options.output_dir, stamp, latest=failure is None)
-    print(render(results))
-    print(f"\nresults: {path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path}")
-    return 1 if failure else 0
+        delete_namespaces(core, namespaces)
+        if bench.containerd is not None:
+            bench.containerd.stop()
+    return failure

@@ -7,33 +7,32 @@ KUBECONFIG points at. A missing cluster is an error, never a skip.
 
 from __future__ import annotations
 
-import json
-import os
-import time
+import contextlib
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from executions import delete_executions
 from gateway_process import Gateway, create_keys_secret
-from kube_helpers import create_namespace, wait_until
 from kubernetes import client, config
-from operator_process import (
-    MISSING_IMAGE,
-    MISSING_IMAGE_LANGUAGE,
-    MISSING_RUNTIME_CLASS,
-    OperatorProcess,
+from operator_process import e2e_operator
+from sandpod_testkit.components import OperatorProcess
+from sandpod_testkit.kube import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    create_namespace,
+    delete_executions,
+    ensure_crd,
 )
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from sandpod_testkit.paths import default_kubeconfig
+from sandpod_testkit.waiting import WaitTimeout, wait_until
 
 
 @pytest.fixture(scope="session")
 def kubeconfig_path() -> Path:
-    path = Path(os.environ.get("KUBECONFIG") or REPO_ROOT / ".cluster" / "kubeconfig")
+    path = default_kubeconfig()
     if not path.is_file():
         pytest.fail(f"no cluster: {path} does not exist (run `make cluster-up` or set KUBECONFIG)")
     return path
@@ -85,43 +84,11 @@ def namespace(
 
 # --- sandpod's CRD and a locally running operator (tests/e2e/test_operator.py and others) ---
 
-CRD_PATH = REPO_ROOT / "crds" / "codeexecutions.sandpod.dev.yaml"
-
 
 @pytest.fixture(scope="session")
 def sandpod_crd(api_client: client.ApiClient) -> str:
     """Applies crds/ (create or replace) and waits until the API serves CodeExecutions."""
-    manifest = yaml.safe_load(CRD_PATH.read_text())
-    extensions = client.ApiextensionsV1Api(api_client)
-    name = manifest["metadata"]["name"]
-    try:
-        extensions.create_custom_resource_definition(manifest)
-    except client.ApiException as error:
-        if error.status != 409:
-            raise
-        current: Any = extensions.read_custom_resource_definition(name)
-        manifest["metadata"]["resourceVersion"] = current.metadata.resource_version
-        extensions.replace_custom_resource_definition(name, manifest)
-
-    def established() -> bool:
-        crd: Any = extensions.read_custom_resource_definition(name)
-        conditions = {c.type: c.status for c in (crd.status.conditions or [])}
-        return conditions.get("Established") == "True"
-
-    wait_until(established, timeout=30, what=f"CRD {name} to be established")
-    objects = client.CustomObjectsApi(api_client)
-
-    def served() -> bool:
-        try:
-            objects.list_cluster_custom_object("sandpod.dev", "v1alpha1", "codeexecutions", limit=1)
-        except client.ApiException as error:
-            if error.status == 404:
-                return False
-            raise
-        return True
-
-    wait_until(served, timeout=30, what=f"{name} to be served")
-    return str(name)
+    return ensure_crd(api_client)
 
 
 @pytest.fixture(scope="session")
@@ -134,46 +101,32 @@ def sandpod_operator(
 ) -> Iterator[OperatorProcess]:
     """The operator, running on this machine against the test cluster, for the whole session."""
     workdir = tmp_path_factory.mktemp("operator")
-    catalog = yaml.safe_load(
-        (REPO_ROOT / "contract" / "sandpod_contract" / "catalog.yaml").read_text()
-    )
-    catalog["languages"][MISSING_IMAGE_LANGUAGE] = {
-        "image": MISSING_IMAGE,
-        "file": "main.sh",
-        "command": ["sh", "main.sh"],
-    }
-    catalog_path = workdir / "catalog.yaml"
-    catalog_path.write_text(yaml.safe_dump(catalog))
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(kubeconfig_path),
-        "SANDPOD_CATALOG_PATH": str(catalog_path),
-        "SANDPOD_ALLOWED_RUNTIME_CLASSES": json.dumps([MISSING_RUNTIME_CLASS]),
-        "SANDPOD_MAX_MEMORY": "64Gi",
-        "SANDPOD_UNSCHEDULABLE_GRACE_SECONDS": "2",
-    }
-    operator = OperatorProcess(env, workdir / "operator.log", [f"{namespace_prefix}-*"])
+    operator = e2e_operator(kubeconfig_path, [f"{namespace_prefix}-*"], workdir)
     operator.start()
     yield operator
     # Executions carry the operator's finalizer: before it stops, let it release those whose
     # namespace is going away (test namespaces are deleted in the background).
-    objects = client.CustomObjectsApi(api_client)
-    core = client.CoreV1Api(api_client)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        namespaces: list[Any] = core.list_namespace().items
-        terminating = {ns.metadata.name for ns in namespaces if ns.status.phase == "Terminating"}
-        listed: Any = objects.list_cluster_custom_object(
-            "sandpod.dev", "v1alpha1", "codeexecutions"
+    with contextlib.suppress(WaitTimeout):  # stop it anyway; the namespaces then stay
+        wait_until(
+            lambda: not executions_being_released(api_client),
+            timeout=60,
+            what="the operator to release the executions",
+            interval=0.5,
         )
-        if not any(
-            item["metadata"].get("deletionTimestamp")
-            or item["metadata"]["namespace"] in terminating
-            for item in listed["items"]
-        ):
-            break
-        time.sleep(0.5)
     operator.stop()
+
+
+def executions_being_released(api_client: client.ApiClient) -> bool:
+    """Whether an execution is being deleted or lives in a namespace that is going away."""
+    namespaces: list[Any] = client.CoreV1Api(api_client).list_namespace().items
+    terminating = {ns.metadata.name for ns in namespaces if ns.status.phase == "Terminating"}
+    listed: Any = client.CustomObjectsApi(api_client).list_cluster_custom_object(
+        GROUP, VERSION, PLURAL
+    )
+    return any(
+        item["metadata"].get("deletionTimestamp") or item["metadata"]["namespace"] in terminating
+        for item in listed["items"]
+    )
 
 
 @pytest.fixture(scope="session")

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from kube_helpers import wait_until
 from kubernetes import client
+from sandpod_testkit.kube import GROUP, PLURAL, VERSION, is_gone
+from sandpod_testkit.waiting import wait_until
 
-GROUP, VERSION, PLURAL = "sandpod.dev", "v1alpha1", "codeexecutions"
 TERMINAL = {"Succeeded", "Failed", "TimedOut", "Error", "Cancelled"}
 # gVisor starts an interpreter in about a second; image unpack and scheduling add a few more.
 RUN_TIMEOUT = 90
@@ -70,16 +70,7 @@ def conditions(execution: Execution) -> dict[str, dict[str, Any]]:
 
 
 def pod_gone(core: client.CoreV1Api, namespace: str, name: str) -> Callable[[], bool]:
-    def gone() -> bool:
-        try:
-            core.read_namespaced_pod(name, namespace)
-        except client.ApiException as error:
-            if error.status == 404:
-                return True
-            raise
-        return False
-
-    return gone
+    return lambda: is_gone(lambda: core.read_namespaced_pod(name, namespace))
 
 
 def events_about(core: client.CoreV1Api, namespace: str, kind: str, name: str) -> list[Any]:
@@ -96,21 +87,4 @@ def kubectl(kubeconfig: Path, *args: str, stdin: str = "") -> subprocess.Complet
         env={**os.environ, "KUBECONFIG": str(kubeconfig)},
         timeout=60,
         check=False,
-    )
-
-
-def delete_executions(objects: client.CustomObjectsApi, namespace: str, timeout: float) -> None:
-    """Deletes every execution in `namespace` and waits until the operator has let them go.
-
-    Do this before deleting a namespace: kopf stops serving a namespace once it is
-    terminating, so executions deleted only with their namespace may keep the operator's
-    finalizer (and the namespace) forever.
-    """
-    objects.delete_collection_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
-    wait_until(
-        lambda: (
-            not objects.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
-        ),
-        timeout=timeout,
-        what=f"the executions in {namespace} to be deleted",
     )

@@ -1,95 +1,41 @@
-"""A locally running sandpod gateway (uvicorn) for end-to-end tests, with its keys Secret.
-
-It can be killed and started again on the same port, so clients can retry through a restart.
-"""
+"""The gateway the cluster tests run on this machine, with its keys Secret: tests add tenants
+and talk to it with their keys. It can be killed and started again on the same port, so
+clients can retry through a restart."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import os
 import secrets
-import signal
-import socket
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 import yaml
-from kube_helpers import wait_until
 from kubernetes import client
+from sandpod_testkit.components import GatewayProcess
+from sandpod_testkit.waiting import wait_until
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 KEYS_SECRET = "sandpod-api-keys"
 # Pod start under gVisor plus the program; generous, the tests never wait this long on success.
 REQUEST_TIMEOUT = 180.0
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class Gateway:
-    """`uvicorn sandpod_gateway.main:create_app --factory` as a child process, reading tenants
-    from the Secret KEYS_SECRET in `keys_namespace` (which must exist)."""
+class Gateway(GatewayProcess):
+    """The gateway reading tenants from the Secret KEYS_SECRET in `keys_namespace` (which must
+    exist), refreshed every second."""
 
     def __init__(
         self, kubeconfig_path: Path, keys_namespace: str, core_v1: client.CoreV1Api, log_path: Path
     ) -> None:
-        self.keys_namespace = keys_namespace
+        super().__init__(
+            kubeconfig=kubeconfig_path,
+            keys_namespace=keys_namespace,
+            keys_secret=KEYS_SECRET,
+            log_path=log_path,
+            settings={"SANDPOD_GATEWAY_API_KEYS_REFRESH_SECONDS": "1"},
+        )
         self.core_v1 = core_v1
-        self.log_path = log_path
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {
-            **os.environ,
-            "SANDPOD_GATEWAY_KUBECONFIG": str(kubeconfig_path),
-            "SANDPOD_GATEWAY_API_KEYS_NAMESPACE": keys_namespace,
-            "SANDPOD_GATEWAY_API_KEYS_SECRET": KEYS_SECRET,
-            "SANDPOD_GATEWAY_API_KEYS_REFRESH_SECONDS": "1",
-        }
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "uvicorn", "sandpod_gateway.main:create_app", "--factory",
-                 "--host", "127.0.0.1", "--port", str(self.port)],
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=REPO_ROOT,
-            )  # fmt: skip
-
-        def ready() -> bool:
-            assert self.process is not None
-            if self.process.poll() is not None:
-                pytest.fail(f"the gateway exited ({self.process.returncode}):\n{self.log_tail()}")
-            try:
-                return httpx.get(f"{self.url}/readyz", timeout=5).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_until(ready, timeout=60, what="the gateway's /readyz")
-
-    def kill(self) -> None:
-        """SIGKILL: requests in flight are cut off, as when the gateway's pod dies."""
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.kill()
 
     def add_tenant(self, name: str, namespace: str, **limits: Any) -> str:
         """A new API key for tenant `name`; returns once the gateway accepts it."""
@@ -120,10 +66,6 @@ class Gateway:
             headers={"Authorization": f"Bearer {key}"},
             timeout=REQUEST_TIMEOUT,
         )
-
-    def log_tail(self, lines: int = 60) -> str:
-        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
 
 
 def create_keys_secret(core_v1: client.CoreV1Api, namespace: str) -> None:

@@ -1,54 +1,13 @@
-"""Waiting helpers for tests against a real cluster: watch or poll with a deadline, never sleep."""
+"""Pods on a real cluster, watched until they reach a state, with a deadline."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from kubernetes import client, watch
-
-T = TypeVar("T")
-
-
-def wait_until(
-    condition: Callable[[], T | None],
-    *,
-    timeout: float,
-    what: str,
-    interval: float = 0.2,
-) -> T:
-    """Polls `condition` until it returns something truthy, failing after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
-
-
-def create_namespace(core_v1: client.CoreV1Api, name: str) -> None:
-    """Creates a namespace and waits until pods can be made there (its default service account)."""
-    core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    wait_until(
-        lambda: _default_service_account_exists(core_v1, name),
-        timeout=30,
-        what=f"the default service account in {name}",
-    )
-
-
-def _default_service_account_exists(core_v1: client.CoreV1Api, namespace: str) -> bool:
-    try:
-        core_v1.read_namespaced_service_account("default", namespace)
-    except client.ApiException as error:
-        if error.status == 404:
-            return False
-        raise
-    return True
-
 
 TERMINAL_POD_PHASES = {"Succeeded", "Failed"}
 

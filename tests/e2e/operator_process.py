@@ -1,18 +1,15 @@
-"""A locally running sandpod operator for end-to-end tests, and the settings it runs with."""
+"""The operator the cluster tests run on this machine, and the settings they rely on."""
 
 from __future__ import annotations
 
-import signal
-import socket
-import subprocess
-import urllib.request
+import json
+import os
 from pathlib import Path
 
-import pytest
-from kube_helpers import wait_until
+import yaml
+from sandpod_testkit.components import OperatorProcess
+from sandpod_testkit.paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-KOPF = REPO_ROOT / ".venv" / "bin" / "kopf"
 # Settings the operator's own e2e tests rely on: a RuntimeClass that the operator allows but
 # the cluster lacks, a language whose image does not exist, memory limits above the node's.
 MISSING_RUNTIME_CLASS = "sandpod-missing-runtime"
@@ -20,63 +17,28 @@ MISSING_IMAGE_LANGUAGE = "missing-image"
 MISSING_IMAGE = "localhost/sandpod/does-not-exist:0.0.0"
 
 
-class OperatorProcess:
-    """`kopf run -m sandpod_operator.handlers` as a child process that tests can kill -9."""
-
-    def __init__(self, env: dict[str, str], log_path: Path, namespaces: list[str]) -> None:
-        self.env = env
-        self.log_path = log_path
-        self.namespaces = namespaces
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            [
-                str(KOPF),
-                "run",
-                "-m",
-                "sandpod_operator.handlers",
-                *(f"--namespace={pattern}" for pattern in self.namespaces),
-                "--standalone",
-                f"--liveness=http://127.0.0.1:{port}/healthz",
-            ],
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=REPO_ROOT,
-        )
-        log.close()
-
-        def alive() -> bool:
-            assert self.process is not None
-            if self.process.poll() is not None:
-                pytest.fail(f"the operator exited ({self.process.returncode}):\n{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
-                    return True
-            except OSError:
-                return False
-
-        wait_until(alive, timeout=60, what="the operator's liveness endpoint")
-
-    def kill(self) -> None:
-        """SIGKILL: no cleanup at all, as when a node dies or the OOM killer strikes."""
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def log_tail(self, lines: int = 60) -> str:
-        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
+def e2e_operator(
+    kubeconfig_path: Path, namespace_patterns: list[str], workdir: Path
+) -> OperatorProcess:
+    """The operator (not started) with the settings above, watching `namespace_patterns`."""
+    catalog = yaml.safe_load(
+        (REPO_ROOT / "contract" / "sandpod_contract" / "catalog.yaml").read_text()
+    )
+    catalog["languages"][MISSING_IMAGE_LANGUAGE] = {
+        "image": MISSING_IMAGE,
+        "file": "main.sh",
+        "command": ["sh", "main.sh"],
+    }
+    catalog_path = workdir / "catalog.yaml"
+    catalog_path.write_text(yaml.safe_dump(catalog))
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(kubeconfig_path),
+        "SANDPOD_CATALOG_PATH": str(catalog_path),
+        "SANDPOD_ALLOWED_RUNTIME_CLASSES": json.dumps([MISSING_RUNTIME_CLASS]),
+        "SANDPOD_MAX_MEMORY": "64Gi",
+        "SANDPOD_UNSCHEDULABLE_GRACE_SECONDS": "2",
+    }
+    return OperatorProcess(
+        env=env, namespaces=namespace_patterns, log_path=workdir / "operator.log"
+    )

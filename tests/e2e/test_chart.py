@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 import yaml
-from kube_helpers import wait_until
 from kubernetes import client
+from sandpod_testkit.paths import REPO_ROOT
+from sandpod_testkit.waiting import wait_until
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "charts" / "sandpod"
 HELM_TIMEOUT = "5m"
 TENANT = "e2e"

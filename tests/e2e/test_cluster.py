@@ -10,8 +10,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from kube_helpers import wait_until
 from kubernetes import client
+from sandpod_testkit.kube import is_gone
+from sandpod_testkit.waiting import wait_until
 from testbox import (
     busybox_pod,
     exec_shell,
@@ -169,13 +170,8 @@ def test_deleting_an_owner_deletes_its_owned_child(
     )
     core_v1.delete_namespaced_config_map("owner", namespace)
 
-    def child_gone() -> bool:
-        try:
-            core_v1.read_namespaced_config_map(child_name, namespace)
-        except client.ApiException as error:
-            if error.status == 404:
-                return True
-            raise
-        return False
-
-    wait_until(child_gone, timeout=60, what="garbage collection of the owned ConfigMap")
+    wait_until(
+        lambda: is_gone(lambda: core_v1.read_namespaced_config_map(child_name, namespace)),
+        timeout=60,
+        what="garbage collection of the owned ConfigMap",
+    )

@@ -16,10 +16,10 @@ import httpx
 import httpx2
 import pytest
 from gateway_process import REQUEST_TIMEOUT, Gateway
-from kube_helpers import wait_until
 from kubernetes import client
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from sandpod_testkit.waiting import wait_until
 
 LIVE_PROGRAM = """\
 import time

@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 import tomllib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kube_helpers import wait_for_pod
 from kubernetes import client
+from sandpod_testkit.paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
 RUNNER = "/opt/sandpod/bin/sandpod-runner"
 INPUT_DIR = "/sandbox/input"

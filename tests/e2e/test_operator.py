@@ -13,10 +13,7 @@ from typing import Any
 import pytest
 import yaml
 from executions import (
-    GROUP,
-    PLURAL,
     RUN_TIMEOUT,
-    VERSION,
     conditions,
     create,
     events_about,
@@ -27,10 +24,12 @@ from executions import (
     status,
     wait_for,
 )
-from kube_helpers import wait_until
 from kubernetes import client
-from operator_process import MISSING_IMAGE_LANGUAGE, MISSING_RUNTIME_CLASS, OperatorProcess
+from operator_process import MISSING_IMAGE_LANGUAGE, MISSING_RUNTIME_CLASS
 from sandpod_contract.quantities import parse_quantity
+from sandpod_testkit.components import OperatorProcess
+from sandpod_testkit.kube import GROUP, PLURAL, VERSION
+from sandpod_testkit.waiting import wait_until
 
 pytestmark = pytest.mark.usefixtures("sandpod_operator")
 

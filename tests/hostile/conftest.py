@@ -13,15 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from executions import delete_executions
 from fake_hosts import LISTEN_PORT, METADATA_ADDRESS, PUBLIC_ADDRESS, FakeHosts, NetworkControl
-from kube_helpers import create_namespace
 from kubernetes import client
 from results_table import (  # noqa: F401 - pytest hooks and fixture
     pytest_runtest_makereport,
     pytest_terminal_summary,
     table_row,
 )
+from sandpod_testkit.kube import create_namespace, delete_executions
 from testbox import busybox_pod, exec_shell, start_and_wait_running, tcp_reachable
 from tracker import ClusterTracker
 

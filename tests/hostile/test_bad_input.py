@@ -16,10 +16,11 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from executions import GROUP, PLURAL, VERSION, kubectl, manifest
+from executions import kubectl, manifest
 from gateway_process import Gateway
 from kubernetes import client
 from results_table import Row
+from sandpod_testkit.kube import GROUP, PLURAL, VERSION
 
 pytestmark = pytest.mark.usefixtures("sandpod_operator")
 

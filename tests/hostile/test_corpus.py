@@ -27,17 +27,18 @@ from corpus import (
     observed_text,
     problems,
 )
-from executions import GROUP, PLURAL, VERSION, delete_executions, manifest
+from executions import manifest
 from fake_hosts import FakeHosts, NetworkControl
-from kube_helpers import create_namespace, wait_until
 from kubernetes import client
 from results_table import Row
+from sandpod_testkit.kube import GROUP, PLURAL, VERSION, create_namespace, delete_executions
+from sandpod_testkit.paths import REPO_ROOT
+from sandpod_testkit.waiting import wait_until
 from tracker import ClusterTracker
 
 # The node has two cores; five hostile programs (plus their neighbours) at once keep it busy
 # without turning scheduling delays into the thing under test.
 CONCURRENCY = 5
-REPO_ROOT = Path(__file__).resolve().parents[2]
 STATE_DIR = Path(os.environ.get("SANDPOD_CLUSTER_DIR", REPO_ROOT / ".cluster"))
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 NETWORK_CASES = {"another-pod", "egress-public-address", "cloud-metadata"}

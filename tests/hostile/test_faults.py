@@ -13,20 +13,20 @@ import time
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from executions import GROUP, PLURAL, VERSION, manifest
+from executions import manifest
 from gateway_process import Gateway
-from kube_helpers import wait_until
 from kubernetes import client
-from operator_process import OperatorProcess
 from results_table import Row
+from sandpod_testkit.components import OperatorProcess
+from sandpod_testkit.kube import GROUP, PLURAL, VERSION
+from sandpod_testkit.paths import REPO_ROOT
+from sandpod_testkit.waiting import wait_until
 from tracker import ClusterTracker
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 RESTART_APISERVER = REPO_ROOT / "hack" / "cluster" / "restart-apiserver.sh"
 PID_FILE = REPO_ROOT / ".cluster" / "pids" / "kube-apiserver.pid"
 # Fifty sandboxes on two cores, with a pause in the middle: minutes, not seconds.

@@ -15,8 +15,9 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from executions import GROUP, PLURAL, TERMINAL, VERSION
+from executions import TERMINAL
 from kubernetes import client, watch
+from sandpod_testkit.kube import GROUP, PLURAL, VERSION
 
 Key = tuple[str, str]  # (namespace, name)
 EXECUTION_LABEL = "sandpod.dev/execution"

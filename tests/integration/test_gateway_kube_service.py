@@ -6,15 +6,10 @@ pods never start. Skipped when the local cluster's Kubernetes build is not on th
 
 import asyncio
 import base64
-import json
-import os
-import socket
-import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -29,148 +24,19 @@ from sandpod_gateway.kube_service import KubernetesExecutionService
 from sandpod_gateway.main import create_app
 from sandpod_gateway.service import ExecutionAlreadyExists, ExecutionNotFound, InvalidCursor
 from sandpod_gateway.settings import GatewaySettings
-
-REPO = Path(__file__).resolve().parents[2]
-CRD = REPO / "crds" / "codeexecutions.sandpod.dev.yaml"
-TOKEN = "gateway-test-token"
-
-
-def _kube_bin_dir() -> Path | None:
-    if os.environ.get("SANDPOD_KUBE_BIN_DIR"):
-        return Path(os.environ["SANDPOD_KUBE_BIN_DIR"])
-    cache = Path(os.environ.get("SANDPOD_CACHE") or Path.home() / ".cache" / "sandpod")
-    builds = sorted(cache.glob("bin/kubernetes-*/kube-apiserver"), key=lambda p: p.stat().st_mtime)
-    return builds[-1].parent if builds else None
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _wait_for(condition: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.2)
-
-
-class PrivateApiServer:
-    def __init__(self, bin_dir: Path, workdir: Path) -> None:
-        self.bin_dir = bin_dir
-        self.workdir = workdir
-        self.kubeconfig = workdir / "kubeconfig"
-        self.processes: list[subprocess.Popen[bytes]] = []
-
-    def start(self) -> None:
-        work = self.workdir
-        client_port, peer_port, api_port = _free_port(), _free_port(), _free_port()
-        subprocess.run(
-            ["openssl", "genrsa", "-out", str(work / "sa.key"), "2048"],
-            check=True,
-            capture_output=True,
-        )
-        (work / "tokens.csv").write_text(f'{TOKEN},admin,admin,"system:masters"\n')
-        etcd_url, peer_url = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
-        self._spawn(
-            "etcd",
-            f"--data-dir={work / 'etcd'}",
-            "--unsafe-no-fsync",
-            "--log-level=error",
-            f"--listen-client-urls={etcd_url}",
-            f"--advertise-client-urls={etcd_url}",
-            f"--listen-peer-urls={peer_url}",
-            f"--initial-advertise-peer-urls={peer_url}",
-            f"--initial-cluster=default={peer_url}",
-        )
-        self._spawn(
-            "kube-apiserver",
-            f"--etcd-servers={etcd_url}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
-            f"--secure-port={api_port}",
-            f"--cert-dir={work / 'certs'}",
-            f"--token-auth-file={work / 'tokens.csv'}",
-            "--authorization-mode=AlwaysAllow",
-            "--service-account-issuer=https://kubernetes.default.svc",
-            f"--service-account-key-file={work / 'sa.key'}",
-            f"--service-account-signing-key-file={work / 'sa.key'}",
-            "--service-cluster-ip-range=10.97.0.0/16",
-        )
-        self.kubeconfig.write_text(
-            json.dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "current-context": "private",
-                    "clusters": [
-                        {
-                            "name": "private",
-                            "cluster": {
-                                "server": f"https://127.0.0.1:{api_port}",
-                                "insecure-skip-tls-verify": True,
-                            },
-                        }
-                    ],
-                    "users": [{"name": "admin", "user": {"token": TOKEN}}],
-                    "contexts": [
-                        {"name": "private", "context": {"cluster": "private", "user": "admin"}}
-                    ],
-                }
-            )
-        )
-        _wait_for(lambda: self.kubectl_ok("get", "--raw", "/readyz"), 60, "the API server")
-        self.kubectl("apply", "-f", str(CRD))
-        self.kubectl(
-            "wait", "--for=condition=Established", "--timeout=60s", f"crd/{PLURAL}.{GROUP}"
-        )
-
-    def _spawn(self, binary: str, *args: str) -> None:
-        log = (self.workdir / f"{binary}.log").open("ab")
-        self.processes.append(
-            subprocess.Popen(
-                [str(self.bin_dir / binary), *args], stdout=log, stderr=subprocess.STDOUT
-            )
-        )
-        log.close()
-
-    def kubectl(self, *args: str) -> str:
-        return subprocess.run(
-            [str(self.bin_dir / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-
-    def kubectl_ok(self, *args: str) -> bool:
-        try:
-            self.kubectl(*args)
-        except subprocess.CalledProcessError:
-            return False
-        return True
-
-    def stop(self) -> None:
-        for process in reversed(self.processes):  # the API server before its etcd
-            process.terminate()
-            try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
+from sandpod_testkit.apiserver import PrivateApiServer, require_kube_bin_dir
+from sandpod_testkit.paths import CRD_PATH
 
 
 @pytest.fixture(scope="module")
 def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateApiServer]:
-    bin_dir = _kube_bin_dir()
-    if bin_dir is None or not (bin_dir / "etcd").exists():
-        pytest.fail(
-            "no kube-apiserver/etcd build (make cluster-build, or set SANDPOD_KUBE_BIN_DIR)"
-        )
-    server = PrivateApiServer(bin_dir, tmp_path_factory.mktemp("apiserver"))
+    server = PrivateApiServer(require_kube_bin_dir(), tmp_path_factory.mktemp("apiserver"))
     try:
         server.start()
+        server.kubectl("apply", "-f", str(CRD_PATH))
+        server.kubectl(
+            "wait", "--for=condition=Established", "--timeout=60s", f"crd/{PLURAL}.{GROUP}"
+        )
         yield server
     finally:
         server.stop()

@@ -22,8 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sandpod_testkit.apiserver import PrivateApiServer, require_kube_bin_dir
+from sandpod_testkit.paths import REPO_ROOT
+from sandpod_testkit.processes import ChildProcess
+from sandpod_testkit.waiting import wait_until
 
-REPO = Path(__file__).resolve().parents[2]
 TOOLS = ("ip", "iptables-restore", "ip6tables-restore", "ipset", "conntrack")
 
 NODE_IP = "198.18.0.2"
@@ -132,7 +135,7 @@ class Lab:
         self.ext = f"snp-test-ext-{suffix}"
         self.pods = {name: f"snp-test-{name}-{suffix}" for name in PODS}
         self.servers: list[subprocess.Popen[str]] = []
-        self.env = {**os.environ, "PYTHONPATH": str(REPO / "hack" / "cluster")}
+        self.env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "hack" / "cluster")}
 
     def in_ns(self, namespace: str, *argv: str) -> list[str]:
         return ["ip", "netns", "exec", namespace, *argv]
@@ -475,108 +478,37 @@ def test_cleanup_removes_every_trace(lab: Lab) -> None:
 # "node-1" and never start, and their addresses come only from CNI ADDs, as they do for a
 # pod whose status the kubelet has not reported yet.
 
-PLUGIN = REPO / "hack" / "cluster" / "sandpod_netpol" / "cni_plugin.py"
-TOKEN = "snp-test-token"
+PLUGIN = REPO_ROOT / "hack" / "cluster" / "sandpod_netpol" / "cni_plugin.py"
 
 
-def _kube_bin_dir() -> Path | None:
-    if os.environ.get("SANDPOD_KUBE_BIN_DIR"):
-        return Path(os.environ["SANDPOD_KUBE_BIN_DIR"])
-    cache = Path(os.environ.get("SANDPOD_CACHE") or Path.home() / ".cache" / "sandpod")
-    builds = sorted(cache.glob("bin/kubernetes-*/kube-apiserver"), key=lambda p: p.stat().st_mtime)
-    return builds[-1].parent if builds else None
-
-
-class Cluster:
+class Cluster(PrivateApiServer):
     """etcd, kube-apiserver and the enforcer inside lab.node; the plugin run as containerd would."""
 
     def __init__(self, lab: Lab, bin_dir: Path, workdir: Path) -> None:
+        super().__init__(
+            bin_dir,
+            workdir,
+            address=NODE_IP,
+            api_port=6443,
+            service_cidr="10.96.0.0/16",
+            wrap=lambda argv: lab.in_ns(lab.node, *argv),
+        )
         self.lab = lab
-        self.bin_dir = bin_dir
-        self.workdir = workdir
         self.socket = workdir / "netpol.sock"
-        self.kubeconfig = workdir / "kubeconfig"
-        self.processes: list[subprocess.Popen[bytes]] = []
-        self.enforcer: subprocess.Popen[bytes] | None = None
+        self.enforcer: ChildProcess | None = None
         self.enforcer_log = workdir / "enforcer.log"
         self.syncs = 0
 
     def start(self) -> None:
-        work = self.workdir
-        sh("openssl", "genrsa", "-out", str(work / "sa.key"), "2048")
-        (work / "tokens.csv").write_text(f'{TOKEN},admin,admin,"system:masters"\n')
-        self._spawn(
-            "etcd",
-            "--data-dir",
-            str(work / "etcd"),
-            "--unsafe-no-fsync",
-            "--log-level",
-            "error",
-            "--listen-client-urls",
-            "http://127.0.0.1:2379",
-            "--advertise-client-urls",
-            "http://127.0.0.1:2379",
-            "--listen-peer-urls",
-            "http://127.0.0.1:2380",
-        )
-        self._spawn(
-            "kube-apiserver",
-            "--etcd-servers",
-            "http://127.0.0.1:2379",
-            "--bind-address",
-            NODE_IP,
-            "--advertise-address",
-            NODE_IP,
-            "--secure-port",
-            "6443",
-            "--cert-dir",
-            str(work / "certs"),
-            "--token-auth-file",
-            str(work / "tokens.csv"),
-            "--authorization-mode",
-            "AlwaysAllow",
-            "--service-account-issuer",
-            "https://kubernetes.default.svc",
-            "--service-account-key-file",
-            str(work / "sa.key"),
-            "--service-account-signing-key-file",
-            str(work / "sa.key"),
-            "--service-cluster-ip-range",
-            "10.96.0.0/16",
-        )
-        self.kubeconfig.write_text(
-            json.dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "current-context": "lab",
-                    "clusters": [
-                        {
-                            "name": "lab",
-                            "cluster": {
-                                "server": f"https://{NODE_IP}:6443",
-                                "insecure-skip-tls-verify": True,
-                            },
-                        }
-                    ],
-                    "users": [{"name": "admin", "user": {"token": TOKEN}}],
-                    "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "admin"}}],
-                }
-            )
-        )
-        wait_until(lambda: self.kubectl_ok("get", "--raw", "/readyz"), 60, "API server ready")
+        super().start()
         wait_until(
-            lambda: self.kubectl_ok("create", "serviceaccount", "default"), 30, "service account"
+            lambda: self.kubectl_ok("create", "serviceaccount", "default"),
+            timeout=30,
+            what="service account",
         )
         self.start_enforcer()
 
-    def _spawn(self, binary: str, *args: str) -> None:
-        log = (self.workdir / f"{binary}.log").open("wb")
-        command = self.lab.in_ns(self.lab.node, str(self.bin_dir / binary), *args)
-        self.processes.append(subprocess.Popen(command, stdout=log, stderr=log))
-
     def start_enforcer(self) -> None:
-        log = self.enforcer_log.open("ab")
         command = self.lab.in_ns(
             self.lab.node,
             sys.executable,
@@ -594,54 +526,25 @@ class Cluster:
             "--resync-seconds",
             "2",
         )
-        self.enforcer = subprocess.Popen(command, stderr=log, env=self.lab.env)
+        self.enforcer = ChildProcess("the enforcer", command, self.lab.env, self.enforcer_log)
+        self.enforcer.spawn()
         self.syncs += 1
-        wait_until(
+        self.enforcer.wait_ready(
             lambda: self.enforcer_log.read_text().count("synced with the API server") >= self.syncs,
-            30,
-            "enforcer synced",
+            timeout=30,
+            what="enforcer synced",
         )
 
     def stop_enforcer(self) -> None:
-        assert self.enforcer is not None
-        self.enforcer.terminate()
-        assert self.enforcer.wait(timeout=10) == 0
+        assert self.enforcer is not None and self.enforcer.process is not None
+        self.enforcer.process.terminate()
+        assert self.enforcer.process.wait(timeout=10) == 0
         self.enforcer = None
 
     def stop(self) -> None:
-        for process in [*([self.enforcer] if self.enforcer else []), *reversed(self.processes)]:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-
-    def kubectl_ok(self, *args: str, stdin: str | None = None) -> bool:
-        return self._kubectl(*args, stdin=stdin).returncode == 0
-
-    def kubectl(self, *args: str, stdin: str | None = None) -> str:
-        result = self._kubectl(*args, stdin=stdin)
-        assert result.returncode == 0, result.stderr
-        return result.stdout
-
-    def _kubectl(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        command = self.lab.in_ns(
-            self.lab.node,
-            str(self.bin_dir / "kubectl"),
-            "--kubeconfig",
-            str(self.kubeconfig),
-            *args,
-        )
-        return subprocess.run(command, input=stdin, capture_output=True, text=True)
-
-    def apply(self, *objects: dict[str, Any]) -> None:
-        self.kubectl(
-            "apply",
-            "-f",
-            "-",
-            stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}),
-        )
+        if self.enforcer is not None:
+            self.enforcer.stop()
+        super().stop()
 
     def cni(
         self, command: str, pod: str, ip: str | None = None, container_id: str | None = None
@@ -684,13 +587,6 @@ def prev_result(ip: str) -> dict[str, Any]:
     }
 
 
-def wait_until(condition: Any, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
 def pod_object(name: str, labels: dict[str, str]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -716,11 +612,7 @@ def policy_object(name: str, spec: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    bin_dir = _kube_bin_dir()
-    if bin_dir is None:
-        pytest.fail(
-            "no kube-apiserver/etcd build (make cluster-build, or set SANDPOD_KUBE_BIN_DIR)"
-        )
+    bin_dir = require_kube_bin_dir()
     lab = Lab("e")
     cluster = Cluster(lab, bin_dir, tmp_path_factory.mktemp("netpol-cluster"))
     try:
@@ -761,10 +653,12 @@ def test_pods_are_cut_off_until_their_cni_add_and_reachable_right_after(cluster:
 def test_policies_take_effect_within_seconds(cluster: Cluster) -> None:
     lab = cluster.lab
     cluster.apply(policy_object("deny-ingress", {"podSelector": {}, "policyTypes": ["Ingress"]}))
-    wait_until(lambda: not lab.reaches("a", "tcp", PODS["b"], 8080), 5, "deny-all ingress")
+    wait_until(
+        lambda: not lab.reaches("a", "tcp", PODS["b"], 8080), timeout=5, what="deny-all ingress"
+    )
     assert lab.reaches("node", "tcp", PODS["b"], 8080)
     cluster.kubectl("delete", "networkpolicy", "deny-ingress")
-    wait_until(lambda: lab.reaches("a", "tcp", PODS["b"], 8080), 5, "policy deleted")
+    wait_until(lambda: lab.reaches("a", "tcp", PODS["b"], 8080), timeout=5, what="policy deleted")
 
 
 def test_label_changes_move_pods_in_and_out_of_policies(cluster: Cluster) -> None:
@@ -778,10 +672,12 @@ def test_label_changes_move_pods_in_and_out_of_policies(cluster: Cluster) -> Non
             },
         )
     )
-    wait_until(lambda: not lab.reaches("c", "tcp", PODS["b"], 8080), 5, "c shut out")
+    wait_until(lambda: not lab.reaches("c", "tcp", PODS["b"], 8080), timeout=5, what="c shut out")
     assert lab.reaches("a", "tcp", PODS["b"], 9090)
     cluster.kubectl("label", "pod", "c", "app=client", "--overwrite")
-    wait_until(lambda: lab.reaches("c", "tcp", PODS["b"], 8080), 5, "c relabelled as client")
+    wait_until(
+        lambda: lab.reaches("c", "tcp", PODS["b"], 8080), timeout=5, what="c relabelled as client"
+    )
     cluster.kubectl("label", "pod", "c", "app=other", "--overwrite")
     cluster.kubectl("delete", "networkpolicy", "web-from-clients")
 
@@ -824,14 +720,18 @@ def test_del_forgets_the_address(cluster: Cluster) -> None:
     result = cluster.cni("DEL", "d")
     assert result.returncode == 0 and result.stdout == ""
     cluster.kubectl("label", "pod", "d", "app=open", "--overwrite")
-    wait_until(lambda: cluster.cni("CHECK", "d", PODS["d"]).returncode == 1, 5, "d forgotten")
+    wait_until(
+        lambda: cluster.cni("CHECK", "d", PODS["d"]).returncode == 1, timeout=5, what="d forgotten"
+    )
     assert not lab.reaches("d", "tcp", PODS["a"], 8080)  # unknown address, even unpoliced
 
 
 def test_rules_outlive_the_enforcer_and_come_back_from_its_state(cluster: Cluster) -> None:
     lab = cluster.lab
     cluster.apply(policy_object("deny-ingress", {"podSelector": {}, "policyTypes": ["Ingress"]}))
-    wait_until(lambda: not lab.reaches("a", "tcp", PODS["b"], 8080), 5, "deny-all ingress")
+    wait_until(
+        lambda: not lab.reaches("a", "tcp", PODS["b"], 8080), timeout=5, what="deny-all ingress"
+    )
     cluster.stop_enforcer()
     assert not lab.reaches("a", "tcp", PODS["b"], 8080)  # still enforced while it is down
     refused = cluster.cni("ADD", "a", PODS["a"])
@@ -840,5 +740,9 @@ def test_rules_outlive_the_enforcer_and_come_back_from_its_state(cluster: Cluste
     cluster.kubectl("delete", "networkpolicy", "deny-ingress")
     cluster.start_enforcer()
     # The pods have no status IP: only the saved CNI attachments know their addresses.
-    wait_until(lambda: lab.reaches("a", "tcp", PODS["b"], 8080), 5, "policy gone after restart")
+    wait_until(
+        lambda: lab.reaches("a", "tcp", PODS["b"], 8080),
+        timeout=5,
+        what="policy gone after restart",
+    )
     assert cluster.cni("CHECK", "b", PODS["b"]).returncode == 0

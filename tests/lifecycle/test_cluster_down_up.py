@@ -14,11 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kube_helpers import create_namespace, wait_until
 from kubernetes import client
+from sandpod_testkit.kube import create_namespace
+from sandpod_testkit.paths import REPO_ROOT
+from sandpod_testkit.waiting import wait_until
 from testbox import busybox_pod, start_and_wait_running
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 STATE_DIR = Path(os.environ.get("SANDPOD_CLUSTER_DIR", REPO_ROOT / ".cluster"))
 CACHE_DIR = Path(
     os.environ.get(

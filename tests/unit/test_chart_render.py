@@ -24,8 +24,8 @@ from sandpod_contract.names import GROUP, ROLE_LABEL, SANDBOX_ROLE
 from sandpod_gateway.auth import KeyIndex, parse_tenants_config
 from sandpod_gateway.settings import GatewaySettings
 from sandpod_operator.settings import OperatorSettings
+from sandpod_testkit.paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "charts" / "sandpod"
 KUBERNETES_VERSION = "1.34.0"
 RELEASE = "sp"

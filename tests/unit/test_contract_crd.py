@@ -4,9 +4,9 @@ from typing import Any
 import pytest
 import yaml
 from sandpod_contract import crd
+from sandpod_testkit.paths import CRD_PATH
 
-REPO = Path(__file__).resolve().parents[2]
-COMMITTED = REPO / "crds" / "codeexecutions.sandpod.dev.yaml"
+COMMITTED = CRD_PATH
 
 
 def walk(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
