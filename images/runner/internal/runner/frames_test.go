@@ -11,7 +11,7 @@ import (
 func captureFrames(t *testing.T, limit int64, writes ...[]byte) ([]outputFrame, *streamCapture) {
 	t.Helper()
 	var log bytes.Buffer
-	capture := newStreamCapture(StreamStdout, limit, newFrameWriter(&log))
+	capture := newStreamCapture(StreamStdout, limit, newFrameWriter(&log, newFrameKey()))
 	for _, w := range writes {
 		if n, err := capture.Write(w); n != len(w) || err != nil {
 			t.Fatalf("Write returned %d, %v", n, err)
@@ -110,9 +110,9 @@ func TestStreamCaptureSplitsLargeWritesIntoBoundedRecords(t *testing.T) {
 }
 
 func TestFrameLinesDoNotEscapeHTML(t *testing.T) {
-	line := string(marshalJSONLine(outputFrame{Stream: StreamStdout, Data: "<a & b>\n"}))
+	line := string(marshalJSONLine(outputFrame{Seq: 1, Stream: StreamStdout, Data: "<a & b>\n", Mac: "00"}))
 
-	if line != `{"stream":"stdout","data":"<a & b>\n"}`+"\n" {
+	if line != `{"seq":1,"stream":"stdout","data":"<a & b>\n","mac":"00"}`+"\n" {
 		t.Errorf("line %q", line)
 	}
 }
