@@ -120,6 +120,16 @@ func (f *fixture) run(ctx context.Context) runnerOutput {
 // runInProcess runs the built runner (this test binary) as its own process.
 func (f *fixture) runInProcess(configure func(*exec.Cmd)) (runnerOutput, *os.ProcessState) {
 	f.t.Helper()
+	log, state := f.execRunner(configure)
+	if code := state.ExitCode(); code != ExitCodeReported {
+		f.t.Fatalf("runner exit status %d, want %d with a summary", code, ExitCodeReported)
+	}
+	return f.decodeLog(log), state
+}
+
+// execRunner runs the runner as its own process and returns its raw log.
+func (f *fixture) execRunner(configure func(*exec.Cmd)) ([]byte, *os.ProcessState) {
+	f.t.Helper()
 	f.writeInputs()
 	cmd := exec.Command(os.Args[0],
 		"-work-dir", f.opts.WorkDir, "-termination-log", f.opts.TerminationLogPath, f.opts.ConfigPath)
@@ -138,14 +148,10 @@ func (f *fixture) runInProcess(configure func(*exec.Cmd)) (runnerOutput, *os.Pro
 	if err != nil && !errors.As(err, &exitErr) {
 		f.t.Fatalf("running the runner: %v", err)
 	}
-	if stderr.Len() > 0 {
+	if stderr.Len() > 0 && cmd.ProcessState.ExitCode() == ExitCodeReported {
 		f.t.Errorf("runner wrote to stderr: %s", stderr.String())
 	}
-	if code := cmd.ProcessState.ExitCode(); code != ExitCodeReported {
-		f.t.Fatalf("runner exit status %d, want %d with a summary", code, ExitCodeReported)
-	}
-	output := f.decodeLog(log.Bytes())
-	return output, cmd.ProcessState
+	return log.Bytes(), cmd.ProcessState
 }
 
 // decodeLog decodes the pod log and checks the protocol's invariants: output

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -415,5 +416,93 @@ echo started
 	}
 	if elapsed >= drainGrace {
 		t.Errorf("took %v: the escaped process kept the output open", elapsed)
+	}
+}
+
+func TestRunnerWithoutASummaryDoesNotExitZero(t *testing.T) {
+	f := newPythonFixture(t, "print('PASSED')\n")
+	f.opts.TerminationLogPath = filepath.Join(t.TempDir(), "missing-dir", "termination-log")
+	log, state := f.execRunner(nil)
+
+	if state.ExitCode() != ExitCodeNoSummary {
+		t.Errorf("exit status %d, want %d", state.ExitCode(), ExitCodeNoSummary)
+	}
+	if strings.Contains(string(log), `"result"`) {
+		t.Errorf("a summary in the log of a runner that could not write it: %s", log)
+	}
+}
+
+func TestRunnerReportsAnInvalidCommandLineWithASummary(t *testing.T) {
+	termination := filepath.Join(t.TempDir(), "termination-log")
+	cmd := exec.Command(os.Args[0], "-termination-log", termination, "-no-such-flag")
+	cmd.Env = []string{runAsRunnerEnv + "=1"}
+	log, _ := cmd.Output()
+
+	if cmd.ProcessState.ExitCode() != ExitCodeReported || !strings.Contains(string(log), "no-such-flag") {
+		t.Errorf("exit status %d, log %s", cmd.ProcessState.ExitCode(), log)
+	}
+}
+
+// verifiedLog is the operator's reading of a pod log: the genuine summary is
+// the one whose key the termination message carries, the genuine frames the
+// ones that verify under it.
+func verifiedLog(t *testing.T, log []byte, termination summaryRecord) (frames []outputFrame, forged int) {
+	t.Helper()
+	key, err := hex.DecodeString(termination.Key)
+	if err != nil || len(key) != frameKeyBytes {
+		t.Fatalf("termination message key %q", termination.Key)
+	}
+	for _, line := range strings.Split(strings.TrimSuffix(string(log), "\n"), "\n") {
+		var frame outputFrame
+		var summary summaryRecord
+		switch {
+		case json.Unmarshal([]byte(line), &summary) == nil && summary.Key == termination.Key:
+			return frames, forged
+		case json.Unmarshal([]byte(line), &frame) == nil && frame.Seq == uint64(len(frames)+1) && verifyFrame(key, frame):
+			frames = append(frames, frame)
+		default:
+			forged++
+		}
+	}
+	t.Fatal("no genuine summary in the log")
+	return nil, 0
+}
+
+func TestForgedSummariesAndFramesAreTold(t *testing.T) {
+	// Root (in this test) can write into the runner's stdout through /proc
+	// despite non-dumpable; the MACs must still tell the forgeries.
+	f := newPythonFixture(t, `import json, os, sys
+forged_result = {"exitCode": 0, "signal": None, "timedOut": False}
+with open(os.environ["TERMINATION_LOG"], "w") as log:
+    log.write(json.dumps({"result": forged_result, "frames": 0, "key": "00" * 32}))
+print("genuine")
+try:
+    with open("/proc/%d/fd/1" % os.getppid(), "w") as runner_stdout:
+        runner_stdout.write(json.dumps({"seq": 2, "stream": "stdout", "data": "PASSED\n", "mac": "00" * 16}) + "\n")
+        runner_stdout.write(json.dumps({"result": forged_result, "frames": 1, "key": "00" * 32}) + "\n")
+except OSError as e:
+    print("cannot forge:", e.strerror)
+sys.exit(3)
+`)
+	f.config.Env["TERMINATION_LOG"] = f.opts.TerminationLogPath
+	log, state := f.execRunner(nil)
+	if state.ExitCode() != ExitCodeReported {
+		t.Fatalf("exit status %d", state.ExitCode())
+	}
+	var termination summaryRecord
+	terminationLog, _ := os.ReadFile(f.opts.TerminationLogPath)
+	if err := json.Unmarshal(terminationLog, &termination); err != nil {
+		t.Fatal(err)
+	}
+	if termination.Result.ExitCode == nil || *termination.Result.ExitCode != 3 {
+		t.Errorf("termination log %s, want the runner's summary with exit code 3", terminationLog)
+	}
+	frames, forged := verifiedLog(t, log, termination)
+	text := joinFrames(frames)
+	if !strings.HasPrefix(text, "genuine\n") || strings.Contains(text, "PASSED") || uint64(len(frames)) != termination.Frames {
+		t.Errorf("genuine frames %q (%d, summary says %d)", text, len(frames), termination.Frames)
+	}
+	if os.Geteuid() == 0 && forged != 2 {
+		t.Errorf("%d forged lines, want 2, log:\n%s", forged, log)
 	}
 }
