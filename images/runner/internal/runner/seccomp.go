@@ -86,6 +86,13 @@ const (
 	sysIoUringRegister   = 427
 	sysOpenByHandleAt    = 304
 	sysNameToHandleAt    = 303
+	sysFcntl             = 72
+	sysIoctl             = 16
+
+	fcntlSetown    = 8  // F_SETOWN
+	fcntlSetownEx  = 15 // F_SETOWN_EX
+	ioctlFIOSETOWN = 0x8901
+	ioctlSIOCSPGRP = 0x8902
 )
 
 // condOp compares the low 32 bits of a syscall argument. Every argument the
@@ -144,7 +151,17 @@ func seccompRules(target guardTarget) []seccompRule {
 			rules = append(rules, eperm(nr, pidIs(0, pid)))
 		}
 	}
+	// A descriptor's owner receives SIGIO, or any signal F_SETSIG names,
+	// when I/O happens: the owner must not be the runner or its group
+	// (-pgid). F_SETOWN_EX and the ioctls pass the owner in memory, out of
+	// a filter's reach.
+	for _, owner := range []int{runner, -target.Pgid} {
+		rules = append(rules, eperm(sysFcntl, argCond{Arg: 1, Op: opEqual, Value: fcntlSetown}, pidIs(2, owner)))
+	}
 	rules = append(rules, []seccompRule{
+		eperm(sysFcntl, argCond{Arg: 1, Op: opEqual, Value: fcntlSetownEx}),
+		eperm(sysIoctl, argCond{Arg: 1, Op: opEqual, Value: ioctlFIOSETOWN}),
+		eperm(sysIoctl, argCond{Arg: 1, Op: opEqual, Value: ioctlSIOCSPGRP}),
 		eperm(sysTgkill, pidIs(0, runner)),
 		eperm(sysRtTgsigqueueinfo, pidIs(0, runner)),
 		// tkill names a thread only, and the runner's threads have other ids.

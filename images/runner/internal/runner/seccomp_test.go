@@ -143,6 +143,13 @@ func TestSeccompFilterDecisions(t *testing.T) {
 		{"bpf", seccompData(auditArchX8664, sysBpf), eperm},
 		{"io_uring_setup", seccompData(auditArchX8664, sysIoUringSetup), eperm},
 		{"keyctl", seccompData(auditArchX8664, sysKeyctl), eperm},
+		{"fcntl(F_SETOWN, 1)", seccompData(auditArchX8664, sysFcntl, 3, fcntlSetown, 1), eperm},
+		{"fcntl(F_SETOWN, -1)", seccompData(auditArchX8664, sysFcntl, 3, fcntlSetown, minusOne), eperm},
+		{"fcntl(F_SETOWN, 7)", seccompData(auditArchX8664, sysFcntl, 3, fcntlSetown, 7), seccompRetAllow},
+		{"fcntl(F_SETOWN_EX)", seccompData(auditArchX8664, sysFcntl, 3, fcntlSetownEx, 0x7ff0), eperm},
+		{"fcntl(F_SETFL)", seccompData(auditArchX8664, sysFcntl, 3, 4, 0x800), seccompRetAllow},
+		{"ioctl(FIOSETOWN)", seccompData(auditArchX8664, sysIoctl, 3, ioctlFIOSETOWN, 0x7ff0), eperm},
+		{"ioctl(TCGETS)", seccompData(auditArchX8664, sysIoctl, 0, 0x5401, 0x7ff0), seccompRetAllow},
 		{"read", seccompData(auditArchX8664, 0, 0), seccompRetAllow},
 		{"execve", seccompData(auditArchX8664, 59), seccompRetAllow},
 		{"x32 kill", seccompData(auditArchX8664, x32SyscallBit|sysKill, 1, 9), seccompRetKillProcess},
@@ -196,6 +203,7 @@ func runProbes() {
 	probe("pidfd-open-runner", sysPidfdOpen, uintptr(runner), 0)
 	probe("ptrace-runner", sysPtrace, syscall.PTRACE_ATTACH, uintptr(runner))
 	probe("prlimit-runner", sysPrlimit64, uintptr(runner), syscall.RLIMIT_NOFILE, 0, 0)
+	probe("fcntl-setown-runner", sysFcntl, 1, fcntlSetown, uintptr(runner))
 	probe("unshare-user", sysUnshare, 0x10000000)
 	probe("clone3", sysClone3, 0, 0)
 	fd, err := syscall.Open("/proc/"+strconv.Itoa(runner)+"/fd/1", syscall.O_WRONLY, 0)
@@ -241,6 +249,7 @@ func TestTheFilterGuardsTheRunner(t *testing.T) {
 		"pidfd-open-runner: EPERM",
 		"ptrace-runner: EPERM",
 		"prlimit-runner: EPERM",
+		"fcntl-setown-runner: EPERM",
 		"unshare-user: EPERM",
 		"clone3: ENOSYS",
 		// Not the filter: the runner is not dumpable.
