@@ -153,9 +153,14 @@ func seccompRules(target guardTarget) []seccompRule {
 	}
 	// A descriptor's owner receives SIGIO, or any signal F_SETSIG names,
 	// when I/O happens: the owner must not be the runner or its group
-	// (-pgid). F_SETOWN_EX and the ioctls pass the owner in memory, out of
-	// a filter's reach.
-	for _, owner := range []int{runner, -target.Pgid} {
+	// (-pgid; 0 means no owner, and a pgid of 0 is a group outside the pid
+	// namespace). F_SETOWN_EX and the ioctls pass the owner in memory, out
+	// of a filter's reach.
+	owners := []int{runner}
+	if target.Pgid > 0 {
+		owners = append(owners, -target.Pgid)
+	}
+	for _, owner := range owners {
 		rules = append(rules, eperm(sysFcntl, argCond{Arg: 1, Op: opEqual, Value: fcntlSetown}, pidIs(2, owner)))
 	}
 	rules = append(rules, []seccompRule{

@@ -173,6 +173,13 @@ func TestSeccompRulesProtectTheRunnersProcessGroup(t *testing.T) {
 	if got := runBPF(t, program, seccompData(auditArchX8664, sysKill, 1, 9)); got != seccompRetAllow {
 		t.Errorf("kill(1) when the runner is 40: %#x", got)
 	}
+	outside, err := buildSeccompFilter(seccompRules(guardTarget{Pid: 1, Pgid: 0}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := runBPF(t, outside, seccompData(auditArchX8664, sysFcntl, 3, fcntlSetown, 0)); got != seccompRetAllow {
+		t.Errorf("F_SETOWN(0) clears the owner, denied when the runner's group is outside its pid namespace: %#x", got)
+	}
 }
 
 // probeEnv makes the test binary, run as the program, try what the filter forbids.
