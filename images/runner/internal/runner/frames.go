@@ -2,8 +2,13 @@ package runner
 
 import (
 	"bytes"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -16,35 +21,107 @@ const (
 	// maxFrameDataBytes bounds one output record, so that pod log lines stay
 	// short enough for the container runtime not to split them.
 	maxFrameDataBytes = 8 << 10
+
+	frameKeyBytes = 32
+	frameMACBytes = 16
+	// frameMACDomain starts every MAC'd message, so a frame MAC can never be
+	// mistaken for a MAC of anything else made with the same key.
+	frameMACDomain = "sandpod-frame-v1"
+
+	// The framed-bytes budget of a stream is framedBudgetFactor times its
+	// maxOutputBytes plus framedBudgetSlack: plain text costs about 1.01
+	// times its size in frames, but JSON escaping (up to 6 bytes per byte)
+	// and many tiny frames (about 90 bytes of overhead each) cost more.
+	framedBudgetFactor = 2
+	framedBudgetSlack  = 64 << 10
 )
 
+// outputFrame is one piece of a stream in the pod log. Mac authenticates
+// Seq, Stream and Data under the run's frame key (see frameMAC).
 type outputFrame struct {
+	Seq    uint64 `json:"seq"`
 	Stream string `json:"stream"`
 	Data   string `json:"data"`
+	Mac    string `json:"mac"`
 }
 
-type resultFrame struct {
+// summaryRecord is the last pod log line and the termination message: the
+// result, how many output frames came before it and the key of their MACs.
+type summaryRecord struct {
 	Result Result `json:"result"`
+	Frames uint64 `json:"frames"`
+	Key    string `json:"key"`
+}
+
+// newFrameKey draws the run's secret: it lives only in the runner's memory
+// until the summary reveals it, after every other process is gone.
+func newFrameKey() []byte {
+	key := make([]byte, frameKeyBytes)
+	// crypto/rand.Read never fails on Linux (it crashes the program instead).
+	_, _ = rand.Read(key)
+	return key
+}
+
+// frameMAC is the lowercase hex of the first 16 bytes of
+// HMAC-SHA256(key, "sandpod-frame-v1" NUL seq NUL stream NUL data), seq in
+// decimal and data as UTF-8.
+func frameMAC(key []byte, seq uint64, stream, data string) string {
+	mac := hmac.New(sha256.New, key)
+	message := frameMACDomain + "\x00" + strconv.FormatUint(seq, 10) + "\x00" + stream + "\x00" + data
+	_, _ = io.WriteString(mac, message)
+	return hex.EncodeToString(mac.Sum(nil)[:frameMACBytes])
+}
+
+// verifyFrame is the check the operator makes once the summary gave it key.
+func verifyFrame(key []byte, frame outputFrame) bool {
+	want := frameMAC(key, frame.Seq, frame.Stream, frame.Data)
+	return hmac.Equal([]byte(want), []byte(frame.Mac))
 }
 
 // frameWriter writes records as JSON lines, one Write per line, so each record
-// reaches the pod log as soon as it is produced. Safe for concurrent use.
+// reaches the pod log as soon as it is produced. Output frames are numbered
+// from 1 in the order they are written. Safe for concurrent use.
 type frameWriter struct {
-	mu  sync.Mutex
-	out io.Writer
+	mu     sync.Mutex
+	out    io.Writer
+	key    []byte
+	frames uint64
 }
 
-func newFrameWriter(out io.Writer) *frameWriter {
-	return &frameWriter{out: out}
+func newFrameWriter(out io.Writer, key []byte) *frameWriter {
+	return &frameWriter{out: out, key: key}
 }
 
-func (f *frameWriter) write(record any) {
-	line := marshalJSONLine(record)
+// writeOutput frames data as the next output record if its line takes at
+// most room bytes, and returns the line's length (0 when it did not fit).
+func (f *frameWriter) writeOutput(stream, data string, room int64) int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	// A broken pod log cannot be reported anywhere else; the result still
-	// reaches the termination log.
+	seq := f.frames + 1
+	line := marshalJSONLine(outputFrame{Seq: seq, Stream: stream, Data: data, Mac: frameMAC(f.key, seq, stream, data)})
+	if int64(len(line)) > room {
+		return 0
+	}
+	f.frames = seq
+	// A broken pod log shows in the summary's frame count: the operator
+	// finds fewer frames than the summary says.
 	_, _ = f.out.Write(line)
+	return int64(len(line))
+}
+
+// summary is the summary record for result, with the key revealed.
+func (f *frameWriter) summary(result Result) summaryRecord {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return summaryRecord{Result: result, Frames: f.frames, Key: hex.EncodeToString(f.key)}
+}
+
+// writeSummary writes the summary as the last line.
+func (f *frameWriter) writeSummary(summary summaryRecord) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, err := f.out.Write(marshalJSONLine(summary))
+	return err
 }
 
 // marshalJSONLine encodes record without HTML escaping, newline-terminated.
@@ -59,26 +136,39 @@ func marshalJSONLine(record any) []byte {
 	return buf.Bytes()
 }
 
+// framedBudget is the most pod log bytes one stream's frames may take.
+func framedBudget(maxOutputBytes int64) int64 {
+	return framedBudgetFactor*maxOutputBytes + framedBudgetSlack
+}
+
 // streamCapture receives one of the program's output streams. It frames the
-// first limit bytes as text records and only counts the rest.
+// first limit bytes as text records, as long as the frames fit in the
+// stream's framed budget, and only counts the rest.
 type streamCapture struct {
 	stream string
 	limit  int64
 	frames *frameWriter
 	total  int64
+	// framedRoom is what is left of the framed budget; exhausted is set
+	// once a frame did not fit, and nothing more is framed.
+	framedRoom int64
+	exhausted  bool
 	// pending holds the start of a multi-byte UTF-8 sequence that the last
 	// write cut off, so that the sequence is framed whole.
 	pending []byte
 }
 
 func newStreamCapture(stream string, limit int64, frames *frameWriter) *streamCapture {
-	return &streamCapture{stream: stream, limit: limit, frames: frames}
+	return &streamCapture{stream: stream, limit: limit, frames: frames, framedRoom: framedBudget(limit)}
 }
 
 // Write never fails, so that a full capture keeps draining the program.
 func (s *streamCapture) Write(p []byte) (int, error) {
 	room := max(s.limit-s.total, 0)
 	s.total += int64(len(p))
+	if s.exhausted {
+		return len(p), nil
+	}
 	if room > 0 {
 		s.emit(p[:min(int64(len(p)), room)])
 		if s.total >= s.limit {
@@ -90,7 +180,7 @@ func (s *streamCapture) Write(p []byte) (int, error) {
 
 // finish frames what is left of an incomplete UTF-8 sequence.
 func (s *streamCapture) finish() {
-	if len(s.pending) > 0 {
+	if len(s.pending) > 0 && !s.exhausted {
 		s.writeText(toValidText(s.pending))
 		s.pending = nil
 	}
@@ -98,7 +188,8 @@ func (s *streamCapture) finish() {
 
 func (s *streamCapture) Total() int64 { return s.total }
 
-func (s *streamCapture) Truncated() bool { return s.total > s.limit }
+// Truncated reports whether the frames miss some of what the program wrote.
+func (s *streamCapture) Truncated() bool { return s.total > s.limit || s.exhausted }
 
 func (s *streamCapture) emit(chunk []byte) {
 	data := chunk
@@ -119,7 +210,13 @@ func (s *streamCapture) writeText(text string) {
 				cut--
 			}
 		}
-		s.frames.write(outputFrame{Stream: s.stream, Data: text[:cut]})
+		written := s.frames.writeOutput(s.stream, text[:cut], s.framedRoom)
+		if written == 0 {
+			s.exhausted = true
+			s.pending = nil
+			return
+		}
+		s.framedRoom -= written
 		text = text[cut:]
 	}
 }

@@ -3,6 +3,7 @@ package runner
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"os"
@@ -84,11 +85,11 @@ func (f *fixture) writeInputs() {
 	}
 }
 
-// runnerOutput is the runner's pod log, decoded.
+// runnerOutput is the runner's pod log, decoded and verified.
 type runnerOutput struct {
-	frames     []outputFrame
-	result     Result
-	exitStatus int
+	frames  []outputFrame
+	result  Result
+	summary summaryRecord
 }
 
 func (o runnerOutput) text(stream string) string {
@@ -106,19 +107,28 @@ func (o runnerOutput) text(stream string) string {
 func (f *fixture) run(ctx context.Context) runnerOutput {
 	f.t.Helper()
 	f.writeInputs()
-	var log, stderr bytes.Buffer
-	result := Run(ctx, f.opts, &log, &stderr)
-	if stderr.Len() > 0 {
-		f.t.Errorf("runner wrote to stderr: %s", stderr.String())
+	var log bytes.Buffer
+	result, err := Run(ctx, f.opts, &log)
+	if err != nil {
+		f.t.Fatalf("the runner could not report: %v", err)
 	}
 	output := f.decodeLog(log.Bytes())
 	assertSameJSON(f.t, "returned result", result, output.result)
-	output.exitStatus = result.ExitStatus()
 	return output
 }
 
 // runInProcess runs the built runner (this test binary) as its own process.
 func (f *fixture) runInProcess(configure func(*exec.Cmd)) (runnerOutput, *os.ProcessState) {
+	f.t.Helper()
+	log, state := f.execRunner(configure)
+	if code := state.ExitCode(); code != ExitCodeReported {
+		f.t.Fatalf("runner exit status %d, want %d with a summary", code, ExitCodeReported)
+	}
+	return f.decodeLog(log), state
+}
+
+// execRunner runs the runner as its own process and returns its raw log.
+func (f *fixture) execRunner(configure func(*exec.Cmd)) ([]byte, *os.ProcessState) {
 	f.t.Helper()
 	f.writeInputs()
 	cmd := exec.Command(os.Args[0],
@@ -138,39 +148,46 @@ func (f *fixture) runInProcess(configure func(*exec.Cmd)) (runnerOutput, *os.Pro
 	if err != nil && !errors.As(err, &exitErr) {
 		f.t.Fatalf("running the runner: %v", err)
 	}
-	if stderr.Len() > 0 {
+	if stderr.Len() > 0 && cmd.ProcessState.ExitCode() == ExitCodeReported {
 		f.t.Errorf("runner wrote to stderr: %s", stderr.String())
 	}
-	output := f.decodeLog(log.Bytes())
-	output.exitStatus = cmd.ProcessState.ExitCode()
-	return output, cmd.ProcessState
+	return log.Bytes(), cmd.ProcessState
 }
 
+// decodeLog decodes the pod log and checks the protocol's invariants: output
+// frames numbered from 1 whose MACs verify under the summary's key, the
+// summary last, the same summary in the termination log.
 func (f *fixture) decodeLog(log []byte) runnerOutput {
 	f.t.Helper()
 	lines := bytes.Split(bytes.TrimSuffix(log, []byte("\n")), []byte("\n"))
 	var output runnerOutput
-	for i, line := range lines {
-		if i == len(lines)-1 {
-			var record struct {
-				Result *Result `json:"result"`
-			}
-			if err := json.Unmarshal(line, &record); err != nil || record.Result == nil {
-				f.t.Fatalf("last log line is not a result record: %q (%v)", line, err)
-			}
-			output.result = *record.Result
-			continue
-		}
+	summaryDecoder := json.NewDecoder(bytes.NewReader(lines[len(lines)-1]))
+	summaryDecoder.DisallowUnknownFields()
+	if err := summaryDecoder.Decode(&output.summary); err != nil || len(output.summary.Key) != 2*frameKeyBytes {
+		f.t.Fatalf("last log line is not a summary: %q (%v)", lines[len(lines)-1], err)
+	}
+	output.result = output.summary.Result
+	key, err := hex.DecodeString(output.summary.Key)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for i, line := range lines[:len(lines)-1] {
 		var frame outputFrame
 		decoder := json.NewDecoder(bytes.NewReader(line))
 		decoder.DisallowUnknownFields()
 		if err := decoder.Decode(&frame); err != nil || frame.Stream == "" {
 			f.t.Fatalf("log line %d is not an output record: %q (%v)", i, line, err)
 		}
+		if frame.Seq != uint64(i+1) || !verifyFrame(key, frame) {
+			f.t.Fatalf("log line %d does not verify as frame %d: %q", i, i+1, line)
+		}
 		if len(frame.Data) > maxFrameDataBytes {
 			f.t.Errorf("output record of %d bytes exceeds %d", len(frame.Data), maxFrameDataBytes)
 		}
 		output.frames = append(output.frames, frame)
+	}
+	if output.summary.Frames != uint64(len(output.frames)) {
+		f.t.Errorf("summary counts %d frames, the log has %d", output.summary.Frames, len(output.frames))
 	}
 	terminationLog, err := os.ReadFile(f.opts.TerminationLogPath)
 	if err != nil {
@@ -179,12 +196,12 @@ func (f *fixture) decodeLog(log []byte) runnerOutput {
 	if len(terminationLog) > MaxTerminationMessageBytes {
 		f.t.Errorf("termination log has %d bytes, more than %d", len(terminationLog), MaxTerminationMessageBytes)
 	}
-	var terminationResult Result
-	if err := json.Unmarshal(terminationLog, &terminationResult); err != nil {
-		f.t.Fatalf("termination log is not a result: %q (%v)", terminationLog, err)
+	var terminationSummary summaryRecord
+	if err := json.Unmarshal(terminationLog, &terminationSummary); err != nil {
+		f.t.Fatalf("termination log is not a summary: %q (%v)", terminationLog, err)
 	}
-	if len(TerminationMessage(output.result)) <= MaxTerminationMessageBytes || output.result.Diagnostics == nil {
-		assertSameJSON(f.t, "termination log result", output.result, terminationResult)
+	if len(TerminationMessage(output.summary)) <= MaxTerminationMessageBytes || output.result.Diagnostics == nil {
+		assertSameJSON(f.t, "termination log summary", output.summary, terminationSummary)
 	}
 	return output
 }
@@ -200,13 +217,10 @@ func assertSameJSON(t *testing.T, what string, want, got any) {
 
 func intPtr(v int) *int { return &v }
 
-func assertExit(t *testing.T, output runnerOutput, exitCode *int, signal *int, exitStatus int) {
+func assertExit(t *testing.T, output runnerOutput, exitCode *int, signal *int) {
 	t.Helper()
 	assertSameJSON(t, "exitCode", exitCode, output.result.ExitCode)
 	assertSameJSON(t, "signal", signal, output.result.Signal)
-	if output.exitStatus != exitStatus {
-		t.Errorf("runner exit status %d, want %d", output.exitStatus, exitStatus)
-	}
 }
 
 // processGone reports whether pid has exited (a zombie counts: it runs no code).

@@ -15,6 +15,9 @@ func TestMain(m *testing.M) {
 	if IsShimInvocation(os.Args) {
 		ShimMain(os.Args[2:])
 	}
+	if os.Getenv(probeEnv) == "1" {
+		runProbes()
+	}
 	if os.Getenv(runAsRunnerEnv) == "1" {
 		os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
 	}

@@ -33,6 +33,8 @@ type processSpec struct {
 	timeout time.Duration
 	// selfExe is the runner binary, re-executed as the shim.
 	selfExe string
+	// guard is whom the program's seccomp filter protects: the runner.
+	guard guardTarget
 	// reapAll makes the runner reap every child and kill every process it can
 	// signal once the program ends; only right when it is PID 1.
 	reapAll bool
@@ -74,7 +76,7 @@ func runProcess(ctx context.Context, spec processSpec, stdout, stderr io.Writer)
 		Sys: &syscall.SysProcAttr{Setsid: true},
 	}
 	started := time.Now()
-	pid, err := syscall.ForkExec(spec.selfExe, shimArgv(spec.selfExe, spec.limits, spec.argv), attr)
+	pid, err := syscall.ForkExec(spec.selfExe, shimArgv(spec.selfExe, spec.limits, spec.guard, spec.argv), attr)
 	pipes.closeChildEnds()
 	if err != nil {
 		return processOutcome{startErr: fmt.Errorf("starting the runner shim: %w", err)}

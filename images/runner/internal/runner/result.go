@@ -10,9 +10,15 @@ const (
 	// termination message.
 	MaxTerminationMessageBytes = 4096
 
-	ExitCodeTimedOut     = 124
-	ExitCodeRunnerFailed = 125
-	exitCodeSignalBase   = 128
+	// ExitCodeReported is the runner's exit status once its summary is
+	// written, whatever became of the program: the program's own status is
+	// only in the summary.
+	ExitCodeReported = 0
+	// ExitCodeUsage is for -h and the like: no run, no summary.
+	ExitCodeUsage = 2
+	// ExitCodeNoSummary means the runner could not write its summary; any
+	// summary found is not the runner's.
+	ExitCodeNoSummary = 125
 )
 
 // Result is the summary of one run: the last pod log record and the
@@ -48,31 +54,16 @@ func failedResult(err error) Result {
 	return Result{Error: &message}
 }
 
-// ExitStatus is the runner's own exit status for a result.
-func (r *Result) ExitStatus() int {
-	switch {
-	case r.Error != nil:
-		return ExitCodeRunnerFailed
-	case r.TimedOut:
-		return ExitCodeTimedOut
-	case r.Signal != nil:
-		return exitCodeSignalBase + *r.Signal
-	case r.ExitCode != nil:
-		return *r.ExitCode
-	default:
-		return ExitCodeRunnerFailed
-	}
-}
-
-// TerminationMessage encodes the result in at most MaxTerminationMessageBytes,
+// TerminationMessage encodes the summary in at most MaxTerminationMessageBytes,
 // dropping the diagnostics, then shortening the error, when it does not fit.
-func TerminationMessage(result Result) []byte {
-	message := marshalJSONLine(result)
+func TerminationMessage(summary summaryRecord) []byte {
+	message := marshalJSONLine(summary)
 	if len(message) <= MaxTerminationMessageBytes {
 		return message
 	}
+	result := &summary.Result
 	result.Diagnostics = nil
-	message = marshalJSONLine(result)
+	message = marshalJSONLine(summary)
 	if len(message) <= MaxTerminationMessageBytes || result.Error == nil {
 		return message
 	}
@@ -83,7 +74,7 @@ func TerminationMessage(result Result) []byte {
 		}
 		shortened := errorText[:length] + "…"
 		result.Error = &shortened
-		return marshalJSONLine(result)
+		return marshalJSONLine(summary)
 	}
 	// JSON escaping makes the encoded length of a prefix hard to predict:
 	// search for the longest prefix that fits.
@@ -99,6 +90,8 @@ func TerminationMessage(result Result) []byte {
 	return encodeWithErrorPrefix(shortest)
 }
 
-func writeTerminationLog(path string, result Result) error {
-	return os.WriteFile(path, TerminationMessage(result), 0o644)
+// writeTerminationLog replaces whatever the file holds (the program may have
+// written there) with the summary.
+func writeTerminationLog(path string, summary summaryRecord) error {
+	return os.WriteFile(path, TerminationMessage(summary), 0o644)
 }

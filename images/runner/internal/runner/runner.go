@@ -66,38 +66,53 @@ func ParseOptions(args []string, usageOutput io.Writer) (Options, error) {
 	return opts, nil
 }
 
-// Main is the runner's command: it returns the exit status of the process.
+// Main is the runner's command: it returns the exit status of the process,
+// ExitCodeReported exactly when it wrote its summary.
 func Main(args []string, stdout, stderr io.Writer) int {
 	opts, err := ParseOptions(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
-		return 0
+		return ExitCodeUsage
+	}
+	if err == nil {
+		// Before the program exists: a process of the same uid must not be
+		// able to open the runner's descriptors or read its memory (the key).
+		err = makeNonDumpable()
 	}
 	if err != nil {
-		result := failedResult(err)
-		report(opts, result, newFrameWriter(stdout), stderr)
-		return result.ExitStatus()
+		err = report(opts, failedResult(err), newFrameWriter(stdout, newFrameKey()))
+	} else {
+		// The kubelet stops a deleted pod with SIGTERM; the program goes first.
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		_, err = Run(ctx, opts, stdout)
 	}
-	// The kubelet stops a deleted pod with SIGTERM; the program goes first.
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	result := Run(ctx, opts, stdout, stderr)
-	return result.ExitStatus()
+	if err != nil {
+		fmt.Fprintf(stderr, "sandpod-runner: %v\n", err)
+		return ExitCodeNoSummary
+	}
+	return ExitCodeReported
 }
 
 // Run runs the configured program once, frames its output on stdout, and
-// reports the result as the last record and in the termination log.
-func Run(ctx context.Context, opts Options, stdout, stderr io.Writer) Result {
-	frames := newFrameWriter(stdout)
+// reports the summary as the last record and in the termination log. The
+// error says the summary could not be written.
+func Run(ctx context.Context, opts Options, stdout io.Writer) (Result, error) {
+	frames := newFrameWriter(stdout, newFrameKey())
 	result := execute(ctx, opts, frames)
-	report(opts, result, frames, stderr)
-	return result
+	return result, report(opts, result, frames)
 }
 
-func report(opts Options, result Result, frames *frameWriter, stderr io.Writer) {
-	if err := writeTerminationLog(opts.TerminationLogPath, result); err != nil {
-		fmt.Fprintf(stderr, "sandpod-runner: writing the termination log: %v\n", err)
+// report writes the summary once the program and everything it started are
+// gone: first over the termination log, then as the last pod log line.
+func report(opts Options, result Result, frames *frameWriter) error {
+	summary := frames.summary(result)
+	if err := writeTerminationLog(opts.TerminationLogPath, summary); err != nil {
+		return fmt.Errorf("writing the termination log: %w", err)
 	}
-	frames.write(resultFrame{Result: result})
+	if err := frames.writeSummary(summary); err != nil {
+		return fmt.Errorf("writing the summary to the log: %w", err)
+	}
+	return nil
 }
 
 func execute(ctx context.Context, opts Options, frames *frameWriter) Result {
@@ -122,6 +137,7 @@ func execute(ctx context.Context, opts Options, frames *frameWriter) Result {
 		limits:  cfg.Limits,
 		timeout: time.Duration(cfg.TimeoutSeconds) * time.Second,
 		selfExe: selfExePath,
+		guard:   guardTarget{Pid: os.Getpid(), Pgid: syscall.Getpgrp()},
 		reapAll: os.Getpid() == 1,
 	}
 	stdoutCapture := newStreamCapture(StreamStdout, cfg.MaxOutputBytes, frames)

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -21,7 +22,7 @@ print("oops", file=sys.stderr)
 `)
 	output := f.run(context.Background())
 
-	assertExit(t, output, intPtr(0), nil, 0)
+	assertExit(t, output, intPtr(0), nil)
 	if got := output.text(StreamStdout); got != "hello, world\n" {
 		t.Errorf("stdout %q", got)
 	}
@@ -50,7 +51,7 @@ sys.exit(3)
 `)
 	output := f.run(context.Background())
 
-	assertExit(t, output, intPtr(3), nil, 3)
+	assertExit(t, output, intPtr(3), nil)
 	if got := output.text(StreamStdout); got != "failing\n" {
 		t.Errorf("stdout %q", got)
 	}
@@ -62,7 +63,7 @@ os.kill(os.getpid(), signal.SIGSEGV)
 `)
 	output := f.run(context.Background())
 
-	assertExit(t, output, nil, intPtr(int(syscall.SIGSEGV)), 128+int(syscall.SIGSEGV))
+	assertExit(t, output, nil, intPtr(int(syscall.SIGSEGV)))
 }
 
 func TestRunKillsTheProcessGroupAtTheTimeout(t *testing.T) {
@@ -81,7 +82,7 @@ sleep 300
 	if !output.result.TimedOut {
 		t.Fatalf("not timed out: %+v", output.result)
 	}
-	assertExit(t, output, nil, intPtr(int(syscall.SIGKILL)), ExitCodeTimedOut)
+	assertExit(t, output, nil, intPtr(int(syscall.SIGKILL)))
 	if got := output.text(StreamStdout); got != "started\n" {
 		t.Errorf("stdout %q", got)
 	}
@@ -107,7 +108,7 @@ echo done
 	started := time.Now()
 	output := f.run(context.Background())
 
-	assertExit(t, output, intPtr(0), nil, 0)
+	assertExit(t, output, intPtr(0), nil)
 	if output.result.TimedOut {
 		t.Error("timed out")
 	}
@@ -125,7 +126,7 @@ func TestRunStopsTheProgramWhenCancelled(t *testing.T) {
 	defer cancel()
 	output := f.run(ctx)
 
-	assertExit(t, output, nil, intPtr(int(syscall.SIGKILL)), 128+int(syscall.SIGKILL))
+	assertExit(t, output, nil, intPtr(int(syscall.SIGKILL)))
 	if output.result.TimedOut {
 		t.Error("a cancelled run is not a timeout")
 	}
@@ -139,7 +140,7 @@ echo done >&2
 	f.config.TimeoutSeconds = 60
 	output, state := f.runInProcess(nil)
 
-	assertExit(t, output, intPtr(0), nil, 0)
+	assertExit(t, output, intPtr(0), nil)
 	result := output.result
 	if result.TimedOut {
 		t.Fatal("the flood blocked until the timeout")
@@ -193,7 +194,7 @@ out.write(b"\xac end\n"); out.flush()
 `)
 	output := f.run(context.Background())
 
-	assertExit(t, output, intPtr(0), nil, 0)
+	assertExit(t, output, intPtr(0), nil)
 	if got, want := output.text(StreamStdout), "bad \uFFFD byte\neuro € end\n"; got != want {
 		t.Errorf("stdout %q, want %q", got, want)
 	}
@@ -220,7 +221,7 @@ print(os.getcwd() == os.environ["HOME"])
 	f.inputFiles["file-0"] = "a,b\n1,2\n"
 	output := f.run(context.Background())
 
-	assertExit(t, output, intPtr(0), nil, 0)
+	assertExit(t, output, intPtr(0), nil)
 	want := "['an arg', '--flag']\n'line one\\nline two\\n'\na,b\n1,2\nTrue\n"
 	if got := output.text(StreamStdout); got != want {
 		t.Errorf("stdout %q, want %q", got, want)
@@ -233,7 +234,7 @@ func TestRunGivesTheProgramACleanEnvironment(t *testing.T) {
 	f.config.Env = map[string]string{"EXTRA": "from-config", "LANG": "C"}
 	output := f.run(context.Background())
 
-	assertExit(t, output, intPtr(0), nil, 0)
+	assertExit(t, output, intPtr(0), nil)
 	got := strings.Split(strings.TrimSpace(output.text(StreamStdout)), "\n")
 	// dash exports PWD of its own accord.
 	got = slices.DeleteFunc(got, func(v string) bool { return strings.HasPrefix(v, "PWD=") })
@@ -272,7 +273,7 @@ except OSError as e:
 	f.config.Limits = Limits{Processes: 64, FileSizeBytes: 1 << 20, OpenFiles: 256}
 	output := f.run(context.Background())
 
-	assertExit(t, output, intPtr(0), nil, 0)
+	assertExit(t, output, intPtr(0), nil)
 	lines := strings.Split(output.text(StreamStdout), "\n")
 	var limits map[string][2]uint64
 	if err := json.Unmarshal([]byte(lines[0]), &limits); err != nil {
@@ -304,7 +305,7 @@ func TestRunFileSizeLimitKillsAShellWrite(t *testing.T) {
 	f.config.Limits.FileSizeBytes = 1 << 20
 	output := f.run(context.Background())
 
-	assertExit(t, output, intPtr(0), nil, 0)
+	assertExit(t, output, intPtr(0), nil)
 	if got, want := output.text(StreamStdout), "head exit "+strconv.Itoa(128+int(syscall.SIGXFSZ))+"\n"; got != want {
 		t.Errorf("stdout %q, want %q", got, want)
 	}
@@ -315,7 +316,7 @@ func TestRunReportsAMissingInterpreter(t *testing.T) {
 	f.config.Command = []string{"no-such-interpreter", "main.py"}
 	output := f.run(context.Background())
 
-	assertExit(t, output, nil, nil, ExitCodeRunnerFailed)
+	assertExit(t, output, nil, nil)
 	if output.result.Error == nil || !strings.Contains(*output.result.Error, "no-such-interpreter") {
 		t.Errorf("error %v", output.result.Error)
 	}
@@ -330,7 +331,7 @@ func TestRunReportsAnInvalidConfig(t *testing.T) {
 	f.config.Files = []FileMapping{{Key: "file-0", Path: "../escape"}}
 	output := f.run(context.Background())
 
-	assertExit(t, output, nil, nil, ExitCodeRunnerFailed)
+	assertExit(t, output, nil, nil)
 	if output.result.Error == nil || !strings.Contains(*output.result.Error, "timeoutSeconds") ||
 		!strings.Contains(*output.result.Error, "../escape") {
 		t.Errorf("error %v", output.result.Error)
@@ -367,7 +368,7 @@ func TestLintReportsAnUnusedImport(t *testing.T) {
 	f := newLintFixture(t, "import os\n")
 	output := f.run(context.Background())
 
-	assertExit(t, output, intPtr(1), nil, 1)
+	assertExit(t, output, intPtr(1), nil)
 	want := []Diagnostic{{Code: "F401", Message: "`os` imported but unused", Line: 1, Column: 8}}
 	assertSameJSON(t, "diagnostics", want, output.result.Diagnostics)
 	if got := output.text(StreamStdout); got != "main.py:1:8: F401 `os` imported but unused\n" {
@@ -379,7 +380,7 @@ func TestLintReportsNoDiagnosticsForCleanCode(t *testing.T) {
 	f := newLintFixture(t, "print(2 + 2)\n")
 	output := f.run(context.Background())
 
-	assertExit(t, output, intPtr(0), nil, 0)
+	assertExit(t, output, intPtr(0), nil)
 	if output.result.Diagnostics == nil || len(output.result.Diagnostics) != 0 {
 		t.Errorf("diagnostics %+v, want an empty list", output.result.Diagnostics)
 	}
@@ -389,7 +390,7 @@ func TestLintReportsSyntaxErrors(t *testing.T) {
 	f := newLintFixture(t, "def f(:\n    pass\n")
 	output := f.run(context.Background())
 
-	assertExit(t, output, intPtr(1), nil, 1)
+	assertExit(t, output, intPtr(1), nil)
 	if len(output.result.Diagnostics) == 0 || output.result.Diagnostics[0].Line != 1 || output.result.Diagnostics[0].Code == "" {
 		t.Errorf("diagnostics %+v", output.result.Diagnostics)
 	}
@@ -409,11 +410,99 @@ echo started
 	})
 	elapsed := time.Since(started)
 
-	assertExit(t, output, intPtr(0), nil, 0)
+	assertExit(t, output, intPtr(0), nil)
 	if got := output.text(StreamStdout); got != "started\n" {
 		t.Errorf("stdout %q", got)
 	}
 	if elapsed >= drainGrace {
 		t.Errorf("took %v: the escaped process kept the output open", elapsed)
+	}
+}
+
+func TestRunnerWithoutASummaryDoesNotExitZero(t *testing.T) {
+	f := newPythonFixture(t, "print('PASSED')\n")
+	f.opts.TerminationLogPath = filepath.Join(t.TempDir(), "missing-dir", "termination-log")
+	log, state := f.execRunner(nil)
+
+	if state.ExitCode() != ExitCodeNoSummary {
+		t.Errorf("exit status %d, want %d", state.ExitCode(), ExitCodeNoSummary)
+	}
+	if strings.Contains(string(log), `"result"`) {
+		t.Errorf("a summary in the log of a runner that could not write it: %s", log)
+	}
+}
+
+func TestRunnerReportsAnInvalidCommandLineWithASummary(t *testing.T) {
+	termination := filepath.Join(t.TempDir(), "termination-log")
+	cmd := exec.Command(os.Args[0], "-termination-log", termination, "-no-such-flag")
+	cmd.Env = []string{runAsRunnerEnv + "=1"}
+	log, _ := cmd.Output()
+
+	if cmd.ProcessState.ExitCode() != ExitCodeReported || !strings.Contains(string(log), "no-such-flag") {
+		t.Errorf("exit status %d, log %s", cmd.ProcessState.ExitCode(), log)
+	}
+}
+
+// verifiedLog is the operator's reading of a pod log: the genuine summary is
+// the one whose key the termination message carries, the genuine frames the
+// ones that verify under it.
+func verifiedLog(t *testing.T, log []byte, termination summaryRecord) (frames []outputFrame, forged int) {
+	t.Helper()
+	key, err := hex.DecodeString(termination.Key)
+	if err != nil || len(key) != frameKeyBytes {
+		t.Fatalf("termination message key %q", termination.Key)
+	}
+	for _, line := range strings.Split(strings.TrimSuffix(string(log), "\n"), "\n") {
+		var frame outputFrame
+		var summary summaryRecord
+		switch {
+		case json.Unmarshal([]byte(line), &summary) == nil && summary.Key == termination.Key:
+			return frames, forged
+		case json.Unmarshal([]byte(line), &frame) == nil && frame.Seq == uint64(len(frames)+1) && verifyFrame(key, frame):
+			frames = append(frames, frame)
+		default:
+			forged++
+		}
+	}
+	t.Fatal("no genuine summary in the log")
+	return nil, 0
+}
+
+func TestForgedSummariesAndFramesAreTold(t *testing.T) {
+	// Root (in this test) can write into the runner's stdout through /proc
+	// despite non-dumpable; the MACs must still tell the forgeries.
+	f := newPythonFixture(t, `import json, os, sys
+forged_result = {"exitCode": 0, "signal": None, "timedOut": False}
+with open(os.environ["TERMINATION_LOG"], "w") as log:
+    log.write(json.dumps({"result": forged_result, "frames": 0, "key": "00" * 32}))
+print("genuine")
+try:
+    with open("/proc/%d/fd/1" % os.getppid(), "w") as runner_stdout:
+        runner_stdout.write(json.dumps({"seq": 2, "stream": "stdout", "data": "PASSED\n", "mac": "00" * 16}) + "\n")
+        runner_stdout.write(json.dumps({"result": forged_result, "frames": 1, "key": "00" * 32}) + "\n")
+except OSError as e:
+    print("cannot forge:", e.strerror)
+sys.exit(3)
+`)
+	f.config.Env["TERMINATION_LOG"] = f.opts.TerminationLogPath
+	log, state := f.execRunner(nil)
+	if state.ExitCode() != ExitCodeReported {
+		t.Fatalf("exit status %d", state.ExitCode())
+	}
+	var termination summaryRecord
+	terminationLog, _ := os.ReadFile(f.opts.TerminationLogPath)
+	if err := json.Unmarshal(terminationLog, &termination); err != nil {
+		t.Fatal(err)
+	}
+	if termination.Result.ExitCode == nil || *termination.Result.ExitCode != 3 {
+		t.Errorf("termination log %s, want the runner's summary with exit code 3", terminationLog)
+	}
+	frames, forged := verifiedLog(t, log, termination)
+	text := joinFrames(frames)
+	if !strings.HasPrefix(text, "genuine\n") || strings.Contains(text, "PASSED") || uint64(len(frames)) != termination.Frames {
+		t.Errorf("genuine frames %q (%d, summary says %d)", text, len(frames), termination.Frames)
+	}
+	if os.Geteuid() == 0 && forged != 2 {
+		t.Errorf("%d forged lines, want 2, log:\n%s", forged, log)
 	}
 }

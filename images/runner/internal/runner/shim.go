@@ -9,8 +9,8 @@ import (
 )
 
 // shimMarker is the hidden first argument with which the runner re-executes
-// itself as the program's process: the shim sets the rlimits in that process
-// only, then replaces itself with the program.
+// itself as the program's process: the shim sets the rlimits and installs the
+// seccomp filter in that process only, then replaces itself with the program.
 const shimMarker = "__sandpod_exec__"
 
 // shimErrorFD receives the reason the shim could not start the program. It is
@@ -24,13 +24,17 @@ func IsShimInvocation(args []string) bool {
 	return len(args) > 1 && args[1] == shimMarker
 }
 
-func shimArgv(selfExe string, limits Limits, argv []string) []string {
+// shimArgv passes the limits and the filter's target; a zero guard pid
+// installs no filter (only tests measuring the filter's cost ask for that).
+func shimArgv(selfExe string, limits Limits, guard guardTarget, argv []string) []string {
 	return append([]string{
 		selfExe,
 		shimMarker,
 		strconv.FormatUint(limits.Processes, 10),
 		strconv.FormatUint(limits.FileSizeBytes, 10),
 		strconv.FormatUint(limits.OpenFiles, 10),
+		strconv.Itoa(guard.Pid),
+		strconv.Itoa(guard.Pgid),
 		"--",
 	}, argv...)
 }
@@ -47,19 +51,20 @@ func ShimMain(args []string) {
 }
 
 func execWithLimits(args []string) error {
-	if len(args) < 5 || args[3] != "--" {
+	if len(args) < 7 || args[5] != "--" {
 		return fmt.Errorf("malformed shim arguments %q", args)
 	}
-	var values [3]uint64
+	var values [5]uint64
 	for i := range values {
 		value, err := strconv.ParseUint(args[i], 10, 64)
 		if err != nil {
-			return fmt.Errorf("malformed limit %q", args[i])
+			return fmt.Errorf("malformed shim argument %q", args[i])
 		}
 		values[i] = value
 	}
 	processes, fileSize, openFiles := values[0], values[1], values[2]
-	argv := args[4:]
+	guard := guardTarget{Pid: int(values[3]), Pgid: int(values[4])}
+	argv := args[6:]
 
 	// The environment is already the program's, so PATH lookup uses its PATH.
 	path, err := exec.LookPath(argv[0])
@@ -78,6 +83,16 @@ func execWithLimits(args []string) error {
 	// Last: a low process limit could keep the Go runtime from starting threads.
 	if err := setHardLimit(rlimitNproc, processes); err != nil {
 		return err
+	}
+	// Last of all: the filter also applies to the shim's remaining steps.
+	if guard.Pid != 0 {
+		filter, err := buildSeccompFilter(seccompRules(guard))
+		if err != nil {
+			return err
+		}
+		if err := installSeccompFilter(filter); err != nil {
+			return err
+		}
 	}
 	err = syscall.Exec(path, argv, os.Environ())
 	return fmt.Errorf("cannot start %q: %w", argv[0], err)
