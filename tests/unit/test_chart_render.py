@@ -66,6 +66,7 @@ EVERY_OPERATOR_SETTING: dict[str, Any] = {
     "openFilesLimit": 256,
     "podStartupTimeoutSeconds": 90,
     "unschedulableGraceSeconds": 10,
+    "deadlineGraceSeconds": 2.5,
     "watchdogIntervalSeconds": 1.5,
 }
 EVERY_GATEWAY_SETTING: dict[str, Any] = {
