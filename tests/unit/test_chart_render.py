@@ -510,6 +510,7 @@ def test_rbac_is_least_privilege(rendered: dict[str, list[Manifest]]) -> None:
         "events",
     }
     assert granted["pods/log"] == {"get"}
+    assert granted["configmaps"] == {"get", "create"}  # never list: only its own children
 
 
 def bindings_of(manifests: list[Manifest], role: str) -> list[Manifest]:
