@@ -299,8 +299,15 @@ def _platform_verdict(
     timeout_seconds: int,
 ) -> Verdict | None:
     """What Kubernetes itself saw end the sandbox, if anything did (never program text)."""
+    verdict = _pod_ended(pod, result, base) or _out_of_memory(pod, result, base)
+    if verdict is None and result is None:
+        verdict = _ended_without_runner(pod, base, settings, timeout_seconds)
+    return verdict
+
+
+def _pod_ended(pod: Pod, result: RunnerResult | None, base: dict[str, Any]) -> Verdict | None:
+    """The pod's own end: its deadline, or an eviction (with the kubelet's sentence)."""
     pod_status = pod.get("status") or {}
-    terminated = terminated_state(pod) or {}
     pod_reason = str(pod_status.get("reason") or "")
     if pod_reason == "DeadlineExceeded":
         if base["started_at"] is None and result is None:
@@ -318,35 +325,45 @@ def _platform_verdict(
             retryable=False,
             **base,
         )
-    if pod_reason == "Evicted":
-        # The kubelet's own sentence (which limit, how much was used).
-        pod_message = str(pod_status.get("message") or "")
-        if "ephemeral" in pod_message.lower() or "emptydir" in pod_message.lower():
-            return Verdict(
-                phase="Failed",
-                reason="StorageLimitExceeded",
-                message=pod_message,
-                retryable=False,
-                **base,
-            )
-        return Verdict(phase="Error", reason="Evicted", message=pod_message, retryable=True, **base)
-    if terminated.get("reason") == "OOMKilled" or _ran_out_of_memory(pod, result):
+    if pod_reason != "Evicted":
+        return None
+    pod_message = str(pod_status.get("message") or "")
+    if "ephemeral" in pod_message.lower() or "emptydir" in pod_message.lower():
         return Verdict(
             phase="Failed",
-            reason="OOMKilled",
-            message=f"the program exceeded its memory limit of "
-            f"{_memory_limit_text(pod)} and was killed",
+            reason="StorageLimitExceeded",
+            message=pod_message,
             retryable=False,
-            # Killed, not exited: whatever exit code the container got is not the program's.
-            **{**base, "exit_code": None, "signal": base.get("signal") or SIGKILL},
+            **base,
         )
-    if result is not None:
+    return Verdict(phase="Error", reason="Evicted", message=pod_message, retryable=True, **base)
+
+
+def _out_of_memory(pod: Pod, result: RunnerResult | None, base: dict[str, Any]) -> Verdict | None:
+    terminated = terminated_state(pod) or {}
+    if terminated.get("reason") != "OOMKilled" and not _ran_out_of_memory(pod, result):
         return None
-    if terminated.get("reason") in START_ERRORS:
+    return Verdict(
+        phase="Failed",
+        reason="OOMKilled",
+        message=f"the program exceeded its memory limit of "
+        f"{_memory_limit_text(pod)} and was killed",
+        retryable=False,
+        # Killed, not exited: whatever exit code the container got is not the program's.
+        **{**base, "exit_code": None, "signal": base.get("signal") or SIGKILL},
+    )
+
+
+def _ended_without_runner(
+    pod: Pod, base: dict[str, Any], settings: OperatorSettings, timeout_seconds: int
+) -> Verdict | None:
+    """No result: the runner never started, or the run outlived the operator's deadline."""
+    reason = (terminated_state(pod) or {}).get("reason")
+    if reason in START_ERRORS:
         return Verdict(
             phase="Error",
             reason="ContainerStartFailed",
-            message=f"the sandbox container could not start ({terminated.get('reason')})",
+            message=f"the sandbox container could not start ({reason})",
             retryable=False,
             **base,
         )
