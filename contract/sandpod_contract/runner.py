@@ -1,72 +1,113 @@
-"""The runner protocol (docs/runner-protocol.md): its frames and its result, read with
+"""The runner protocol (docs/runner-protocol.md): its frames and its summary, read with
 bounded memory.
 
-The pod log carries one JSON object per line: output frames, then a result line. The
-termination message carries the same result (without diagnostics when it would not fit).
-`FrameDecoder` turns log bytes into frames (the gateway streams the output ones);
-`LogReader` keeps only the tail of each stream (the operator's status holds a bounded amount).
+The pod log carries one JSON object per line: output frames (numbered, each with a MAC
+under a per-run key only the runner knows until the end), then the summary, which reveals
+the key. The termination message carries the same summary. The sandboxed program can write
+into both (it runs as the runner's user), so nothing in them is believed unless the kubelet
+saw the runner exit 0 (it does so only after writing its summary) and the frames verify.
+
+`FrameDecoder` turns log bytes into frames for live streaming (provisional: unverifiable
+before the summary); `parse_summary` reads a termination message; `LogReader` keeps the
+tail of each stream of the verified frames and finds the runner's summary in the log.
 """
 
+import hashlib
+import hmac
 import json
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
 Stream = Literal["stdout", "stderr"]
 
-# The runner frames reads of a few KiB; a line longer than this is not one of its frames.
+# The runner frames reads of at most 8 KiB (48 KiB escaped); a longer line is not its frame.
 MAX_FRAME_BYTES = 4 * 1024 * 1024
+FRAME_MAC_DOMAIN = b"sandpod-frame-v1"
+FRAME_MAC_BYTES = 16
+# The runner's own error text is short (the termination message holds at most 4 KiB).
+MAX_ERROR_CHARS = 16 * 1024
+# Escaped as \u003c etc. by the API server's JSON encoder (Python's escapes neither).
+_HTML_ESCAPED = ("<", ">", "&")
 
 
-def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+class RunnerResult(BaseModel):
+    """The runner's result object (the `result` of its summary), validated strictly."""
 
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, strict=True
+    )
 
-@dataclass(frozen=True)
-class RunnerResult:
-    """The runner's summary of one run."""
-
-    exit_code: int | None
-    signal: int | None
+    exit_code: int | None = Field(ge=0, le=255)
+    signal: int | None = Field(ge=1, le=64)
     timed_out: bool
-    duration_ms: int | None
+    duration_ms: int = Field(ge=0)
+    stdout_bytes: int = Field(ge=0)
+    stderr_bytes: int = Field(ge=0)
     stdout_truncated: bool
     stderr_truncated: bool
-    peak_memory_bytes: int | None
+    peak_memory_bytes: int | None = Field(ge=0)
     diagnostics: list[dict[str, Any]] | None
-    error: str | None
+    error: str | None = Field(max_length=MAX_ERROR_CHARS)
 
-    @classmethod
-    def from_json(cls, data: Any) -> "RunnerResult | None":
-        """Tolerant parse: None for anything that is not a result object."""
-        if not isinstance(data, dict):
-            return None
-        diagnostics = data.get("diagnostics")
-        error = data.get("error")
-        return cls(
-            exit_code=_int_or_none(data.get("exitCode")),
-            signal=_int_or_none(data.get("signal")),
-            timed_out=data.get("timedOut") is True,
-            duration_ms=_int_or_none(data.get("durationMs")),
-            stdout_truncated=data.get("stdoutTruncated") is True,
-            stderr_truncated=data.get("stderrTruncated") is True,
-            peak_memory_bytes=_int_or_none(data.get("peakMemoryBytes")),
-            diagnostics=(
-                [d for d in diagnostics if isinstance(d, dict)]
-                if isinstance(diagnostics, list)
-                else None
-            ),
-            error=error if isinstance(error, str) and error else None,
+    def agrees_with(self, shortened: "RunnerResult") -> bool:
+        """The log's copy against the termination message's (whose diagnostics may have been
+        dropped and whose error may have been shortened, ending in an ellipsis, to fit)."""
+        if shortened.diagnostics is not None and shortened.diagnostics != self.diagnostics:
+            return False
+        told = shortened.error
+        if told != self.error and (
+            told is None or not told.endswith("…") or not (self.error or "").startswith(told[:-1])
+        ):
+            return False
+        same = {"diagnostics", "error"}
+        return self.model_dump(exclude=same) == shortened.model_dump(exclude=same)
+
+
+class Summary(BaseModel):
+    """The runner's last word: its result, how many frames it wrote, and their key."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    result: RunnerResult
+    frames: int = Field(ge=0)
+    key: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class _Frame(BaseModel):
+    """An output frame exactly as the runner writes it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    seq: int = Field(ge=1)
+    stream: Stream
+    data: str
+    mac: str
+
+
+def frame_mac(key: bytes, seq: int, stream: str, data: str) -> str:
+    """Lowercase hex of the first 16 bytes of the frame's HMAC-SHA256 (the runner's)."""
+    message = b"\x00".join(
+        (
+            FRAME_MAC_DOMAIN,
+            str(seq).encode(),
+            stream.encode(),
+            data.encode("utf-8", "surrogatepass"),
         )
+    )
+    return hmac.new(key, message, hashlib.sha256).digest()[:FRAME_MAC_BYTES].hex()
 
 
-def parse_termination_message(text: str | None) -> RunnerResult | None:
-    """The result object the runner wrote to /dev/termination-log, if it did."""
+def parse_summary(text: str | None) -> Summary | None:
+    """The summary in a termination message, or None if it is not one."""
     if not text:
         return None
     try:
-        return RunnerResult.from_json(json.loads(text))
-    except ValueError:
+        return Summary.model_validate_json(text)
+    except ValidationError:
         return None
 
 
@@ -78,42 +119,23 @@ class OutputChunk:
     data: str
 
 
-@dataclass(frozen=True)
-class ResultFrame:
-    """The result line; `result` is None when its object is not a result."""
-
-    result: RunnerResult | None
-
-
-@dataclass(frozen=True)
-class Unframed:
-    """A line that is not a frame (a runner crash, a missing runner)."""
-
-    line: bytes
-
-
-Frame = OutputChunk | ResultFrame | Unframed
-
-
-def decode_line(line: bytes) -> Frame:
-    """One log line -> the frame it is."""
+def _json_object(line: bytes) -> dict[str, Any] | None:
     try:
         frame = json.loads(line)
     except ValueError:
-        return Unframed(line)
-    if isinstance(frame, dict):
-        stream, data = frame.get("stream"), frame.get("data")
-        if stream in ("stdout", "stderr") and isinstance(data, str):
-            return OutputChunk(stream=stream, data=data)
-        if "result" in frame:
-            return ResultFrame(RunnerResult.from_json(frame["result"]))
-    return Unframed(line)
+        return None
+    return frame if isinstance(frame, dict) else None
 
 
 def decode_frame(line: bytes) -> OutputChunk | None:
-    """One log line -> an output chunk; None for the result line and anything unframed."""
-    frame = decode_line(line)
-    return frame if isinstance(frame, OutputChunk) else None
+    """One log line -> an output chunk, unverified (live output); None for anything else."""
+    frame = _json_object(line)
+    if frame is None:
+        return None
+    stream, data = frame.get("stream"), frame.get("data")
+    if stream in ("stdout", "stderr") and isinstance(data, str):
+        return OutputChunk(stream=stream, data=data)
+    return None
 
 
 class LineSplitter:
@@ -162,76 +184,129 @@ class FrameDecoder:
         return [chunk for line in lines if (chunk := decode_frame(line)) is not None]
 
 
+def json_size(text: str) -> int:
+    """The most bytes `text` takes as a JSON string body in a status write or in etcd: a
+    control character is 6 bytes (\\u0000), non-ASCII up to 12 (the client's \\uXXXX pairs)."""
+    escaped = len(json.dumps(text)) - 2
+    return escaped + 5 * sum(text.count(char) for char in _HTML_ESCAPED)
+
+
 class Tail:
-    """The last `limit` UTF-8 bytes of a text stream, and whether anything was dropped."""
+    """The end of a text stream that takes at most `limit` bytes JSON-encoded, and whether
+    anything was dropped."""
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
-        self._chunks: deque[bytes] = deque()
+        self._chunks: deque[tuple[str, int]] = deque()
         self._size = 0
         self.dropped = False
 
     def add(self, text: str) -> None:
-        data = text.encode()
-        self._chunks.append(data)
-        self._size += len(data)
-        while self._chunks and self._size - len(self._chunks[0]) >= self._limit:
-            self._size -= len(self._chunks.popleft())
+        size = json_size(text)
+        self._chunks.append((text, size))
+        self._size += size
+        while self._chunks and self._size - self._chunks[0][1] >= self._limit:
+            self._size -= self._chunks.popleft()[1]
             self.dropped = True
 
     def text(self) -> str:
-        data = b"".join(self._chunks)
-        if len(data) > self._limit:
-            data = data[len(data) - self._limit :]
-            self.dropped = True
-        # A cut may split a character: drop its leftover continuation bytes at the start.
-        return data.decode(errors="ignore") if self.dropped else data.decode()
+        text = "".join(chunk for chunk, _ in self._chunks)
+        if self._size <= self._limit:
+            return text
+        self.dropped = True
+        # The shortest cut from the start that fits (sizes only shrink as the cut moves on).
+        low, high = 0, len(text)
+        while low < high:
+            middle = (low + high) // 2
+            if json_size(text[middle:]) <= self._limit:
+                high = middle
+            else:
+                low = middle + 1
+        return text[low:]
 
 
 @dataclass(frozen=True)
 class LogSummary:
+    """What the pod log says, verified: output tails and the runner's result.
+
+    `result` is None when the log holds no summary with the key, or one that disagrees with
+    the termination message's; `dropped_lines` counts lines that did not verify (forged or
+    replayed frames, anything else written into the log); `missing_frames` counts frames the
+    runner wrote that the log no longer has.
+    """
+
     stdout: str
     stderr: str
     stdout_clipped: bool
     stderr_clipped: bool
     result: RunnerResult | None
+    dropped_lines: int = 0
+    missing_frames: int = 0
 
 
 class LogReader:
     """Feed pod log bytes as they arrive (split anywhere); read the summary at the end.
 
-    Lines that are not frames (a runner crash, a missing runner) go to stderr, so that
-    whatever the sandbox said is not lost.
+    Only frames whose MAC verifies under the summary's key, in increasing sequence (a gap is
+    a lost piece of the log; a repeat or step back is a replay), become output. Reading stops
+    at the first summary with the key: nothing can have been written by the runner after it.
     """
 
-    def __init__(self, tail_bytes: int) -> None:
+    def __init__(self, tail_bytes: int, summary: Summary) -> None:
+        self._summary = summary
+        self._key = bytes.fromhex(summary.key)
         self._stdout = Tail(tail_bytes)
         self._stderr = Tail(tail_bytes)
         self._lines = LineSplitter()
+        self._last_seq = 0
+        self._verified = 0
+        self._dropped = 0
         self._result: RunnerResult | None = None
+        self._done = False
 
     def feed(self, data: bytes) -> None:
         for line in self._lines.feed(data):
             self._line(line)
 
     def _line(self, line: bytes) -> None:
-        if not line.strip():
+        if self._done or not line.strip():
             return
-        frame = decode_line(line)
-        if isinstance(frame, OutputChunk):
-            (self._stdout if frame.stream == "stdout" else self._stderr).add(frame.data)
-        elif isinstance(frame, ResultFrame):
-            self._result = frame.result
-        else:
-            self._stderr.add(line.decode(errors="replace") + "\n")
+        try:
+            frame = _Frame.model_validate_json(line)
+        except ValidationError:
+            self._summary_line(line)
+            return
+        expected = frame_mac(self._key, frame.seq, frame.stream, frame.data)
+        if frame.seq <= self._last_seq or not hmac.compare_digest(expected, frame.mac):
+            self._dropped += 1
+            return
+        self._last_seq, self._verified = frame.seq, self._verified + 1
+        (self._stdout if frame.stream == "stdout" else self._stderr).add(frame.data)
+
+    def _summary_line(self, line: bytes) -> None:
+        try:
+            found = Summary.model_validate_json(line)
+        except ValidationError:
+            self._dropped += 1
+            return
+        if not hmac.compare_digest(found.key, self._summary.key):
+            self._dropped += 1
+            return
+        self._done = True
+        told = self._summary
+        if found.frames == told.frames and found.result.agrees_with(told.result):
+            self._result = found.result
 
     def finish(self) -> LogSummary:
         for line in self._lines.finish():
             self._line(line)
+        missing = max(0, self._summary.frames - self._verified) if self._result else 0
         return LogSummary(
             stdout=self._stdout.text(),
             stderr=self._stderr.text(),
-            stdout_clipped=self._stdout.dropped,
-            stderr_clipped=self._stderr.dropped,
+            stdout_clipped=self._stdout.dropped or missing > 0,
+            stderr_clipped=self._stderr.dropped or missing > 0,
             result=self._result,
+            dropped_lines=self._dropped,
+            missing_frames=missing,
         )

@@ -168,12 +168,13 @@ async def watchdog(
     logger: kopf.Logger,
     **kwargs: Any,
 ) -> None:
-    """Time-based verdicts (startup timeout, unschedulable) and lost pods, for one execution."""
+    """Time-based verdicts (startup timeout, unschedulable, the program's deadline) and lost
+    pods, for one execution."""
     reconciler = reconciler_of(memo)
     sandbox_pods = index_of(kwargs, "sandbox_pods")
-    interval = reconciler.settings.watchdog_interval_seconds
     while not stopped:
-        await stopped.wait(interval)
+        # Each tick, or at the program's deadline if that comes first (not by ticking faster).
+        await stopped.wait(reconciler.next_check_in(plain(body)))
         if stopped:
             return
         execution = plain(body)

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from kubernetes_asyncio import client as k8s
 from prometheus_client import Counter, Histogram
 from sandpod_contract.names import GROUP, PLURAL, VERSION
-from sandpod_contract.runner import LogReader, LogSummary
+from sandpod_contract.runner import LogReader, LogSummary, Summary
 
 Manifest = dict[str, Any]
 
@@ -90,13 +90,24 @@ class KubeApi(Protocol):
     counter: RequestCounter
 
     async def close(self) -> None: ...
-    async def create_configmap(self, body: Manifest, *, uid: str) -> None: ...
-    async def create_network_policy(self, body: Manifest, *, uid: str | None) -> None: ...
+    # Each create returns the object as the cluster has it: the one created, or the one that
+    # already had that name (whoever made it), or None if that one vanished meanwhile.
+    async def create_configmap(self, body: Manifest, *, uid: str) -> Manifest | None: ...
+    async def create_network_policy(
+        self, body: Manifest, *, uid: str | None
+    ) -> Manifest | None: ...
     async def create_pod(self, body: Manifest, *, uid: str) -> Manifest | None: ...
     async def read_pod(self, namespace: str, name: str, *, uid: str | None) -> Manifest | None: ...
     async def delete_pod(self, namespace: str, name: str, *, uid: str | None) -> None: ...
     async def read_pod_log(
-        self, namespace: str, name: str, *, uid: str | None, tail_bytes: int, limit_bytes: int
+        self,
+        namespace: str,
+        name: str,
+        *,
+        uid: str | None,
+        summary: Summary,
+        tail_bytes: int,
+        limit_bytes: int,
     ) -> LogSummary: ...
     async def latest_warning(
         self, namespace: str, pod_name: str, *, uid: str | None
@@ -138,31 +149,43 @@ class Kube:
         return parsed if isinstance(parsed, dict) else {}
 
     async def _create(
-        self, resource: str, uid: str | None, method: Any, namespace: str, body: Manifest
+        self,
+        resource: str,
+        uid: str | None,
+        methods: tuple[Any, Any],
+        namespace: str,
+        body: Manifest,
     ) -> Manifest | None:
-        """Create; None when it already exists (deterministic names: that is success)."""
+        """Create; if the name is taken, the object that has it (the caller decides whether
+        it is its own), or None if it is gone by the time it is read."""
+        create, read = methods
         try:
-            return await self._call("create", resource, uid, method, namespace, body)
+            return await self._call("create", resource, uid, create, namespace, body)
         except KubeError as error:
-            if error.status == 409 and error.reason == "AlreadyExists":
+            if error.status != 409 or error.reason != "AlreadyExists":
+                raise
+        try:
+            return await self._call("get", resource, uid, read, body["metadata"]["name"], namespace)
+        except KubeError as error:
+            if error.status == 404:
                 return None
             raise
 
-    async def create_configmap(self, body: Manifest, *, uid: str) -> None:
-        namespace = body["metadata"]["namespace"]
-        await self._create(
-            "configmaps", uid, self._core.create_namespaced_config_map, namespace, body
-        )
+    async def create_configmap(self, body: Manifest, *, uid: str) -> Manifest | None:
+        methods = (self._core.create_namespaced_config_map, self._core.read_namespaced_config_map)
+        return await self._create("configmaps", uid, methods, body["metadata"]["namespace"], body)
 
-    async def create_network_policy(self, body: Manifest, *, uid: str | None) -> None:
+    async def create_network_policy(self, body: Manifest, *, uid: str | None) -> Manifest | None:
+        methods = (
+            self._networking.create_namespaced_network_policy,
+            self._networking.read_namespaced_network_policy,
+        )
         namespace = body["metadata"]["namespace"]
-        method = self._networking.create_namespaced_network_policy
-        await self._create("networkpolicies", uid, method, namespace, body)
+        return await self._create("networkpolicies", uid, methods, namespace, body)
 
     async def create_pod(self, body: Manifest, *, uid: str) -> Manifest | None:
-        """The created pod, or None if a pod of that name already existed."""
-        namespace = body["metadata"]["namespace"]
-        return await self._create("pods", uid, self._core.create_namespaced_pod, namespace, body)
+        methods = (self._core.create_namespaced_pod, self._core.read_namespaced_pod)
+        return await self._create("pods", uid, methods, body["metadata"]["namespace"], body)
 
     async def read_pod(self, namespace: str, name: str, *, uid: str | None) -> Manifest | None:
         try:
@@ -191,9 +214,17 @@ class Kube:
                 raise
 
     async def read_pod_log(
-        self, namespace: str, name: str, *, uid: str | None, tail_bytes: int, limit_bytes: int
+        self,
+        namespace: str,
+        name: str,
+        *,
+        uid: str | None,
+        summary: Summary,
+        tail_bytes: int,
+        limit_bytes: int,
     ) -> LogSummary:
-        """Stream the pod log through a LogReader: memory stays bounded by `tail_bytes`."""
+        """Stream the pod log through a LogReader that verifies it against the runner's
+        summary: memory stays bounded by `tail_bytes`."""
         self.counter.count("get", "pods/log", uid)
         # Not preloaded: the raw aiohttp response (the client's annotation says str).
         response: Any = await self._core.read_namespaced_pod_log(
@@ -206,7 +237,7 @@ class Kube:
         try:
             if response.status >= 400:
                 raise KubeError.from_response(response.status, await response.read())
-            reader = LogReader(tail_bytes)
+            reader = LogReader(tail_bytes, summary)
             async for chunk in response.content.iter_chunked(64 * 1024):
                 reader.feed(chunk)
             return reader.finish()

@@ -1,10 +1,12 @@
 """What the handlers do, in one place: start executions, follow their pods, record results.
 
 Safe to run again at any point (operator restarts, duplicate events, the watchdog and the
-pod handler racing): children have deterministic names and "already exists" is success;
-status is written with the object's resourceVersion as a precondition, so of two writers
-only one moves the status, and a terminal status is final. Events are posted only by the
-writer whose write made the transition.
+pod handler racing): children have deterministic names and "already exists" is success
+when the object that exists is this execution's own (its ownerReference has the uid); a
+namesake that is not ends the execution with Error/ChildConflict and is never used. Status
+is written with the object's resourceVersion as a precondition, so of two writers only one
+moves the status, and a terminal status is final. Events are posted only by the writer
+whose write made the transition.
 """
 
 import logging
@@ -17,7 +19,7 @@ import aiohttp
 import kopf
 from pydantic import ValidationError
 from sandpod_contract.catalog import Catalog
-from sandpod_contract.models import CodeExecutionSpec, is_terminal
+from sandpod_contract.models import DEFAULT_TIMEOUT_SECONDS, CodeExecutionSpec, is_terminal
 from sandpod_contract.names import API_VERSION, CANCEL_ANNOTATION, EXECUTION_LABEL, KIND, child_name
 
 from sandpod_operator.builders import (
@@ -33,11 +35,13 @@ from sandpod_operator.kube import KubeApi, KubeError
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import (
     Verdict,
+    accepted_summary,
     next_status,
     observe_pod,
     parse_time,
     pod_finished,
     pod_state_key,
+    run_deadline,
     status_patch,
     supersedes,
     terminated_state,
@@ -51,10 +55,13 @@ logger = logging.getLogger(__name__)
 MAX_WRITE_ATTEMPTS = 5
 # The watchdog leaves a pod that just finished to the pod event handler for this long.
 FINISHED_POD_HANDOFF = timedelta(seconds=5)
+# The watchdog wakes this long after a deadline, so that it never looks just before it.
+DEADLINE_SLACK_SECONDS = 0.05
 # Marks a pod whose execution is final and which this process deleted.
 FINAL = ("final",)
 NORMAL_PHASES = frozenset({"Pending", "Running", "Succeeded", "Cancelled"})
 TRANSIENT_ERRORS = (aiohttp.ClientError, TimeoutError)
+STATUS_TOO_LARGE = "StatusTooLarge"
 API_ERRORS = (KubeError, *TRANSIENT_ERRORS)
 
 
@@ -80,6 +87,30 @@ def is_transient(error: Exception) -> bool:
 def cancel_requested(execution: Mapping[str, Any]) -> bool:
     annotations = (execution.get("metadata") or {}).get("annotations") or {}
     return annotations.get(CANCEL_ANNOTATION) == "true"
+
+
+def owned_by(child: Mapping[str, Any], uid: str) -> bool:
+    """Whether a child carries this execution's ownerReference."""
+    owners = (child.get("metadata") or {}).get("ownerReferences") or []
+    return any(
+        owner.get("kind") == KIND
+        and owner.get("apiVersion") == API_VERSION
+        and owner.get("uid") == uid
+        for owner in owners
+    )
+
+
+def timeout_of(execution: Mapping[str, Any]) -> int:
+    timeout = (execution.get("spec") or {}).get("timeoutSeconds")
+    return timeout if isinstance(timeout, int) else DEFAULT_TIMEOUT_SECONDS
+
+
+def too_large(error: KubeError) -> bool:
+    """The API server or etcd refused a write for its size."""
+    message = error.message.lower()
+    return error.status == 413 or (
+        error.status in (422, 500) and ("too large" in message or "too long" in message)
+    )
 
 
 def owner_uid(pod: Mapping[str, Any]) -> str | None:
@@ -125,7 +156,7 @@ class Reconciler:
             # A pod was created before (this process or an earlier one): follow it, never
             # create a second one. If it is gone, the run is lost.
             pod = await self.kube.read_pod(namespace, pod_name, uid=uid)
-            if pod is None:
+            if pod is None or not owned_by(pod, uid):
                 await self.record_lost(execution)
             else:
                 await self.follow(execution, pod)
@@ -146,7 +177,8 @@ class Reconciler:
         )
         if egress is not None:
             kopf.adopt(egress, owner=as_body(execution))
-            await self.kube.create_network_policy(egress, uid=uid)
+            found = await self.kube.create_network_policy(egress, uid=uid)
+            await self._own(execution, egress, found)
         configmap = build_configmap(
             namespace=namespace,
             execution_name=name,
@@ -156,7 +188,7 @@ class Reconciler:
             settings=self.settings,
         )
         kopf.adopt(configmap, owner=as_body(execution))
-        await self.kube.create_configmap(configmap, uid=uid)
+        await self._own(execution, configmap, await self.kube.create_configmap(configmap, uid=uid))
         pod = build_pod(
             namespace=namespace, execution_name=name, uid=uid, plan=plan, settings=self.settings
         )
@@ -169,10 +201,27 @@ class Reconciler:
             verdict = _pod_refused(error, plan)
             await self.record(execution, verdict)
             raise kopf.PermanentError(verdict.message) from error
-        if created is not None:
-            return created
-        # Already there: created by an earlier attempt that did not get to record it.
-        return await self.kube.read_pod(namespace, pod["metadata"]["name"], uid=uid)
+        # Already there, it is ours when an earlier attempt created it and did not record it.
+        return await self._own(execution, pod, created)
+
+    async def _own(self, execution: Manifest, wanted: Manifest, found: Manifest | None) -> Manifest:
+        """The child as the cluster has it, if it is this execution's. A namesake that is not
+        (made by someone else, for whatever purpose) ends the execution and is left alone."""
+        kind, name = wanted["kind"], wanted["metadata"]["name"]
+        if found is None:
+            raise kopf.TemporaryError(f"{kind} {name} vanished while being created", delay=1)
+        if owned_by(found, execution["metadata"]["uid"]):
+            return found
+        verdict = Verdict(
+            "Error",
+            "ChildConflict",
+            f"a {kind} named {name} already exists and does not belong to this execution; "
+            "it was left alone and nothing was run",
+            retryable=False,
+            finished_at=now(),
+        )
+        await self.record(execution, verdict)
+        raise kopf.PermanentError(verdict.message)
 
     # --- following ------------------------------------------------------------------------
 
@@ -235,19 +284,30 @@ class Reconciler:
         meta = execution["metadata"]
         mode = str((execution.get("spec") or {}).get("mode") or "run")
         log = None
-        if pod_finished(pod):
+        # The log is read only to verify a summary the runner's exit vouches for: without
+        # one it holds nothing that may be believed.
+        summary = accepted_summary(pod)
+        if summary is not None:
             try:
                 log = await self.kube.read_pod_log(
                     meta["namespace"],
                     pod["metadata"]["name"],
                     uid=meta["uid"],
+                    summary=summary,
                     tail_bytes=self.settings.status_output_bytes,
                     limit_bytes=self.settings.log_read_limit_bytes,
                 )
             except (KubeError, *TRANSIENT_ERRORS) as error:
                 # The termination message still has the result; only the output tails are lost.
                 logger.warning("no log for pod %s: %s", pod["metadata"]["name"], error)
-        verdict = observe_pod(pod, log=log, mode=mode, now=now(), settings=self.settings)
+        verdict = observe_pod(
+            pod,
+            log=log,
+            mode=mode,
+            timeout_seconds=timeout_of(execution),
+            now=now(),
+            settings=self.settings,
+        )
         if verdict.reason == "StartupTimeout" and not pod_finished(pod):
             warning = await self.kube.latest_warning(
                 meta["namespace"], pod["metadata"]["name"], uid=meta["uid"]
@@ -265,7 +325,7 @@ class Reconciler:
         pod = next((p for p in pods if owner_uid(p) == meta["uid"]), None)
         if pod is None:
             pod = await self.kube.read_pod(meta["namespace"], status["podName"], uid=meta["uid"])
-            if pod is None:
+            if pod is None or not owned_by(pod, meta["uid"]):
                 await self.record_lost(execution)
                 return
         if pod_finished(pod):
@@ -275,9 +335,36 @@ class Reconciler:
             await self.follow(execution, pod)
             return
         mode = str((execution.get("spec") or {}).get("mode") or "run")
-        verdict = observe_pod(pod, log=None, mode=mode, now=now(), settings=self.settings)
-        if verdict.terminal or verdict.phase != status.get("phase"):
+        verdict = observe_pod(
+            pod,
+            log=None,
+            mode=mode,
+            timeout_seconds=timeout_of(execution),
+            now=now(),
+            settings=self.settings,
+        )
+        if verdict.terminal:
+            # The index may lag behind the pod (it may have just finished): look again.
+            fresh = await self.kube.read_pod(
+                meta["namespace"], pod["metadata"]["name"], uid=meta["uid"]
+            )
+            if fresh is None or not owned_by(fresh, meta["uid"]):
+                await self.record_lost(execution)
+                return
+            await self.follow(execution, fresh)
+        elif verdict.phase != status.get("phase"):
             await self.follow(execution, pod)
+
+    def next_check_in(self, execution: Manifest) -> float:
+        """Seconds until the watchdog should look at an unfinished execution: its interval,
+        or sooner, just after the program's deadline."""
+        interval = self.settings.watchdog_interval_seconds
+        started = parse_time((execution.get("status") or {}).get("startedAt"))
+        if started is None:
+            return interval
+        deadline = run_deadline(started, timeout_of(execution), self.settings)
+        until = (deadline - now()).total_seconds() + DEADLINE_SLACK_SECONDS
+        return until if 0 < until < interval else interval
 
     # --- ending ---------------------------------------------------------------------------
 
@@ -362,6 +449,9 @@ class Reconciler:
             except KubeError as error:
                 if error.status == 404:
                     return False
+                if too_large(error) and verdict.reason != STATUS_TOO_LARGE:
+                    verdict = _without_result(verdict)
+                    continue
                 if error.status != 409:
                     raise
                 current = await self.kube.get_execution(namespace, name, uid=uid)
@@ -392,6 +482,20 @@ class Reconciler:
                 new.get("reason"),
                 requests,
             )
+
+
+def _without_result(verdict: Verdict) -> Verdict:
+    """What is written when the API server refuses a status for its size: a small final
+    status that says so (no output, nothing the program chose)."""
+    return Verdict(
+        "Error",
+        STATUS_TOO_LARGE,
+        "the result did not fit in the execution's status and was dropped",
+        retryable=False,
+        started_at=verdict.started_at,
+        finished_at=verdict.finished_at or now(),
+        duration_ms=verdict.duration_ms,
+    )
 
 
 def _spec_error_message(error: ValidationError | InvalidSpecError) -> str:

@@ -78,6 +78,14 @@ class OperatorSettings(BaseSettings):
         description="How long a pod may stay unschedulable before Error/Unschedulable (a "
         "full node can free up in that time).",
     )
+    deadline_grace_seconds: float = Field(
+        default=3.0,
+        ge=0,
+        le=60,
+        description="The operator ends a program still running this long after its timeout "
+        "(counted from the container's start as the kubelet saw it) with TimedOut and "
+        "removes its pod, whatever became of the runner.",
+    )
     watchdog_interval_seconds: float = Field(
         default=2.0,
         gt=0,

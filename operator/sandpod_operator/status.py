@@ -6,8 +6,8 @@ times and never moving backwards (a terminal status is final).
 """
 
 import signal as signals
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -20,7 +20,7 @@ from sandpod_contract.models import (
     is_terminal,
 )
 from sandpod_contract.quantities import parse_quantity
-from sandpod_contract.runner import LogSummary, RunnerResult, parse_termination_message
+from sandpod_contract.runner import LogSummary, RunnerResult, Summary, parse_summary
 
 from sandpod_operator.settings import OperatorSettings
 
@@ -45,6 +45,9 @@ SIGKILL = 9
 SIGNAL_EXIT_BASE = 128
 # A run killed by SIGKILL that had come this close to its memory limit ran out of memory.
 OOM_NEAR_LIMIT = 0.9
+
+# Status messages are the platform's sentences; a long one (an API error) is cut here.
+MAX_MESSAGE_CHARS = 1024
 
 _PHASE_RANK = {"Pending": 0, "Running": 1}
 _TERMINAL_RANK = 2
@@ -210,46 +213,104 @@ def observe_pending(pod: Pod, now: datetime, settings: OperatorSettings) -> Verd
     return Verdict(phase="Pending", reason="PodCreated", message="waiting for a node")
 
 
-def _output_fields(log: LogSummary | None, result: RunnerResult | None) -> dict[str, Any]:
+def accepted_summary(pod: Pod) -> Summary | None:
+    """The runner's summary, only if the kubelet saw the runner exit 0: it does so only
+    after writing it. Any other exit leaves the termination message to whatever the
+    program wrote there."""
+    terminated = terminated_state(pod) or {}
+    exit_code = terminated.get("exitCode")
+    if not isinstance(exit_code, int) or isinstance(exit_code, bool) or exit_code != 0:
+        return None
+    return parse_summary(terminated.get("message"))
+
+
+def _accepted_result(pod: Pod, log: LogSummary | None) -> RunnerResult | None:
+    """The result the runner reported: from the verified log, or from the termination
+    message alone when the log could not be read (exit 0 makes it the runner's last word)."""
+    summary = accepted_summary(pod)
+    if summary is None:
+        return None
+    return summary.result if log is None else log.result
+
+
+def _output_fields(log: LogSummary | None, result: RunnerResult) -> dict[str, Any]:
     if log is None:
         return {
-            "stdout_truncated": result.stdout_truncated if result else None,
-            "stderr_truncated": result.stderr_truncated if result else None,
+            "stdout_truncated": result.stdout_truncated,
+            "stderr_truncated": result.stderr_truncated,
         }
     return {
         "stdout": log.stdout,
         "stderr": log.stderr,
-        "stdout_truncated": log.stdout_clipped or bool(result and result.stdout_truncated),
-        "stderr_truncated": log.stderr_clipped or bool(result and result.stderr_truncated),
+        "stdout_truncated": log.stdout_clipped or result.stdout_truncated,
+        "stderr_truncated": log.stderr_clipped or result.stderr_truncated,
     }
+
+
+def _finished_base(
+    terminated: dict[str, Any], log: LogSummary | None, result: RunnerResult | None, now: datetime
+) -> dict[str, Any]:
+    """Times and output: the runner's when it reported, else only what the kubelet saw."""
+    started_at = parse_time(terminated.get("startedAt"))
+    finished_at = parse_time(terminated.get("finishedAt")) or now
+    base: dict[str, Any] = {"started_at": started_at, "finished_at": finished_at}
+    if result is not None:
+        base.update(_output_fields(log, result))
+        base.update(
+            exit_code=result.exit_code, signal=result.signal, duration_ms=result.duration_ms
+        )
+    elif started_at is not None:
+        base["duration_ms"] = int((finished_at - started_at).total_seconds() * 1000)
+    return base
 
 
 def observe_finished(
-    pod: Pod, log: LogSummary | None, mode: str, now: datetime, max_diagnostics: int
+    pod: Pod,
+    log: LogSummary | None,
+    *,
+    mode: str,
+    timeout_seconds: int,
+    now: datetime,
+    settings: OperatorSettings,
 ) -> Verdict:
-    """A pod that ended: the runner's report decides, the kubelet's verdicts take precedence."""
-    pod_status = pod.get("status") or {}
+    """A pod that ended: the kubelet's verdicts first, then the runner's verified report."""
     terminated = terminated_state(pod) or {}
-    started_at = parse_time(terminated.get("startedAt"))
-    finished_at = parse_time(terminated.get("finishedAt")) or now
-    result = (log.result if log else None) or parse_termination_message(terminated.get("message"))
-    base: dict[str, Any] = {
-        "started_at": started_at,
-        "finished_at": finished_at,
-        **_output_fields(log, result),
-    }
-    if result is not None:
-        base["exit_code"] = result.exit_code
-        base["signal"] = result.signal
-        base["duration_ms"] = result.duration_ms
-    elif started_at is not None:
-        base["exit_code"] = terminated.get("exitCode")
-        base["duration_ms"] = int((finished_at - started_at).total_seconds() * 1000)
+    result = _accepted_result(pod, log)
+    base = _finished_base(terminated, log, result, now)
+    platform = _platform_verdict(pod, result, base, settings, timeout_seconds)
+    if platform is not None:
+        return platform
+    if result is None:
+        return Verdict(
+            phase="Error",
+            reason="NoResult",
+            message=_no_result_message(terminated, log),
+            retryable=True,
+            **base,
+        )
+    return _runner_verdict(result, mode, base, settings.max_diagnostics)
 
+
+def _platform_verdict(
+    pod: Pod,
+    result: RunnerResult | None,
+    base: dict[str, Any],
+    settings: OperatorSettings,
+    timeout_seconds: int,
+) -> Verdict | None:
+    """What Kubernetes itself saw end the sandbox, if anything did (never program text)."""
+    verdict = _pod_ended(pod, result, base) or _out_of_memory(pod, result, base)
+    if verdict is None and result is None:
+        verdict = _ended_without_runner(pod, base, settings, timeout_seconds)
+    return verdict
+
+
+def _pod_ended(pod: Pod, result: RunnerResult | None, base: dict[str, Any]) -> Verdict | None:
+    """The pod's own end: its deadline, or an eviction (with the kubelet's sentence)."""
+    pod_status = pod.get("status") or {}
     pod_reason = str(pod_status.get("reason") or "")
-    pod_message = str(pod_status.get("message") or "")
     if pod_reason == "DeadlineExceeded":
-        if started_at is None and result is None:
+        if base["started_at"] is None and result is None:
             return Verdict(
                 phase="Error",
                 reason="StartupTimeout",
@@ -264,45 +325,86 @@ def observe_finished(
             retryable=False,
             **base,
         )
-    if pod_reason == "Evicted":
-        if "ephemeral" in pod_message.lower() or "emptydir" in pod_message.lower():
-            return Verdict(
-                phase="Failed",
-                reason="StorageLimitExceeded",
-                message=pod_message,
-                retryable=False,
-                **base,
-            )
-        return Verdict(phase="Error", reason="Evicted", message=pod_message, retryable=True, **base)
-    if terminated.get("reason") == "OOMKilled" or _ran_out_of_memory(pod, result):
+    if pod_reason != "Evicted":
+        return None
+    pod_message = str(pod_status.get("message") or "")
+    if "ephemeral" in pod_message.lower() or "emptydir" in pod_message.lower():
         return Verdict(
             phase="Failed",
-            reason="OOMKilled",
-            message=f"the program exceeded its memory limit of "
-            f"{_memory_limit_text(pod)} and was killed",
+            reason="StorageLimitExceeded",
+            message=pod_message,
             retryable=False,
-            # Killed, not exited: whatever exit code the container got is not the program's.
-            **{**base, "exit_code": None, "signal": base.get("signal") or SIGKILL},
+            **base,
         )
-    if terminated.get("reason") in START_ERRORS and result is None:
+    return Verdict(phase="Error", reason="Evicted", message=pod_message, retryable=True, **base)
+
+
+def _out_of_memory(pod: Pod, result: RunnerResult | None, base: dict[str, Any]) -> Verdict | None:
+    terminated = terminated_state(pod) or {}
+    if terminated.get("reason") != "OOMKilled" and not _ran_out_of_memory(pod, result):
+        return None
+    return Verdict(
+        phase="Failed",
+        reason="OOMKilled",
+        message=f"the program exceeded its memory limit of "
+        f"{_memory_limit_text(pod)} and was killed",
+        retryable=False,
+        # Killed, not exited: whatever exit code the container got is not the program's.
+        **{**base, "exit_code": None, "signal": base.get("signal") or SIGKILL},
+    )
+
+
+def _ended_without_runner(
+    pod: Pod, base: dict[str, Any], settings: OperatorSettings, timeout_seconds: int
+) -> Verdict | None:
+    """No result: the runner never started, or the run outlived the operator's deadline."""
+    reason = (terminated_state(pod) or {}).get("reason")
+    if reason in START_ERRORS:
         return Verdict(
             phase="Error",
             reason="ContainerStartFailed",
-            message=str(terminated.get("message") or terminated.get("reason")),
+            message=f"the sandbox container could not start ({reason})",
             retryable=False,
             **base,
         )
-    if result is None:
-        return Verdict(
-            phase="Error",
-            reason="NoResult",
-            message=_no_result_message(terminated),
-            retryable=True,
-            **base,
-        )
+    started_at, finished_at = base["started_at"], base["finished_at"]
+    if started_at is not None and finished_at >= run_deadline(
+        started_at, timeout_seconds, settings
+    ):
+        return timed_out_by_platform(timeout_seconds, base)
+    return None
+
+
+def run_deadline(
+    started_at: datetime, timeout_seconds: int, settings: OperatorSettings
+) -> datetime:
+    """When the operator stops a program that started at `started_at` (kubelet's time)."""
+    return started_at + timedelta(seconds=timeout_seconds + settings.deadline_grace_seconds)
+
+
+def timed_out_by_platform(timeout_seconds: int, base: dict[str, Any]) -> Verdict:
+    """The operator's deadline passed without a result from the runner."""
+    return Verdict(
+        phase="TimedOut",
+        reason="DeadlineExceeded",
+        message=f"the program did not finish within its timeout of {timeout_seconds}s; "
+        "the platform stopped the sandbox",
+        retryable=False,
+        **base,
+    )
+
+
+def _runner_verdict(
+    result: RunnerResult, mode: str, base: dict[str, Any], max_diagnostics: int
+) -> Verdict:
+    """The runner's verified report of the program."""
     if result.error is not None:
         return Verdict(
-            phase="Error", reason="RunnerError", message=result.error, retryable=False, **base
+            phase="Error",
+            reason="RunnerError",
+            message=f"the runner could not run the program: {result.error}",
+            retryable=False,
+            **base,
         )
     if result.timed_out:
         return Verdict(
@@ -343,18 +445,24 @@ def observe_finished(
     )
 
 
-def _no_result_message(terminated: dict[str, Any]) -> str:
+def _no_result_message(terminated: dict[str, Any], log: LogSummary | None) -> str:
+    """A fixed sentence with only what the kubelet and the operator counted: the termination
+    message and the log are the program's to write when the runner did not report."""
     exit_code = terminated.get("exitCode")
-    detail = f"exit code {exit_code}, {terminated.get('reason') or 'no reason'}"
+    if exit_code == 0:
+        dropped = f" ({log.dropped_lines} log lines did not verify)" if log else ""
+        return (
+            "the sandbox ended without a result: the runner's summary is missing or does "
+            f"not match its log{dropped}"
+        )
     if isinstance(exit_code, int) and exit_code > SIGNAL_EXIT_BASE:
-        # The runner reports before it exits; a signal took it first. The program runs as the
-        # same user as the runner, so it may have sent it (kill -9 1).
         signal_name = _signal_name(exit_code - SIGNAL_EXIT_BASE)
         return (
             f"the sandbox ended without a result: its runner was killed by {signal_name} "
-            f"({detail}), possibly by the program itself"
+            f"(container exit code {exit_code})"
         )
-    return f"the sandbox ended without a result ({detail})"
+    code = exit_code if isinstance(exit_code, int) else "unknown"
+    return f"the sandbox ended without a result: its runner exited with code {code}"
 
 
 def _ran_out_of_memory(pod: Pod, result: RunnerResult | None) -> bool:
@@ -376,21 +484,37 @@ def observe_pod(
     *,
     log: LogSummary | None,
     mode: str,
+    timeout_seconds: int,
     now: datetime,
     settings: OperatorSettings,
 ) -> Verdict:
-    """The verdict a pod supports right now. `log` is the parsed pod log once it finished."""
+    """The verdict a pod supports right now. `log` is the verified pod log once it finished
+    (None when there is no summary to verify it with, or it could not be read)."""
     if pod_finished(pod):
-        return observe_finished(pod, log, mode, now, settings.max_diagnostics)
+        return observe_finished(
+            pod, log, mode=mode, timeout_seconds=timeout_seconds, now=now, settings=settings
+        )
     running = (_container_status(pod).get("state") or {}).get("running")
     if isinstance(running, dict):
+        started_at = parse_time(running.get("startedAt")) or now
+        if now >= run_deadline(started_at, timeout_seconds, settings):
+            # The runner did not end the program in time: frozen, or dead without a trace.
+            duration = int((now - started_at).total_seconds() * 1000)
+            base = {"started_at": started_at, "finished_at": now, "duration_ms": duration}
+            return timed_out_by_platform(timeout_seconds, base)
         return Verdict(
             phase="Running",
             reason="Started",
             message="the program is running",
-            started_at=parse_time(running.get("startedAt")) or now,
+            started_at=started_at,
         )
     return observe_pending(pod, now, settings)
+
+
+def clip_message(message: str) -> str:
+    if len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    return message[: MAX_MESSAGE_CHARS - 1] + "…"
 
 
 def _rank(phase: str | None) -> int:
@@ -478,6 +602,7 @@ def next_status(
 ) -> Status:
     """The whole status after `verdict` (call `supersedes` first), built through the model."""
     previous = previous or {}
+    verdict = replace(verdict, message=clip_message(verdict.message))
     started_at = verdict.started_at or parse_time(previous.get("startedAt"))
     pod_name = pod_name or previous.get("podName")
     refused = verdict.terminal and not pod_name

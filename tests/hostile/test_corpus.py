@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from corpus import CASES as CONTAINMENT_CASES
 from corpus import (
-    CASES,
     MARKER,
     NEIGHBOUR_SOURCE,
     NEIGHBOUR_STDOUT,
@@ -27,6 +27,7 @@ from corpus import (
     observed_text,
     problems,
 )
+from corpus_integrity import INTEGRITY_CASES
 from executions import manifest
 from fake_hosts import FakeHosts, NetworkControl
 from kubernetes import client
@@ -42,6 +43,8 @@ CONCURRENCY = 5
 STATE_DIR = Path(os.environ.get("SANDPOD_CLUSTER_DIR", REPO_ROOT / ".cluster"))
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 NETWORK_CASES = {"another-pod", "egress-public-address", "cloud-metadata"}
+
+CASES = CONTAINMENT_CASES + INTEGRITY_CASES
 
 pytestmark = pytest.mark.usefixtures("sandpod_operator")
 

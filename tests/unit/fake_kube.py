@@ -2,7 +2,8 @@
 
 It keeps what the API server keeps for the operator's calls: objects by (namespace, name),
 each with a uid and a resourceVersion; a status patch with a stale resourceVersion is a 409;
-creating an existing object returns None (as `Kube` turns "409 AlreadyExists" into None);
+creating an existing object returns that object (as `Kube` reads it back after "409
+AlreadyExists");
 reads and writes hand out copies. Every call first yields to the event loop, so that
 coroutines run side by side interleave as they would against a real server.
 
@@ -21,7 +22,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sandpod_contract.runner import LogReader, LogSummary
+import runner_wire
+from sandpod_contract.runner import LogReader, LogSummary, Summary
 from sandpod_operator.kube import KubeError, RequestCounter
 
 Manifest = dict[str, Any]
@@ -76,6 +78,9 @@ class FakeKube:
         self.calls: list[str] = []
         self.created: list[tuple[str, Key]] = []
         self.deleted_pods: list[Key] = []
+        # etcd's limit on a stored object (the API server refuses a larger write).
+        self.max_object_bytes = 1536 * 1024
+        self.largest_status_write = 0
         self._versions = itertools.count(1000)
         self._faults: dict[str, list[BaseException]] = defaultdict(list)
         self._hooks: dict[str, list[Hook]] = defaultdict(list)
@@ -158,15 +163,23 @@ class FakeKube:
         await self._enter(call)
         key = (body["metadata"]["namespace"], body["metadata"]["name"])
         if key in objects:
-            return None
+            return copy.deepcopy(objects[key])
         self.created.append((body["kind"], key))
         return copy.deepcopy(self._store(objects, body))
 
-    async def create_configmap(self, body: Manifest, *, uid: str) -> None:
-        await self._create("create_configmap", self.configmaps, body)
+    async def create_configmap(self, body: Manifest, *, uid: str) -> Manifest | None:
+        configmap: Manifest | None = await self._create("create_configmap", self.configmaps, body)
+        return configmap
 
-    async def create_network_policy(self, body: Manifest, *, uid: str | None) -> None:
-        await self._create("create_network_policy", self.network_policies, body)
+    async def create_network_policy(self, body: Manifest, *, uid: str | None) -> Manifest | None:
+        policy: Manifest | None = await self._create(
+            "create_network_policy", self.network_policies, body
+        )
+        return policy
+
+    def add_foreign(self, objects: dict[Key, Manifest], body: Manifest) -> Manifest:
+        """An object someone else created (no ownerReference of ours), e.g. in the way."""
+        return copy.deepcopy(self._store(objects, body))
 
     async def create_pod(self, body: Manifest, *, uid: str) -> Manifest | None:
         created = {**body, "status": {"phase": "Pending", "qosClass": "Burstable"}}
@@ -183,12 +196,19 @@ class FakeKube:
             self.deleted_pods.append((namespace, name))
 
     async def read_pod_log(
-        self, namespace: str, name: str, *, uid: str | None, tail_bytes: int, limit_bytes: int
+        self,
+        namespace: str,
+        name: str,
+        *,
+        uid: str | None,
+        summary: Summary,
+        tail_bytes: int,
+        limit_bytes: int,
     ) -> LogSummary:
         await self._enter("read_pod_log")
         if (namespace, name) not in self.pods:
             raise KubeError(404, "NotFound", f'pods "{name}" not found')
-        reader = LogReader(tail_bytes)
+        reader = LogReader(tail_bytes, summary)
         reader.feed(self.logs.get((namespace, name), b"")[:limit_bytes])
         return reader.finish()
 
@@ -209,8 +229,14 @@ class FakeKube:
             raise KubeError(404, "NotFound", f'codeexecutions "{name}" not found')
         if stored["metadata"]["resourceVersion"] != resource_version:
             raise conflict()
-        merge_patch(stored.setdefault("status", {}), status)
-        return self._bump(stored)
+        # As the client sends it (ASCII-escaped) and as etcd would store the result.
+        self.largest_status_write = max(self.largest_status_write, len(json.dumps(status)))
+        patched = copy.deepcopy(stored)
+        merge_patch(patched.setdefault("status", {}), status)
+        if len(json.dumps(patched)) > self.max_object_bytes:
+            raise KubeError(500, "InternalError", "etcdserver: request is too large")
+        self.executions[(namespace, name)] = patched
+        return self._bump(patched)
 
     async def delete_execution(self, namespace: str, name: str, *, uid: str) -> None:
         await self._enter("delete_execution")
@@ -271,32 +297,25 @@ def running_status(started: datetime, *, image: str) -> Manifest:
     }
 
 
-# What the runner writes to /dev/termination-log (and as its log's last frame) after a run.
-RUNNER_RESULT = (
-    '{"exitCode":0,"signal":null,"timedOut":false,"durationMs":40,'
-    '"stdoutTruncated":false,"stderrTruncated":false,"peakMemoryBytes":12000000}'
-)
-
-
-def runner_result(exit_code: int = 0, **fields: Any) -> Manifest:
-    """The runner's result object, with the given exit code and other fields."""
-    result: Manifest = json.loads(RUNNER_RESULT)
-    return {**result, "exitCode": exit_code, **fields}
-
-
 def terminated_status(
-    started: datetime, finished: datetime, result: Manifest | None, *, image: str
+    started: datetime,
+    finished: datetime,
+    message: str | None,
+    *,
+    image: str,
+    exit_code: int = 0,
+    reason: str | None = None,
 ) -> Manifest:
-    """The container ended; `result` is what the runner wrote to its termination log."""
-    exit_code = 0 if result is None else int(result.get("exitCode") or 0)
+    """The container ended with `exit_code` (the runner's: 0 once it wrote its summary);
+    `message` is what its termination log holds."""
     terminated: Manifest = {
         "exitCode": exit_code,
-        "reason": "Completed" if exit_code == 0 else "Error",
+        "reason": reason or ("Completed" if exit_code == 0 else "Error"),
         "startedAt": stamp(started),
         "finishedAt": stamp(finished),
     }
-    if result is not None:
-        terminated["message"] = json.dumps(result)
+    if message is not None:
+        terminated["message"] = message
     return {
         "phase": "Succeeded" if exit_code == 0 else "Failed",
         "qosClass": "Burstable",
@@ -306,7 +325,11 @@ def terminated_status(
     }
 
 
-def runner_log(stdout: str, result: Manifest) -> bytes:
-    """The pod log as the runner frames it: output frames, then the result frame."""
-    frames = [{"stream": "stdout", "data": stdout}, {"result": result}]
-    return b"".join(json.dumps(frame).encode() + b"\n" for frame in frames)
+def runner_reported(
+    started: datetime, finished: datetime, result: Manifest, stdout: str, *, image: str
+) -> tuple[Manifest, bytes]:
+    """The runner reported `result` after framing `stdout`: the pod's status and its log."""
+    outputs = [("stdout", stdout)] if stdout else []
+    message = runner_wire.termination_message(result, len(outputs))
+    status = terminated_status(started, finished, message, image=image)
+    return status, runner_wire.pod_log(outputs, result)

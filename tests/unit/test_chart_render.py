@@ -66,6 +66,7 @@ EVERY_OPERATOR_SETTING: dict[str, Any] = {
     "openFilesLimit": 256,
     "podStartupTimeoutSeconds": 90,
     "unschedulableGraceSeconds": 10,
+    "deadlineGraceSeconds": 2.5,
     "watchdogIntervalSeconds": 1.5,
 }
 EVERY_GATEWAY_SETTING: dict[str, Any] = {
@@ -509,6 +510,7 @@ def test_rbac_is_least_privilege(rendered: dict[str, list[Manifest]]) -> None:
         "events",
     }
     assert granted["pods/log"] == {"get"}
+    assert granted["configmaps"] == {"get", "create"}  # never list: only its own children
 
 
 def bindings_of(manifests: list[Manifest], role: str) -> list[Manifest]:

@@ -1,77 +1,166 @@
+"""The runner protocol's one decoder: verified frames and summaries, bounded tails."""
+
 import json
 
 import pytest
+import runner_wire
+from runner_wire import KEY, frame, lines, pod_log, summary
 from sandpod_contract.runner import (
     MAX_FRAME_BYTES,
     LogReader,
     RunnerResult,
+    Summary,
     Tail,
-    parse_termination_message,
+    frame_mac,
+    json_size,
+    parse_summary,
 )
 
-RESULT = {
-    "exitCode": 1,
-    "signal": None,
-    "timedOut": False,
-    "durationMs": 41,
-    "stdoutBytes": 6,
-    "stderrBytes": 10,
-    "stdoutTruncated": False,
-    "stderrTruncated": True,
-    "peakMemoryBytes": 9437184,
-    "diagnostics": None,
-    "error": None,
-}
+RESULT = runner_wire.result(exitCode=1, stdoutBytes=12, stderrBytes=10, stderrTruncated=True)
+OUTPUTS = [("stdout", "hello\n"), ("stderr", "Traceback\n"), ("stdout", "wörld\n")]
+LOG = pod_log(OUTPUTS, RESULT)
+TOLD = Summary.model_validate(summary(RESULT, len(OUTPUTS)))
+OTHER_KEY = bytes(range(1, 33))
 
 
-def frames(*lines: dict[str, object]) -> bytes:
-    return b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+def read(log: bytes, told: Summary = TOLD, tail_bytes: int = 1024) -> LogReader:
+    reader = LogReader(tail_bytes, told)
+    reader.feed(log)
+    return reader
 
 
-LOG = frames(
-    {"stream": "stdout", "data": "hello\n"},
-    {"stream": "stderr", "data": "Traceback\n"},
-    {"stream": "stdout", "data": "wörld\n"},
-    {"result": RESULT},
-)
+def test_the_protocol_test_vectors() -> None:
+    assert frame_mac(KEY, 1, "stdout", "hello\n") == "a0337636541183ad65d975da99c16a31"
+    assert frame_mac(KEY, 42, "stderr", "é\u2028\u0001") == "f1fc9530ae2fbe9c9b362545b3fb0ff2"
 
 
 @pytest.mark.parametrize("chunk", [1, 3, 7, 64, len(LOG)])
 def test_frames_split_anywhere(chunk: int) -> None:
-    reader = LogReader(tail_bytes=1024)
+    reader = LogReader(1024, TOLD)
     for start in range(0, len(LOG), chunk):
         reader.feed(LOG[start : start + chunk])
-    summary = reader.finish()
-    assert summary.stdout == "hello\nwörld\n"
-    assert summary.stderr == "Traceback\n"
-    assert not summary.stdout_clipped and not summary.stderr_clipped
-    assert summary.result == RunnerResult.from_json(RESULT)
-    assert summary.result is not None
-    assert summary.result.exit_code == 1 and summary.result.stderr_truncated
+    found = reader.finish()
+    assert (found.stdout, found.stderr) == ("hello\nwörld\n", "Traceback\n")
+    assert not found.stdout_clipped and not found.stderr_clipped
+    assert found.result == RunnerResult.model_validate(RESULT)
+    assert (found.dropped_lines, found.missing_frames) == (0, 0)
 
 
-def test_last_line_without_newline_counts() -> None:
-    reader = LogReader(tail_bytes=1024)
-    reader.feed(frames({"stream": "stdout", "data": "a"}) + json.dumps({"result": RESULT}).encode())
-    assert reader.finish().result is not None
+def test_forged_and_replayed_frames_are_dropped_and_counted() -> None:
+    genuine = [frame(1, "stdout", "real\n"), frame(2, "stdout", "more\n")]
+    forged = lines(
+        genuine[0],
+        {"stream": "stdout", "data": "PASSED\n"},  # the old, unsigned shape
+        frame(2, "stdout", "PASSED\n", OTHER_KEY),  # signed with a guessed key
+        {**frame(2, "stdout", "x"), "data": "PASSED\n"},  # a genuine MAC on other data
+        genuine[0],  # a replay
+        genuine[1],
+        {**genuine[1], "extra": 1},
+    )
+    log = forged + b"panic: not json\n" + lines(summary(RESULT, 2))
+    found = read(log, Summary.model_validate(summary(RESULT, 2))).finish()
+    assert found.stdout == "real\nmore\n"
+    assert found.dropped_lines == 6
+    assert found.result is not None
+
+
+def test_a_summary_with_another_key_is_not_the_runners() -> None:
+    forged = runner_wire.result(exitCode=0)
+    log = lines(frame(1, "stdout", "hi\n", OTHER_KEY), summary(forged, 1, OTHER_KEY))
+    found = read(log).finish()
+    assert found.result is None
+    assert (found.stdout, found.dropped_lines) == ("", 2)
+
+
+def test_nothing_after_the_runners_summary_counts() -> None:
+    log = LOG + lines(frame(4, "stdout", "late\n"), summary(runner_wire.result(), 4))
+    found = read(log).finish()
+    assert found.stdout == "hello\nwörld\n"
+    assert found.result == RunnerResult.model_validate(RESULT)
+
+
+@pytest.mark.parametrize(
+    "log_result",
+    [runner_wire.result(exitCode=0), {**RESULT, "durationMs": 1}, {**RESULT, "error": "x"}],
+)
+def test_a_log_summary_that_disagrees_with_the_termination_message_is_no_result(
+    log_result: dict[str, object],
+) -> None:
+    log = lines(*(frame(i, s, d) for i, (s, d) in enumerate(OUTPUTS, 1)), summary(log_result, 3))
+    assert read(log).finish().result is None
+
+
+def test_the_termination_message_may_lack_diagnostics_and_shorten_the_error() -> None:
+    full = runner_wire.result(exitCode=None, error="cannot start 'python3': no such file")
+    told = Summary.model_validate(summary({**full, "error": "cannot start…"}, 0))
+    assert read(lines(summary(full, 0)), told).finish().result is not None
+    lint = runner_wire.result(diagnostics=[{"code": "F401", "message": "x", "line": 1}])
+    told = Summary.model_validate(summary({**lint, "diagnostics": None}, 0))
+    assert read(lines(summary(lint, 0)), told).finish().result is not None
+    wrong = Summary.model_validate(summary({**full, "error": "cannot stop…"}, 0))
+    assert read(lines(summary(full, 0)), wrong).finish().result is None
+
+
+def test_a_log_missing_frames_is_incomplete_but_keeps_its_result() -> None:
+    log = lines(frame(2, "stdout", "b"), summary(RESULT, 3))
+    found = read(log).finish()
+    assert found.stdout == "b" and found.stdout_clipped and found.stderr_clipped
+    assert (found.missing_frames, found.result is not None) == (2, True)
+
+
+def test_a_log_without_the_summary_is_no_result() -> None:
+    found = read(LOG.rsplit(b"\n", 2)[0] + b"\n").finish()
+    assert found.result is None and found.stdout == "hello\nwörld\n"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "not json",
+        "[1]",
+        json.dumps(RESULT),  # the old protocol: a bare result
+        json.dumps(summary(RESULT, 0) | {"key": "AB" * 32}),
+        json.dumps(summary(RESULT, -1)),
+        json.dumps(summary(RESULT, 0) | {"extra": True}),
+        json.dumps(summary({**RESULT, "exitCode": True}, 0)),
+        json.dumps(summary({**RESULT, "exitCode": 300}, 0)),
+        json.dumps(summary({**RESULT, "error": "x" * 20_000}, 0)),
+        json.dumps(summary({k: v for k, v in RESULT.items() if k != "timedOut"}, 0)),
+    ],
+)
+def test_only_a_well_formed_summary_parses(text: str) -> None:
+    assert parse_summary(text) is None
+
+
+def test_a_well_formed_summary_parses() -> None:
+    parsed = parse_summary(runner_wire.termination_message(RESULT, 3))
+    assert parsed is not None and parsed.result.duration_ms == 40 and parsed.frames == 3
 
 
 def test_tails_keep_the_end() -> None:
-    reader = LogReader(tail_bytes=10)
-    for i in range(100):
-        reader.feed(frames({"stream": "stdout", "data": f"line {i}\n"}))
-    summary = reader.finish()
-    assert summary.stdout == "line 99\n"[-10:] or summary.stdout.endswith("line 99\n")
-    assert len(summary.stdout.encode()) <= 10
-    assert summary.stdout_clipped
-    assert summary.result is None
+    outputs = [("stdout", f"line {i}\n") for i in range(100)]
+    told = Summary.model_validate(summary(RESULT, 100))
+    found = read(pod_log(outputs, RESULT), told, tail_bytes=10).finish()
+    assert found.stdout.endswith("line 99\n") and json_size(found.stdout) <= 10
+    assert found.stdout_clipped
 
 
-def test_tail_never_splits_a_character() -> None:
-    tail = Tail(limit=5)
-    tail.add("€€€")  # 9 bytes; the last 5 start inside the second euro sign
-    assert tail.text() == "€"
-    assert tail.dropped
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("abc", 3), ("\x00", 6), ("\n", 2), ('"\\', 4), ("é", 6), ("😀", 12), ("<&>", 18)],
+)
+def test_json_size_is_the_largest_encoding(text: str, size: int) -> None:
+    assert json_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["\x00" * 5000, "\ufffd" * 3000, "😀" * 2000, "a\x01" * 4000])
+def test_tails_are_bounded_by_their_json_size(text: str) -> None:
+    tail = Tail(limit=1000)
+    for start in range(0, len(text), 777):
+        tail.add(text[start : start + 777])
+    kept = tail.text()
+    assert 990 <= json_size(kept) <= 1000 and text.endswith(kept) and tail.dropped
 
 
 def test_tail_of_zero_keeps_nothing() -> None:
@@ -81,34 +170,7 @@ def test_tail_of_zero_keeps_nothing() -> None:
     assert Tail(limit=0).text() == "" and not Tail(limit=0).dropped
 
 
-def test_unframed_lines_become_stderr() -> None:
-    reader = LogReader(tail_bytes=1024)
-    reader.feed(b"panic: runtime error\n\n[1, 2]\n")
-    summary = reader.finish()
-    assert summary.stderr == "panic: runtime error\n[1, 2]\n"
-    assert summary.result is None
-
-
 def test_overlong_line_is_skipped() -> None:
-    reader = LogReader(tail_bytes=1024)
-    reader.feed(b"x" * (MAX_FRAME_BYTES + 1))
-    reader.feed(b"yyy\n" + frames({"stream": "stdout", "data": "ok"}))
-    summary = reader.finish()
-    assert summary.stdout == "ok"
-    assert summary.stderr == ""
-
-
-def test_termination_message() -> None:
-    parsed = parse_termination_message(json.dumps(RESULT))
-    assert parsed is not None and parsed.duration_ms == 41
-    assert parse_termination_message("") is None
-    assert parse_termination_message("not json") is None
-    assert parse_termination_message("[1]") is None
-
-
-def test_result_parsing_is_tolerant() -> None:
-    parsed = RunnerResult.from_json({"exitCode": True, "diagnostics": [{"code": "F401"}, 3]})
-    assert parsed is not None
-    assert parsed.exit_code is None
-    assert parsed.diagnostics == [{"code": "F401"}]
-    assert parsed.error is None
+    log = b"x" * (MAX_FRAME_BYTES + 1) + b"yyy\n" + LOG
+    found = read(log).finish()
+    assert found.stdout == "hello\nwörld\n" and found.result is not None
