@@ -10,6 +10,11 @@ TENANT=dev
 TENANT_NAMESPACE=sandpod-dev
 API_KEY_FILE=$STATE_DIR/api-key
 HELM=$(component_dir helm "$HELM_VERSION")/helm
+IMAGE_ARCHIVES=${SANDPOD_IMAGE_CACHE:-$SANDPOD_CACHE/images}/out
+
+# The content hash of a built image archive: a pod annotation, so that a rebuilt image (same
+# tag) rolls its Deployment on the next `make run`.
+image_digest() { cat "$IMAGE_ARCHIVES/$1.sha256" 2>/dev/null || echo unknown; }
 
 development_api_key() {
   if ! [ -s "$API_KEY_FILE" ]; then
@@ -32,6 +37,9 @@ operator:
   # The development install serves its tenant's namespace, so test sessions on the same
   # cluster (which run operators of their own) never share executions with it.
   watchNamespaces: [$TENANT_NAMESPACE]
+  podAnnotations: {sandpod.dev/image-digest: "$(image_digest operator)"}
+gateway:
+  podAnnotations: {sandpod.dev/image-digest: "$(image_digest gateway)"}
 tenants:
   - name: $TENANT
     namespace: $TENANT_NAMESPACE
