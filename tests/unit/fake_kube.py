@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from sandpod_contract.names import FINISHED_LABEL
 from sandpod_contract.runner import LogReader, LogSummary
 from sandpod_operator.kube import KubeError, RequestCounter
 
@@ -211,6 +212,14 @@ class FakeKube:
             raise conflict()
         merge_patch(stored.setdefault("status", {}), status)
         return self._bump(stored)
+
+    async def label_finished(self, namespace: str, name: str, *, uid: str) -> None:
+        await self._enter("label_finished")
+        stored = self.executions.get((namespace, name))
+        # As `Kube`: gone or re-created (uid precondition) is nothing to do.
+        if stored is not None and stored["metadata"]["uid"] == uid:
+            stored["metadata"].setdefault("labels", {})[FINISHED_LABEL] = "true"
+            self._bump(stored)
 
     async def delete_execution(self, namespace: str, name: str, *, uid: str) -> None:
         await self._enter("delete_execution")
