@@ -49,6 +49,12 @@ class ExecutionService(Protocol):
         """The CR; ExecutionNotFound if it does not exist."""
         ...
 
+    async def list_metadata(
+        self, namespace: str, *, label_selector: str, limit: int
+    ) -> list[Resource]:
+        """The metadata (only: {"metadata": ...}) of up to ``limit`` matching CRs."""
+        ...
+
     async def list(
         self, namespace: str, *, label_selector: str, limit: int | None, cursor: str | None
     ) -> ExecutionPageData:
