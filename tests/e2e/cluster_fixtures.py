@@ -61,7 +61,7 @@ def namespace_prefix() -> str:
     """Begins the name of every namespace this test session makes. The session's operator
     watches only these, so test sessions (and an operator installed by the chart) can share
     one cluster without reconciling each other's executions."""
-    return f"e2e{uuid.uuid4().hex[:4]}"
+    return f"{os.environ.get('E2E_NAMESPACE_PREFIX', 'e2e')}{uuid.uuid4().hex[:4]}"
 
 
 @pytest.fixture
@@ -179,13 +179,14 @@ def sandpod_operator(
 @pytest.fixture(scope="session")
 def gateway(
     sandpod_operator: OperatorProcess,
+    namespace_prefix: str,
     kubeconfig_path: Path,
     core_v1: client.CoreV1Api,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Gateway]:
     """The gateway, running on this machine against the test cluster, for the whole session,
     with its keys Secret in a namespace of its own (tests add tenants with `add_tenant`)."""
-    keys_namespace = f"sandpod-gateway-e2e-{uuid.uuid4().hex[:6]}"
+    keys_namespace = f"{namespace_prefix}-gateway-keys-{uuid.uuid4().hex[:6]}"
     core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=keys_namespace)))
     create_keys_secret(core_v1, keys_namespace)
     gateway = Gateway(
