@@ -125,11 +125,7 @@ class KubernetesExecutionService:
             raise _unavailable("listing CodeExecutions", exc) from exc
         if not isinstance(result, dict):
             raise KubernetesUnavailable("listing CodeExecutions: not a list")
-        return [
-            {"metadata": item.get("metadata") or {}}
-            for item in result.get("items") or []
-            if isinstance(item, dict)
-        ]
+        return [item for item in result.get("items") or [] if isinstance(item, dict)]
 
     async def list(
         self, namespace: str, *, label_selector: str, limit: int | None, cursor: str | None

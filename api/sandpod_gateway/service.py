@@ -52,7 +52,8 @@ class ExecutionService(Protocol):
     async def list_metadata(
         self, namespace: str, *, label_selector: str, limit: int
     ) -> list[Resource]:
-        """The metadata (only: {"metadata": ...}) of up to ``limit`` matching CRs."""
+        """Up to ``limit`` matching CRs, as metadata only (PartialObjectMetadata: no spec,
+        no status)."""
         ...
 
     async def list(

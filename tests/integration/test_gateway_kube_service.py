@@ -23,7 +23,15 @@ import yaml
 from fastapi import FastAPI
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
 from sandpod_contract.kube import open_api_client
-from sandpod_contract.names import CANCEL_ANNOTATION, GROUP, PLURAL, TENANT_LABEL, VERSION
+from sandpod_contract.names import (
+    CANCEL_ANNOTATION,
+    FINISHED_LABEL,
+    GROUP,
+    PLURAL,
+    TENANT_LABEL,
+    VERSION,
+)
+from sandpod_gateway.admission import unfinished_selector
 from sandpod_gateway.auth import KeyStoreUnavailable, SecretApiKeyStore, hash_api_key
 from sandpod_gateway.kube_service import KubernetesExecutionService
 from sandpod_gateway.main import create_app
@@ -247,6 +255,31 @@ async def test_create_get_list_and_cancel(api_server: PrivateApiServer, namespac
     assert rest.next_cursor is None
     assert len(everything.items) == 3
     assert cancelled["metadata"]["annotations"][CANCEL_ANNOTATION] == "true"
+
+
+async def test_unfinished_executions_are_listed_as_metadata_only(
+    api_server: PrivateApiServer, namespace: str
+) -> None:
+    async with kube(api_server) as client:
+        service = KubernetesExecutionService(client)
+        for index in range(4):
+            await service.create(namespace, manifest(f"cx-{index}", source="x" * 10_000))
+        await service.create(namespace, manifest("cx-other", tenant="t2"))
+        labelled = {"metadata": {"labels": {FINISHED_LABEL: "true"}}}
+        await CustomObjectsApi(client).patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, "cx-1", labelled,
+            _content_type="application/merge-patch+json",
+        )  # fmt: skip
+        selector = unfinished_selector("t1")
+        unfinished = await service.list_metadata(namespace, label_selector=selector, limit=10)
+        limited = await service.list_metadata(namespace, label_selector=selector, limit=2)
+
+    assert [item["metadata"]["name"] for item in unfinished] == ["cx-0", "cx-2", "cx-3"]
+    for item in unfinished:
+        assert item["kind"] == "PartialObjectMetadata"
+        assert "spec" not in item
+    assert "creationTimestamp" in unfinished[0]["metadata"]
+    assert len(limited) == 2
 
 
 async def test_wait_follows_the_status_to_the_end(

@@ -123,7 +123,11 @@ class FakeExecutionService:
     ) -> list[Resource]:
         self.metadata_lists += 1
         return [
-            {"metadata": resource["metadata"]}
+            {
+                "apiVersion": "meta.k8s.io/v1",
+                "kind": "PartialObjectMetadata",
+                "metadata": resource["metadata"],
+            }
             for resource in self._selected(namespace, label_selector)[:limit]
         ]
 
