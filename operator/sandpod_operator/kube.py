@@ -268,8 +268,9 @@ class Kube:
         )
 
     async def label_finished(self, namespace: str, name: str, *, uid: str) -> None:
-        """Label this very execution finished (the uid in the patch is a precondition: a
-        re-created namesake answers 409, and is left alone like a deleted one)."""
+        """Label this very execution finished. The uid in the patch is a precondition: a
+        re-created namesake refuses it (422, metadata.uid is immutable) and is left alone,
+        like a deleted one (404)."""
         body = {"metadata": {"uid": uid, "labels": {FINISHED_LABEL: "true"}}}
         try:
             await self._call(
@@ -286,7 +287,8 @@ class Kube:
                 _content_type=MERGE_PATCH,
             )
         except KubeError as error:
-            if error.status not in (404, 409):
+            namesake = error.status == 422 and "metadata.uid" in error.message
+            if error.status != 404 and not namesake:
                 raise
 
     async def delete_execution(self, namespace: str, name: str, *, uid: str) -> None:
