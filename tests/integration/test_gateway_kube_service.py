@@ -1,4 +1,5 @@
-"""The gateway's Kubernetes side (and the operator's finished label it counts by) against a real,
+"""The gateway's Kubernetes side (and the operator's finished label it counts by) against a
+real, private etcd + kube-apiserver.
 
 No scheduler, kubelet or operator: the test plays the operator by writing statuses, and
 pods never start. Skipped when the local cluster's Kubernetes build is not on this machine.
