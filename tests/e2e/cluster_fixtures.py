@@ -71,7 +71,8 @@ def namespace(
     """A fresh namespace per test, deleted afterwards (its executions first: see
     delete_executions; the namespace itself without waiting for it to go)."""
     test_name = request.node.name.lower().replace("_", "-")
-    test_name = "".join(c for c in test_name if c.isalnum() or c == "-")[:40].strip("-")
+    room = min(40, 63 - len(namespace_prefix) - 8)  # a namespace name is a DNS label
+    test_name = "".join(c for c in test_name if c.isalnum() or c == "-")[:room].strip("-")
     name = f"{namespace_prefix}-{test_name}-{uuid.uuid4().hex[:6]}"
     create_namespace(core_v1, name)
     yield name
