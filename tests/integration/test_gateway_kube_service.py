@@ -1,5 +1,4 @@
-"""The gateway's Kubernetes side (and the operator's finished label it counts by) against a
-real, private etcd + kube-apiserver.
+"""The gateway's Kubernetes side against a real, private etcd + kube-apiserver.
 
 No scheduler, kubelet or operator: the test plays the operator by writing statuses, and
 pods never start. Skipped when the local cluster's Kubernetes build is not on this machine.
@@ -24,21 +23,12 @@ import yaml
 from fastapi import FastAPI
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
 from sandpod_contract.kube import open_api_client
-from sandpod_contract.names import (
-    CANCEL_ANNOTATION,
-    FINISHED_LABEL,
-    GROUP,
-    PLURAL,
-    TENANT_LABEL,
-    VERSION,
-)
-from sandpod_gateway.admission import unfinished_selector
+from sandpod_contract.names import CANCEL_ANNOTATION, GROUP, PLURAL, TENANT_LABEL, VERSION
 from sandpod_gateway.auth import KeyStoreUnavailable, SecretApiKeyStore, hash_api_key
 from sandpod_gateway.kube_service import KubernetesExecutionService
 from sandpod_gateway.main import create_app
 from sandpod_gateway.service import ExecutionAlreadyExists, ExecutionNotFound, InvalidCursor
 from sandpod_gateway.settings import GatewaySettings
-from sandpod_operator.kube import Kube, RequestCounter
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "crds" / "codeexecutions.sandpod.dev.yaml"
@@ -259,31 +249,6 @@ async def test_create_get_list_and_cancel(api_server: PrivateApiServer, namespac
     assert cancelled["metadata"]["annotations"][CANCEL_ANNOTATION] == "true"
 
 
-async def test_unfinished_executions_are_listed_as_metadata_only(
-    api_server: PrivateApiServer, namespace: str
-) -> None:
-    async with kube(api_server) as client:
-        service = KubernetesExecutionService(client)
-        for index in range(4):
-            await service.create(namespace, manifest(f"cx-{index}", source="x" * 10_000))
-        await service.create(namespace, manifest("cx-other", tenant="t2"))
-        labelled = {"metadata": {"labels": {FINISHED_LABEL: "true"}}}
-        await CustomObjectsApi(client).patch_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, "cx-1", labelled,
-            _content_type="application/merge-patch+json",
-        )  # fmt: skip
-        selector = unfinished_selector("t1")
-        unfinished = await service.list_metadata(namespace, label_selector=selector, limit=10)
-        limited = await service.list_metadata(namespace, label_selector=selector, limit=2)
-
-    assert [item["metadata"]["name"] for item in unfinished] == ["cx-0", "cx-2", "cx-3"]
-    for item in unfinished:
-        assert item["kind"] == "PartialObjectMetadata"
-        assert "spec" not in item
-    assert "creationTimestamp" in unfinished[0]["metadata"]
-    assert len(limited) == 2
-
-
 async def test_wait_follows_the_status_to_the_end(
     api_server: PrivateApiServer, namespace: str
 ) -> None:
@@ -457,48 +422,3 @@ async def test_post_waits_for_the_status_the_operator_writes(
     assert result["execution_time_ms"] == 12
     assert items[0]["metadata"]["labels"][TENANT_LABEL] == "team"
     assert cancel.status_code == 200  # finished already: nothing to cancel
-
-
-# --- the operator's finished label, on the same API server ------------------------------
-
-
-async def test_the_operator_labels_this_very_execution_finished(
-    api_server: PrivateApiServer, namespace: str
-) -> None:
-    async with kube(api_server) as client:
-        objects = CustomObjectsApi(client)
-        operator_kube = Kube(client, RequestCounter())
-        first = await objects.create_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, manifest("cx-done")
-        )
-        await operator_kube.label_finished(namespace, "cx-done", uid=first["metadata"]["uid"])
-        await operator_kube.label_finished(namespace, "cx-gone", uid="no-such-uid")
-        # A re-created namesake is not the execution that finished.
-        await objects.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "cx-done")
-        await objects.create_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, manifest("cx-done")
-        )
-        await operator_kube.label_finished(namespace, "cx-done", uid=first["metadata"]["uid"])
-        namesake = await objects.get_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, "cx-done"
-        )
-
-    assert FINISHED_LABEL not in namesake["metadata"]["labels"]
-
-
-async def test_a_labelled_execution_keeps_its_other_labels(
-    api_server: PrivateApiServer, namespace: str
-) -> None:
-    async with kube(api_server) as client:
-        objects = CustomObjectsApi(client)
-        created = await objects.create_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, manifest("cx-labels")
-        )
-        await Kube(client, RequestCounter()).label_finished(
-            namespace, "cx-labels", uid=created["metadata"]["uid"]
-        )
-        labelled = await objects.get_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, "cx-labels"
-        )
-
-    assert labelled["metadata"]["labels"] == {TENANT_LABEL: "t1", FINISHED_LABEL: "true"}
