@@ -20,9 +20,8 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from executions import GROUP, PLURAL, VERSION, kubectl, manifest
+from executions import GROUP, PLURAL, VERSION, kubectl, manifest, wait_until
 from gateway_process import REQUEST_TIMEOUT, Gateway
-from kube_helpers import wait_until
 from kubernetes import client
 from results_table import Row
 from sandpod_contract.names import FINISHED_LABEL, TENANT_LABEL
