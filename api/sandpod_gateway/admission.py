@@ -2,36 +2,99 @@
 another execution now."""
 
 import asyncio
-from collections import defaultdict
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator, Hashable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
+from typing import TypeVar
 
-from sandpod_contract.names import TENANT_LABEL
+from sandpod_contract.names import FINISHED_LABEL, TENANT_LABEL
 from sandpod_contract.quantities import parse_quantity, smaller_quantity
 
 from sandpod_gateway.auth import Tenant
 from sandpod_gateway.errors import ErrorDetail, GatewayError
 from sandpod_gateway.languages import LanguageCatalog
-from sandpod_gateway.resources import Resource, is_terminal
+from sandpod_gateway.resources import Resource
 from sandpod_gateway.schemas import CreateExecutionRequest
 from sandpod_gateway.service import ExecutionService
 from sandpod_gateway.settings import GatewaySettings
 
 MAX_RETRY_AFTER_SECONDS = 60
 
+Key = TypeVar("Key", bound=Hashable)
+
 
 class AdmissionControl:
-    """Serialises count-then-create per tenant, so one replica never overshoots a limit."""
+    """Per-process admission state: serialises count-then-create per tenant (one replica never
+    overshoots a limit), and counts the open waits and streams of each tenant and execution."""
 
     def __init__(self) -> None:
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._waits: Counter[str] = Counter()
+        self._waits_on: Counter[tuple[str, str]] = Counter()
+        self._follows = 0
 
     @asynccontextmanager
     async def admitting(self, tenant: str) -> AsyncIterator[None]:
         async with self._locks[tenant]:
             yield
+
+    def open_waits(self, tenant: str) -> int:
+        return self._waits[tenant]
+
+    @contextmanager
+    def waiting(
+        self, tenant: Tenant, execution: str, settings: GatewaySettings, *, follows_log: bool
+    ) -> Iterator[None]:
+        """Hold one of the tenant's wait slots (a waiting create or a stream) on `execution`
+        for the block; 429 ``too_many_waits`` when the tenant, the execution or (for a log
+        follow) the whole gateway has none left."""
+        key = (tenant.name, execution)
+        limits = tenant.limits
+        if self._waits[tenant.name] >= limits.max_open_waits:
+            raise _too_many_waits("max_open_waits", limits.max_open_waits, settings)
+        if self._waits_on[key] >= limits.max_waits_per_execution:
+            raise _too_many_waits(
+                "max_waits_per_execution", limits.max_waits_per_execution, settings
+            )
+        if follows_log and self._follows >= settings.max_log_follows:
+            raise _too_many_waits("max_log_follows", settings.max_log_follows, settings)
+        self._waits[tenant.name] += 1
+        self._waits_on[key] += 1
+        self._follows += follows_log
+        try:
+            yield
+        finally:
+            self._follows -= follows_log
+            _release(self._waits, tenant.name)
+            _release(self._waits_on, key)
+
+
+def _release(counter: Counter[Key], key: Key) -> None:
+    counter[key] -= 1
+    if counter[key] <= 0:
+        del counter[key]
+
+
+WAIT_LIMIT_MESSAGES = {
+    "max_open_waits": "This tenant has {limit} requests waiting or streaming already",
+    "max_waits_per_execution": "{limit} requests are waiting on or streaming this execution "
+    "already (the same Idempotency-Key included)",
+    "max_log_follows": "The gateway follows {limit} logs already",
+}
+
+
+def _too_many_waits(kind: str, limit: int, settings: GatewaySettings) -> GatewayError:
+    message = WAIT_LIMIT_MESSAGES[kind].format(limit=limit)
+    return GatewayError(
+        429,
+        "too_many_waits",
+        f"{message}; retry later, or ask with wait=false and read the result later.",
+        [ErrorDetail(message="too many open waits", type=kind, limit=limit)],
+        headers={"Retry-After": str(settings.default_retry_after_seconds)},
+    )
 
 
 def code_size(request: CreateExecutionRequest) -> int:
@@ -125,55 +188,75 @@ def check_request(
     _check_tenant_limits(request, tenant)
 
 
+@dataclass(frozen=True)
+class ResolvedLimits:
+    timeout_seconds: int
+    memory: str
+    cpu: str
+
+
 def resolved_limits(
     request: CreateExecutionRequest, tenant: Tenant, settings: GatewaySettings
-) -> tuple[int, str]:
-    """(timeout in seconds, memory) of the execution: the request's, else the defaults
-    within the tenant's maximums."""
+) -> ResolvedLimits:
+    """The execution's limits: the request's, else the defaults within the tenant's maximums
+    (so a tenant's maximum holds when a request names no value)."""
     limits = tenant.limits
-    timeout = request.timeout_seconds or min(
-        settings.default_timeout_seconds, limits.max_timeout_seconds
+    return ResolvedLimits(
+        timeout_seconds=request.timeout_seconds
+        or min(settings.default_timeout_seconds, limits.max_timeout_seconds),
+        memory=request.memory or smaller_quantity(settings.default_memory, limits.max_memory),
+        cpu=request.cpu or smaller_quantity(settings.default_cpu, limits.max_cpu),
     )
-    memory = request.memory or smaller_quantity(settings.default_memory, limits.max_memory)
-    return timeout, memory
 
 
-def retry_after_seconds(active: list[Resource], now: datetime, default: int) -> int:
-    """Seconds until the first running execution must have ended (its timeout), 1..60."""
-    remaining: list[Decimal] = []
-    for resource in active:
-        started = (resource.get("status") or {}).get("startedAt")
-        timeout = (resource.get("spec") or {}).get("timeoutSeconds")
-        if not isinstance(started, str) or not isinstance(timeout, int):
-            continue
-        try:
-            started_at = datetime.fromisoformat(started)
-        except ValueError:
-            continue
-        remaining.append(Decimal(timeout) - Decimal(str((now - started_at).total_seconds())))
-    if not remaining:
+def _created_at(resource: Resource) -> datetime | None:
+    stamp = (resource.get("metadata") or {}).get("creationTimestamp")
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return datetime.fromisoformat(stamp)
+    except ValueError:
+        return None
+
+
+def retry_after_seconds(
+    unfinished: list[Resource], now: datetime, max_timeout_seconds: int, default: int
+) -> int:
+    """Seconds until the oldest unfinished execution must have ended at the latest: created
+    plus the tenant's longest timeout (metadata tells no more). 1..60."""
+    created = [stamp for stamp in map(_created_at, unfinished) if stamp is not None]
+    if not created:
         return default
-    soonest = int(min(remaining).to_integral_value("ROUND_CEILING"))
+    remaining = Decimal(max_timeout_seconds) - Decimal(str((now - min(created)).total_seconds()))
+    soonest = int(remaining.to_integral_value("ROUND_CEILING"))
     return max(1, min(MAX_RETRY_AFTER_SECONDS, soonest))
+
+
+def unfinished_selector(tenant: str) -> str:
+    """The tenant's executions the operator has not labelled finished."""
+    return f"{TENANT_LABEL}={tenant},!{FINISHED_LABEL}"
 
 
 async def check_concurrency(
     service: ExecutionService, tenant: Tenant, settings: GatewaySettings
 ) -> None:
-    """429 with Retry-After when the tenant runs as many executions as it may."""
-    page = await service.list(
-        tenant.namespace, label_selector=f"{TENANT_LABEL}={tenant.name}", limit=None, cursor=None
-    )
-    active = [resource for resource in page.items if not is_terminal(resource)]
+    """429 with Retry-After when the tenant runs as many executions as it may. Counts from
+    metadata alone, and reads no more than the limit."""
     limit = tenant.limits.max_concurrent
-    if len(active) >= limit:
+    unfinished = await service.list_metadata(
+        tenant.namespace, label_selector=unfinished_selector(tenant.name), limit=limit
+    )
+    if len(unfinished) >= limit:
         retry_after = retry_after_seconds(
-            active, datetime.now(UTC), settings.default_retry_after_seconds
+            unfinished,
+            datetime.now(UTC),
+            tenant.limits.max_timeout_seconds,
+            settings.default_retry_after_seconds,
         )
         raise GatewayError(
             429,
             "concurrency_limit",
-            f"{len(active)} executions are already running; this tenant may run {limit} at once.",
+            f"{limit} executions are already running; this tenant may run {limit} at once.",
             [ErrorDetail(message="too many running", type="max_concurrent", limit=limit)],
             headers={"Retry-After": str(retry_after)},
         )

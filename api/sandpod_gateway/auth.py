@@ -44,6 +44,17 @@ class TenantLimits(_CamelModel):
     max_memory: Quantity = "512Mi"
     max_cpu: Quantity = "1"
     max_concurrent: int = Field(default=5, ge=1)
+    max_open_waits: int = Field(
+        default=20,
+        ge=1,
+        description="Requests waiting for a result plus output streams open at once, per "
+        "gateway replica.",
+    )
+    max_waits_per_execution: int = Field(
+        default=4,
+        ge=1,
+        description="Of those, on one execution (retries with one Idempotency-Key included).",
+    )
 
 
 class ApiKeyEntry(_CamelModel):

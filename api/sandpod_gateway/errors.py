@@ -178,7 +178,8 @@ ERROR_DESCRIPTIONS: dict[int, str] = {
     409: "Conflict (Idempotency-Key reused for a different request)",
     413: "Request body or code too large",
     422: "Invalid input, or over a tenant limit (details name the field and the limit)",
-    429: "Too many executions running for this tenant; see Retry-After",
+    429: "Too many executions running (concurrency_limit), or too many requests waiting or "
+    "streaming (too_many_waits) for this tenant; see Retry-After",
     503: "The cluster or the API keys are unavailable; see Retry-After",
 }
 

@@ -5,6 +5,7 @@ ExecutionService. Kubernetes being unavailable and not-found are answered by the
 handlers (errors.py).
 """
 
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 from sandpod_contract.models import execution_name_problem
@@ -57,21 +58,26 @@ async def create_execution(
     check_request(request, tenant, catalog, settings)
     name = execution_name(tenant.name, idempotency_key)
     fingerprint = request_fingerprint(request)
-    try:
-        resource = None
-        if idempotency_key is not None:
-            resource = await replay(service, tenant, name, fingerprint)
-        created = resource is None
-        if resource is None:
-            resource, created = await _admit(
-                request, name, tenant, service, settings, admission, fingerprint
-            )
-        if wait:
-            resource = await finished(resource, tenant.namespace, service, settings)
-    except ExecutionNotFound as exc:
-        raise GatewayError(
-            409, "execution_deleted", f"Execution {name!r} was deleted while in use"
-        ) from exc
+    # A waiting request holds a wait slot from the start: refused replays cost no API call.
+    slot: AbstractContextManager[None] = (
+        admission.waiting(tenant, name, settings, follows_log=False) if wait else nullcontext()
+    )
+    with slot:
+        try:
+            resource = None
+            if idempotency_key is not None:
+                resource = await replay(service, tenant, name, fingerprint)
+            created = resource is None
+            if resource is None:
+                resource, created = await _admit(
+                    request, name, tenant, service, settings, admission, fingerprint
+                )
+            if wait:
+                resource = await finished(resource, tenant.namespace, service, settings)
+        except ExecutionNotFound as exc:
+            raise GatewayError(
+                409, "execution_deleted", f"Execution {name!r} was deleted while in use"
+            ) from exc
     return CreateOutcome(execution_result(resource), created)
 
 
@@ -85,13 +91,14 @@ async def _admit(
     fingerprint: str,
 ) -> tuple[Resource, bool]:
     """Create the execution if the tenant may run another: (the execution, created?)."""
-    timeout_seconds, memory = resolved_limits(request, tenant, settings)
+    limits = resolved_limits(request, tenant, settings)
     manifest = build_code_execution(
         name=name,
         tenant=tenant.name,
         request=request,
-        timeout_seconds=timeout_seconds,
-        memory=memory,
+        timeout_seconds=limits.timeout_seconds,
+        memory=limits.memory,
+        cpu=limits.cpu,
         ttl_seconds_after_finished=settings.ttl_seconds_after_finished,
     )
     async with admission.admitting(tenant.name):

@@ -71,9 +71,17 @@ def _pod_started(pod: Resource) -> bool:
     )
 
 
+# A list answered with metadata only (no spec, no status): cheap to serve and to decode.
+METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+DEFAULT_LOG_FOLLOW_BYTES = 8 * 1024 * 1024
+
+
 class KubernetesExecutionService:
-    def __init__(self, api_client: ApiClient) -> None:
+    def __init__(
+        self, api_client: ApiClient, log_follow_limit_bytes: int = DEFAULT_LOG_FOLLOW_BYTES
+    ) -> None:
         self._api_client = api_client
+        self._log_follow_limit_bytes = log_follow_limit_bytes
         self._custom = CustomObjectsApi(api_client)
         self._core = CoreV1Api(api_client)
 
@@ -97,6 +105,27 @@ class KubernetesExecutionService:
         if resource is None:
             raise ExecutionNotFound(name)
         return resource
+
+    async def list_metadata(
+        self, namespace: str, *, label_selector: str, limit: int
+    ) -> list[Resource]:
+        # The generated client fixes Accept to JSON, so the request is made one level down.
+        try:
+            result = await self._api_client.call_api(
+                f"/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{PLURAL}",
+                "GET",
+                path_params={"namespace": namespace},
+                query_params=[("labelSelector", label_selector), ("limit", limit)],
+                header_params={"Accept": METADATA_ONLY},
+                response_types_map={200: "object"},
+                auth_settings=["BearerToken"],
+                _return_http_data_only=True,
+            )
+        except (ApiException, *TRANSPORT_ERRORS) as exc:
+            raise _unavailable("listing CodeExecutions", exc) from exc
+        if not isinstance(result, dict):
+            raise KubernetesUnavailable("listing CodeExecutions: not a list")
+        return [item for item in result.get("items") or [] if isinstance(item, dict)]
 
     async def list(
         self, namespace: str, *, label_selector: str, limit: int | None, cursor: str | None
@@ -219,7 +248,11 @@ class KubernetesExecutionService:
                 response = cast(
                     aiohttp.ClientResponse,
                     await self._core.read_namespaced_pod_log(
-                        pod, namespace, follow=True, _preload_content=False
+                        pod,
+                        namespace,
+                        follow=True,
+                        limit_bytes=self._log_follow_limit_bytes,
+                        _preload_content=False,
                     ),
                 )
             except TRANSPORT_ERRORS as exc:

@@ -43,7 +43,9 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
                 secret_name=settings.api_keys_secret,
                 refresh_seconds=settings.api_keys_refresh_seconds,
             )
-            app.state.execution_service = KubernetesExecutionService(api_client)
+            app.state.execution_service = KubernetesExecutionService(
+                api_client, log_follow_limit_bytes=settings.max_log_follow_bytes
+            )
             app.state.mcp_sessions = new_session_manager(mcp_server, settings)
             async with app.state.mcp_sessions.run():
                 yield

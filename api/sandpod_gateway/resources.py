@@ -56,6 +56,7 @@ def build_code_execution(
     request: CreateExecutionRequest,
     timeout_seconds: int,
     memory: str,
+    cpu: str,
     ttl_seconds_after_finished: int,
 ) -> Resource:
     """The CodeExecution manifest for a request with its limits resolved.
@@ -72,7 +73,7 @@ def build_code_execution(
             args=request.args,
             mode=request.mode,
             timeout_seconds=timeout_seconds,
-            resources=Resources(memory=memory, cpu=request.cpu),
+            resources=Resources(memory=memory, cpu=cpu),
             ttl_seconds_after_finished=ttl_seconds_after_finished,
             max_output_bytes=request.max_output_bytes or DEFAULT_OUTPUT_BYTES,
         )

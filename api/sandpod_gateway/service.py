@@ -49,6 +49,13 @@ class ExecutionService(Protocol):
         """The CR; ExecutionNotFound if it does not exist."""
         ...
 
+    async def list_metadata(
+        self, namespace: str, *, label_selector: str, limit: int
+    ) -> list[Resource]:
+        """Up to ``limit`` matching CRs, as metadata only (PartialObjectMetadata: no spec,
+        no status)."""
+        ...
+
     async def list(
         self, namespace: str, *, label_selector: str, limit: int | None, cursor: str | None
     ) -> ExecutionPageData:

@@ -6,7 +6,7 @@ from typing import Annotated
 from pydantic import AfterValidator, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sandpod_contract.catalog import DEFAULT_CATALOG_PATH
-from sandpod_contract.models import MAX_CONTENT_CHARS, MAX_TTL_SECONDS, MEMORY_BOUNDS
+from sandpod_contract.models import CPU_BOUNDS, MAX_CONTENT_CHARS, MAX_TTL_SECONDS, MEMORY_BOUNDS
 
 SERVICE_ACCOUNT_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
@@ -37,6 +37,11 @@ class GatewaySettings(BaseSettings):
 
     default_timeout_seconds: int = Field(default=10, ge=1)
     default_memory: Annotated[str, AfterValidator(MEMORY_BOUNDS.check)] = "256Mi"
+    default_cpu: Annotated[str, AfterValidator(CPU_BOUNDS.check)] = Field(
+        default="500m",
+        description="cpu of a request that names none (within the tenant's maxCpu); keep it "
+        "the operator's default.",
+    )
     ttl_seconds_after_finished: int = Field(default=3600, ge=0, le=MAX_TTL_SECONDS)
     wait_margin_seconds: float = Field(
         default=120.0,
@@ -52,6 +57,15 @@ class GatewaySettings(BaseSettings):
     )
     max_request_bytes: int = Field(default=1024 * 1024, ge=1024)
     default_retry_after_seconds: int = Field(default=5, ge=1)
+    max_log_follows: int = Field(
+        default=200, ge=1, description="Pod logs this replica follows at once (all tenants)."
+    )
+    max_log_follow_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        ge=1024,
+        description="Bytes of one pod's log a stream reads at most (the rest of the output "
+        "is in the result).",
+    )
     mcp_allowed_hosts: list[str] = Field(
         default_factory=list,
         description="Host headers the MCP endpoint accepts (DNS-rebinding protection); "

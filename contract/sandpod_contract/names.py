@@ -20,6 +20,9 @@ EXECUTION_LABEL = f"{GROUP}/execution"
 ROLE_LABEL = f"{GROUP}/role"
 SANDBOX_ROLE = "sandbox"
 TENANT_LABEL = f"{GROUP}/tenant"
+# Set by the operator once an execution's status is terminal, so a tenant's unfinished
+# executions can be counted from metadata alone (label selector "!finished").
+FINISHED_LABEL = f"{GROUP}/finished"
 
 _UID_PART = 8
 _MAX_NAME = 63

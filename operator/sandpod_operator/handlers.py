@@ -192,6 +192,10 @@ async def expire_finished(
     """Delete a finished execution ttlSecondsAfterFinished after it finished (restart-safe:
     the deadline is computed from status.finishedAt)."""
     reconciler = reconciler_of(memo)
+    try:
+        await reconciler.mark_finished(plain(body))
+    except API_ERRORS as error:
+        raise kopf.TemporaryError(f"could not label finished: {error}", delay=5) from error
     remaining = reconciler.ttl_remaining(plain(body))
     if remaining > 0:
         await stopped.wait(remaining)

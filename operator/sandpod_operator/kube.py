@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from kubernetes_asyncio import client as k8s
 from prometheus_client import Counter, Histogram
-from sandpod_contract.names import GROUP, PLURAL, VERSION
+from sandpod_contract.names import FINISHED_LABEL, GROUP, PLURAL, VERSION
 from sandpod_contract.runner import LogReader, LogSummary, Summary
 
 Manifest = dict[str, Any]
@@ -118,6 +118,7 @@ class KubeApi(Protocol):
     async def patch_execution_status(
         self, namespace: str, name: str, *, uid: str | None, resource_version: str, status: Manifest
     ) -> Manifest: ...
+    async def label_finished(self, namespace: str, name: str, *, uid: str) -> None: ...
     async def delete_execution(self, namespace: str, name: str, *, uid: str) -> None: ...
 
 
@@ -296,6 +297,30 @@ class Kube:
             body,
             _content_type=MERGE_PATCH,
         )
+
+    async def label_finished(self, namespace: str, name: str, *, uid: str) -> None:
+        """Label this very execution finished. The uid in the patch is a precondition: a
+        re-created namesake refuses it (422, metadata.uid is immutable) and is left alone,
+        like a deleted one (404)."""
+        body = {"metadata": {"uid": uid, "labels": {FINISHED_LABEL: "true"}}}
+        try:
+            await self._call(
+                "patch",
+                PLURAL,
+                uid,
+                self._custom.patch_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                name,
+                body,
+                _content_type=MERGE_PATCH,
+            )
+        except KubeError as error:
+            namesake = error.status == 422 and "metadata.uid" in error.message
+            if error.status != 404 and not namesake:
+                raise
 
     async def delete_execution(self, namespace: str, name: str, *, uid: str) -> None:
         """Delete this very execution (uid precondition: never a re-created namesake)."""

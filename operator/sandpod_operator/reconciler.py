@@ -20,7 +20,14 @@ import kopf
 from pydantic import ValidationError
 from sandpod_contract.catalog import Catalog
 from sandpod_contract.models import DEFAULT_TIMEOUT_SECONDS, CodeExecutionSpec, is_terminal
-from sandpod_contract.names import API_VERSION, CANCEL_ANNOTATION, EXECUTION_LABEL, KIND, child_name
+from sandpod_contract.names import (
+    API_VERSION,
+    CANCEL_ANNOTATION,
+    EXECUTION_LABEL,
+    FINISHED_LABEL,
+    KIND,
+    child_name,
+)
 
 from sandpod_operator.builders import (
     InvalidSpecError,
@@ -401,6 +408,21 @@ class Reconciler:
             ),
         )
 
+    async def mark_finished(self, execution: Manifest) -> None:
+        """Label a finished execution, so the gateway counts unfinished ones from metadata
+        alone. Also called for every finished execution the operator sees (restart-safe)."""
+        meta = execution["metadata"]
+        if (meta.get("labels") or {}).get(FINISHED_LABEL) == "true":
+            return
+        await self.kube.label_finished(meta["namespace"], meta["name"], uid=meta["uid"])
+
+    async def _try_mark_finished(self, execution: Manifest) -> None:
+        # The finished-executions daemon labels what this misses.
+        try:
+            await self.mark_finished(execution)
+        except API_ERRORS as error:
+            logger.warning("could not label %s finished: %s", execution["metadata"]["name"], error)
+
     async def expire(self, execution: Manifest) -> None:
         meta = execution["metadata"]
         await self.kube.delete_execution(meta["namespace"], meta["name"], uid=meta["uid"])
@@ -457,6 +479,8 @@ class Reconciler:
                 current = await self.kube.get_execution(namespace, name, uid=uid)
                 continue
             self._announce(current, previous, new)
+            if is_terminal(new["phase"]):
+                await self._try_mark_finished(current)
             return True
         raise kopf.TemporaryError(f"status of {namespace}/{name} kept changing", delay=1)
 

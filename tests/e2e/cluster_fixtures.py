@@ -70,7 +70,8 @@ def namespace(
     """A fresh namespace per test, deleted afterwards (its executions first: see
     delete_executions; the namespace itself without waiting for it to go)."""
     test_name = request.node.name.lower().replace("_", "-")
-    test_name = "".join(c for c in test_name if c.isalnum() or c == "-")[:40].strip("-")
+    room = min(40, 63 - len(namespace_prefix) - 8)  # a namespace name is a DNS label
+    test_name = "".join(c for c in test_name if c.isalnum() or c == "-")[:room].strip("-")
     name = f"{namespace_prefix}-{test_name}-{uuid.uuid4().hex[:6]}"
     create_namespace(core_v1, name)
     yield name
@@ -132,13 +133,14 @@ def executions_being_released(api_client: client.ApiClient) -> bool:
 @pytest.fixture(scope="session")
 def gateway(
     sandpod_operator: OperatorProcess,
+    namespace_prefix: str,
     kubeconfig_path: Path,
     core_v1: client.CoreV1Api,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Gateway]:
     """The gateway, running on this machine against the test cluster, for the whole session,
     with its keys Secret in a namespace of its own (tests add tenants with `add_tenant`)."""
-    keys_namespace = f"sandpod-gateway-e2e-{uuid.uuid4().hex[:6]}"
+    keys_namespace = f"{namespace_prefix}-gateway-keys-{uuid.uuid4().hex[:6]}"
     core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=keys_namespace)))
     create_keys_secret(core_v1, keys_namespace)
     gateway = Gateway(

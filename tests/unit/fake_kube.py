@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import runner_wire
+from sandpod_contract.names import FINISHED_LABEL
 from sandpod_contract.runner import LogReader, LogSummary, Summary
 from sandpod_operator.kube import KubeError, RequestCounter
 
@@ -237,6 +238,14 @@ class FakeKube:
             raise KubeError(500, "InternalError", "etcdserver: request is too large")
         self.executions[(namespace, name)] = patched
         return self._bump(patched)
+
+    async def label_finished(self, namespace: str, name: str, *, uid: str) -> None:
+        await self._enter("label_finished")
+        stored = self.executions.get((namespace, name))
+        # As `Kube`: gone or re-created (uid precondition) is nothing to do.
+        if stored is not None and stored["metadata"]["uid"] == uid:
+            stored["metadata"].setdefault("labels", {})[FINISHED_LABEL] = "true"
+            self._bump(stored)
 
     async def delete_execution(self, namespace: str, name: str, *, uid: str) -> None:
         await self._enter("delete_execution")

@@ -13,7 +13,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from sandpod_contract.models import TERMINAL_PHASES
-from sandpod_contract.names import CANCEL_ANNOTATION
+from sandpod_contract.names import CANCEL_ANNOTATION, FINISHED_LABEL
 from sandpod_contract.runner import OutputChunk
 from sandpod_gateway.auth import Tenant, TenantLimits
 from sandpod_gateway.dependencies import get_execution_service, get_key_store
@@ -52,6 +52,24 @@ def echo_runner(spec: Resource) -> Run:
     )
 
 
+def selects(selector: str, labels: dict[str, str]) -> bool:
+    """Equality (k=v) and absence (!k) terms, comma-separated, as the API server reads them."""
+    for term in selector.split(","):
+        if term.startswith("!"):
+            if term[1:] in labels:
+                return False
+            continue
+        key, _, value = term.partition("=")
+        if labels.get(key) != value:
+            return False
+    return True
+
+
+def mark_finished(resource: Resource) -> None:
+    """What the operator does once it has written a terminal status."""
+    resource["metadata"].setdefault("labels", {})[FINISHED_LABEL] = "true"
+
+
 class FakeExecutionService:
     def __init__(self, runner: Callable[[Resource], Run] | None = echo_runner) -> None:
         """runner None: executions never finish by themselves (they stay Pending)."""
@@ -60,6 +78,7 @@ class FakeExecutionService:
         self.created: list[Resource] = []
         self.pod_gone: set[str] = set()
         self.ready = True
+        self.metadata_lists = 0
         self._versions = itertools.count(1)
 
     def _store(self, namespace: str, resource: Resource) -> Resource:
@@ -73,6 +92,7 @@ class FakeExecutionService:
         if resource.get("status", {}).get("phase") in TERMINAL_PHASES or self.runner is None:
             return
         resource["status"] = self.runner(resource["spec"]).status
+        mark_finished(resource)
         self._store(namespace, resource)
 
     async def create(self, namespace: str, manifest: Resource) -> Resource:
@@ -91,15 +111,30 @@ class FakeExecutionService:
         except KeyError:
             raise ExecutionNotFound(name) from None
 
+    def _selected(self, namespace: str, label_selector: str) -> list[Resource]:
+        return [
+            copy.deepcopy(resource)
+            for (ns, _), resource in sorted(self.objects.items())
+            if ns == namespace and selects(label_selector, resource["metadata"].get("labels", {}))
+        ]
+
+    async def list_metadata(
+        self, namespace: str, *, label_selector: str, limit: int
+    ) -> list[Resource]:
+        self.metadata_lists += 1
+        return [
+            {
+                "apiVersion": "meta.k8s.io/v1",
+                "kind": "PartialObjectMetadata",
+                "metadata": resource["metadata"],
+            }
+            for resource in self._selected(namespace, label_selector)[:limit]
+        ]
+
     async def list(
         self, namespace: str, *, label_selector: str, limit: int | None, cursor: str | None
     ) -> ExecutionPageData:
-        key, _, value = label_selector.partition("=")
-        items = [
-            copy.deepcopy(resource)
-            for (ns, _), resource in sorted(self.objects.items())
-            if ns == namespace and resource["metadata"].get("labels", {}).get(key) == value
-        ]
+        items = self._selected(namespace, label_selector)
         if cursor is not None and not cursor.isdigit():
             raise InvalidCursor(cursor)
         start = int(cursor or 0)
@@ -115,6 +150,7 @@ class FakeExecutionService:
         resource["metadata"].setdefault("annotations", {})[CANCEL_ANNOTATION] = "true"
         patched = self._store(namespace, resource)
         resource["status"] = {"phase": "Cancelled", "reason": "Cancelled"}
+        mark_finished(resource)
         self._store(namespace, resource)
         return patched
 

@@ -20,7 +20,14 @@ import pytest
 import yaml
 from sandpod_contract import crd
 from sandpod_contract.catalog import DEFAULT_CATALOG_PATH, load_catalog
-from sandpod_contract.names import GROUP, ROLE_LABEL, SANDBOX_ROLE
+from sandpod_contract.names import (
+    FINISHED_LABEL,
+    GROUP,
+    PLURAL,
+    ROLE_LABEL,
+    SANDBOX_ROLE,
+    TENANT_LABEL,
+)
 from sandpod_gateway.auth import KeyIndex, parse_tenants_config
 from sandpod_gateway.settings import GatewaySettings
 from sandpod_operator.settings import OperatorSettings
@@ -73,11 +80,14 @@ EVERY_GATEWAY_SETTING: dict[str, Any] = {
     "apiKeysRefreshSeconds": 10,
     "defaultTimeoutSeconds": 20,
     "defaultMemory": "128Mi",
+    "defaultCpu": "250m",
     "ttlSecondsAfterFinished": 600,
     "waitMarginSeconds": 60.5,
     "maxCodeBytes": 131072,
     "maxRequestBytes": 524288,
     "defaultRetryAfterSeconds": 3,
+    "maxLogFollows": 50,
+    "maxLogFollowBytes": 1048576,
     "mcpAllowedHosts": ["sandpod.example"],
 }
 CI_KEY_DIGEST = hashlib.sha256(b"sk-ci-a").hexdigest()
@@ -86,7 +96,14 @@ TENANTS: list[dict[str, Any]] = [
     {
         "name": "team-a",
         "apiKeys": [{"name": "ci", "sha256": CI_KEY_DIGEST}, {"name": "dev", "key": "sk-dev-a"}],
-        "limits": {"maxTimeoutSeconds": 30, "maxMemory": "1Gi", "maxCpu": "2", "maxConcurrent": 3},
+        "limits": {
+            "maxTimeoutSeconds": 30,
+            "maxMemory": "1Gi",
+            "maxCpu": "2",
+            "maxConcurrent": 3,
+            "maxOpenWaits": 10,
+            "maxWaitsPerExecution": 2,
+        },
         "resourceQuota": {"pods": "20"},
     },
     {"name": "team-b", "namespace": "shared", "apiKeys": [{"key": "sk-dev-b"}]},
@@ -182,6 +199,7 @@ MINIMAL_VALUES: dict[str, Any] = {
     "networkPolicies": {"enabled": False, "sandboxDenyAll": False},
     "uninstallHook": {"enabled": False},
     "test": {"enabled": False},
+    "labelPolicy": {"enabled": False},
     "tenants": [{"name": "solo"}],
 }
 SCENARIOS = {"default": {}, "full": FULL_VALUES, "minimal": MINIMAL_VALUES}
@@ -609,6 +627,52 @@ def test_without_the_gateway(rendered: dict[str, list[Manifest]]) -> None:
     assert [d["metadata"]["name"] for d in of_kind(manifests, "Deployment")] == [
         f"{FULLNAME}-operator"
     ]
+
+
+def test_only_the_gateway_and_the_operator_set_the_counted_labels(
+    rendered: dict[str, list[Manifest]],
+) -> None:
+    policy = find(
+        rendered["default"], "ValidatingAdmissionPolicy", f"{NAMESPACE}-{FULLNAME}-labels"
+    )
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    assert spec["matchConstraints"]["resourceRules"][0]["resources"] == [PLURAL]
+    variables = {v["name"]: v["expression"] for v in spec["variables"]}
+    assert f"'{TENANT_LABEL}' in object.metadata.labels" in variables["tenant"]
+    assert f"'{FINISHED_LABEL}' in object.metadata.labels" in variables["finished"]
+    assert '["system:masters"]' in variables["trusted"]
+    tenant_rule, finished_rule = (v["expression"] for v in spec["validations"])
+    account = f"system:serviceaccount:{NAMESPACE}:{FULLNAME}"
+    assert tenant_rule.endswith(f"== '{account}-gateway'")
+    assert finished_rule.endswith(f"== '{account}-operator'")
+    for manifests in (rendered["default"], rendered["full"]):
+        accounts = {a["metadata"]["name"] for a in of_kind(manifests, "ServiceAccount")}
+        assert {f"{FULLNAME}-gateway", f"{FULLNAME}-operator"} <= accounts
+    binding = find(
+        rendered["default"], "ValidatingAdmissionPolicyBinding", f"{NAMESPACE}-{FULLNAME}-labels"
+    )
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert "matchResources" not in binding["spec"]  # every namespace
+    assert not of_kind(rendered["minimal"], "ValidatingAdmissionPolicy")
+
+
+def test_the_label_policy_binds_to_the_served_namespaces(helm: Path, tmp_path: Path) -> None:
+    values = {"operator": {"watchNamespaces": ["team-a", "team-b"]}}
+    manifests = render(helm, tmp_path, values)
+    binding = of_kind(manifests, "ValidatingAdmissionPolicyBinding")[0]
+    assert binding["spec"]["matchResources"] == {
+        "namespaceSelector": {
+            "matchExpressions": [
+                {
+                    "key": "kubernetes.io/metadata.name",
+                    "operator": "In",
+                    "values": ["team-a", "team-b"],
+                }
+            ]
+        }
+    }
 
 
 # --- hardening and network policies ---

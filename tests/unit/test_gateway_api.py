@@ -491,6 +491,11 @@ class VanishingService(FakeExecutionService):
     async def cancel(self, namespace: str, name: str) -> dict[str, Any]:
         raise ExecutionNotFound(name)
 
+    async def list_metadata(
+        self, namespace: str, *, label_selector: str, limit: int
+    ) -> list[dict[str, Any]]:
+        raise KubernetesUnavailable("connection refused")
+
     async def list(
         self, namespace: str, *, label_selector: str, limit: int | None, cursor: str | None
     ) -> ExecutionPageData:

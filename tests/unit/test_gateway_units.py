@@ -37,6 +37,7 @@ def manifest(req: CreateExecutionRequest, **overrides: Any) -> dict[str, Any]:
         "request": req,
         "timeout_seconds": 10,
         "memory": "256Mi",
+        "cpu": "500m",
         "ttl_seconds_after_finished": 600,
     }
     return build_code_execution(**{**options, **overrides})
@@ -46,7 +47,9 @@ def manifest(req: CreateExecutionRequest, **overrides: Any) -> dict[str, Any]:
 
 
 def test_the_manifest_is_a_valid_code_execution() -> None:
-    built = manifest(request(files=[{"path": "a/b.txt", "content": "x"}], stdin="in", cpu="1"))
+    built = manifest(
+        request(files=[{"path": "a/b.txt", "content": "x"}], stdin="in", cpu="1"), cpu="1"
+    )
 
     assert built["apiVersion"] == API_VERSION
     assert built["kind"] == KIND
@@ -196,21 +199,19 @@ def test_an_odd_status_still_maps_without_failing() -> None:
 # --- Retry-After ------------------------------------------------------------------------
 
 
-def test_retry_after_is_the_time_until_the_first_running_execution_must_end() -> None:
+def test_retry_after_is_the_time_until_the_oldest_unfinished_execution_must_end() -> None:
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    started = (now - timedelta(seconds=8)).isoformat()
-    active = [
-        {"spec": {"timeoutSeconds": 30}, "status": {"startedAt": started}},
-        {"spec": {"timeoutSeconds": 10}, "status": {"startedAt": started}},
-        {"spec": {"timeoutSeconds": 10}},  # still pending: no estimate
-    ]
 
-    assert retry_after_seconds(active, now, default=5) == 2
-    assert retry_after_seconds(active[2:], now, default=5) == 5
-    overdue = [{"spec": {"timeoutSeconds": 1}, "status": {"startedAt": started}}]
-    assert retry_after_seconds(overdue, now, default=5) == 1
-    long = [{"spec": {"timeoutSeconds": 300}, "status": {"startedAt": now.isoformat()}}]
-    assert retry_after_seconds(long, now, default=5) == 60
+    def created(seconds_ago: float) -> dict[str, Any]:
+        return {
+            "metadata": {"creationTimestamp": (now - timedelta(seconds=seconds_ago)).isoformat()}
+        }
+
+    unfinished = [created(3), created(8), {"metadata": {}}]
+    assert retry_after_seconds(unfinished, now, max_timeout_seconds=10, default=5) == 2
+    assert retry_after_seconds(unfinished[2:], now, max_timeout_seconds=10, default=5) == 5
+    assert retry_after_seconds([created(30)], now, max_timeout_seconds=10, default=5) == 1
+    assert retry_after_seconds([created(0)], now, max_timeout_seconds=300, default=5) == 60
 
 
 def test_the_status_is_read_through_its_model() -> None:

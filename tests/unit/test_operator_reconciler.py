@@ -31,7 +31,7 @@ from fake_kube import (
     unschedulable_status,
 )
 from sandpod_contract.catalog import load_catalog
-from sandpod_contract.names import CANCEL_ANNOTATION, child_name
+from sandpod_contract.names import CANCEL_ANNOTATION, FINISHED_LABEL, child_name
 from sandpod_operator.kube import KubeError
 from sandpod_operator.reconciler import MAX_WRITE_ATTEMPTS, Reconciler
 from sandpod_operator.settings import OperatorSettings
@@ -804,3 +804,45 @@ async def test_an_execution_too_big_for_its_own_output_still_ends(
     finished = kubelet_finishes(kube, key, ago(1), stdout="x" * 10_000)
     await reconciler.on_pod_event("MODIFIED", finished)
     assert outcome(kube) == ("Error", "StatusTooLarge")
+
+
+def labels_of(kube: FakeKube, name: str = "hello") -> dict[str, str]:
+    return dict(kube.executions[(NAMESPACE, name)]["metadata"].get("labels") or {})
+
+
+async def test_a_terminal_status_write_labels_the_execution_finished(
+    kube: FakeKube, reconciler: Reconciler
+) -> None:
+    key = await running(kube, reconciler)
+    assert FINISHED_LABEL not in labels_of(kube)
+    await reconciler.on_pod_event("MODIFIED", kubelet_finishes(kube, key, ago(1)))
+    assert status_of(kube)["phase"] == "Succeeded"
+    assert labels_of(kube)[FINISHED_LABEL] == "true"
+    # Labelled once: seeing it finished again writes nothing.
+    calls = len(kube.calls)
+    await reconciler.mark_finished(latest(kube))
+    assert len(kube.calls) == calls
+
+
+async def test_a_failed_label_write_is_made_up_by_the_finished_daemon(
+    kube: FakeKube, reconciler: Reconciler
+) -> None:
+    key = await running(kube, reconciler)
+    kube.fail("label_finished", aiohttp.ClientConnectionError("api server restarting"))
+    await reconciler.on_pod_event("MODIFIED", kubelet_finishes(kube, key, ago(1)))
+    assert status_of(kube)["phase"] == "Succeeded"
+    assert FINISHED_LABEL not in labels_of(kube)
+    # What expire_finished does first for every finished execution it sees.
+    await new_reconciler(kube).mark_finished(latest(kube))
+    assert labels_of(kube)[FINISHED_LABEL] == "true"
+
+
+async def test_a_recreated_namesake_is_never_labelled_finished(
+    kube: FakeKube, reconciler: Reconciler
+) -> None:
+    old = submit(kube)
+    old["metadata"]["labels"] = {}
+    del kube.executions[(NAMESPACE, "hello")]
+    submit(kube)
+    await reconciler.mark_finished(old)
+    assert FINISHED_LABEL not in labels_of(kube)

@@ -53,6 +53,18 @@ async def owned_execution(
 OwnedExecution = Annotated[Resource, Depends(owned_execution)]
 
 
+async def stream_slot(
+    execution: OwnedExecution, tenant: CurrentTenant, admission: AdmissionDep, settings: SettingsDep
+) -> AsyncIterator[None]:
+    """One of the tenant's wait slots, held until the stream has ended (429 if none is left,
+    before the stream starts)."""
+    with admission.waiting(tenant, execution["metadata"]["name"], settings, follows_log=True):
+        yield
+
+
+StreamSlot = Annotated[None, Depends(stream_slot)]
+
+
 @router.post(
     "",
     response_model=ExecutionResult,
@@ -162,10 +174,11 @@ async def cancel_execution(
     description='Server-Sent Events: `stdout` and `stderr` ({"data": text}) as the program '
     "writes, then `exit` with the result (an ExecutionResult). `error` "
     '({"code", "message"}) if the stream cannot continue.',
-    responses=error_responses(*COMMON_ERRORS, 404, streaming=True),
+    responses=error_responses(*COMMON_ERRORS, 404, 429, streaming=True),
 )
 async def stream_execution(
     execution: OwnedExecution,
+    _slot: StreamSlot,
     tenant: CurrentTenant,
     service: ExecutionServiceDep,
     settings: SettingsDep,

@@ -33,12 +33,20 @@ async def healthz() -> HealthStatus:
     responses=error_responses(503),
 )
 async def readyz(key_store: KeyStoreDep, service: ExecutionServiceDep) -> HealthStatus:
+    # The answer names the part that is missing, never a namespace, name or error text:
+    # /readyz is reachable without a key.
     try:
         await key_store.check_ready()
-        await service.check_ready()
-    except (KeyStoreUnavailable, KubernetesUnavailable) as exc:
+    except KeyStoreUnavailable as exc:
         logger.warning("not ready: %s", exc)
-        raise GatewayError(503, "not_ready", f"Not ready: {exc}") from exc
+        raise GatewayError(503, "not_ready", "Not ready: the API keys cannot be loaded") from exc
+    try:
+        await service.check_ready()
+    except KubernetesUnavailable as exc:
+        logger.warning("not ready: %s", exc)
+        raise GatewayError(
+            503, "not_ready", "Not ready: the cluster does not serve executions"
+        ) from exc
     return HealthStatus(status="ready")
 
 

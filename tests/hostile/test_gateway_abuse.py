@@ -1,0 +1,286 @@
+"""One tenant's abuse of the gateway (the real process, against the cluster): a storm of
+waits replaying one Idempotency-Key is refused beyond the bound while the same tenant's
+print(1) still runs; the running count comes from labels (the operator's finished label);
+and no one but the gateway and the operator may set those labels (the chart's admission
+policy), so a tenant cannot be made to look busy by someone else's objects.
+
+Latencies are recorded in the results table and printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from executions import GROUP, PLURAL, VERSION, kubectl, manifest, wait_until
+from gateway_process import REQUEST_TIMEOUT, Gateway
+from kubernetes import client
+from results_table import Row
+from sandpod_contract.names import FINISHED_LABEL, TENANT_LABEL
+
+pytestmark = pytest.mark.usefixtures("sandpod_operator")
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CHART = REPO_ROOT / "charts" / "sandpod"
+RELEASE = "sp"
+REPLAYS = 300
+WAITS_PER_EXECUTION = 4
+SLOW = "import time\ntime.sleep(20)\nprint('slept')"
+
+
+def abuser(gateway: Gateway, namespace: str, **limits: Any) -> httpx.AsyncClient:
+    key = gateway.add_tenant(
+        "abuser", namespace, maxWaitsPerExecution=WAITS_PER_EXECUTION, **limits
+    )
+    return httpx.AsyncClient(
+        base_url=gateway.url,
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=REQUEST_TIMEOUT,
+        limits=httpx.Limits(max_connections=REPLAYS + 10, max_keepalive_connections=20),
+    )
+
+
+async def until_answered(tasks: list[asyncio.Task[httpx.Response]], count: int) -> None:
+    """Until `count` of the tasks have an answer, for at most 60 s (then the assertions tell)."""
+    deadline = time.monotonic() + 60
+    while sum(task.done() for task in tasks) < count and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+
+
+async def storm(client: httpx.AsyncClient) -> tuple[list[httpx.Response], httpx.Response, float]:
+    """REPLAYS waits on one Idempotency-Key for a 20 s program, and a print(1) sent while the
+    program runs: (the storm's answers, print(1)'s answer, its latency in seconds)."""
+    body = {"language": "python", "code": SLOW, "timeout_seconds": 40}
+    headers = {"Idempotency-Key": "storm"}
+    replays = [
+        asyncio.create_task(client.post("/v1/executions", json=body, headers=headers))
+        for _ in range(REPLAYS)
+    ]
+    await until_answered(replays, REPLAYS - WAITS_PER_EXECUTION)
+    started = time.monotonic()
+    quick = await client.post("/v1/executions", json={"language": "python", "code": "print(1)"})
+    latency = time.monotonic() - started
+    return list(await asyncio.gather(*replays)), quick, latency
+
+
+def test_a_replay_storm_is_refused_beyond_the_bound_and_the_tenant_still_runs(
+    gateway: Gateway, hostile_namespace: str, table_row: Row
+) -> None:
+    table_row.expected = f"≥{REPLAYS - WAITS_PER_EXECUTION} of {REPLAYS} 429; print(1) 200"
+
+    async def run() -> tuple[list[httpx.Response], httpx.Response, float]:
+        async with abuser(gateway, hostile_namespace) as client:
+            return await storm(client)
+
+    answered, quick, latency = asyncio.run(run())
+
+    statuses = [response.status_code for response in answered]
+    refused = [r for r in answered if r.status_code == 429]
+    waited = [r for r in answered if r.status_code == 200]
+    table_row.observed = (
+        f"429: {len(refused)}, 200: {len(waited)}; print(1) {quick.status_code} in {latency:.1f} s"
+    )
+    print(f"\nreplay storm: print(1) answered {quick.status_code} in {latency:.2f} s")
+    assert quick.status_code == 200, quick.text
+    assert (quick.json()["status"], quick.json()["stdout"]) == ("success", "1\n")
+    assert len(refused) + len(waited) == REPLAYS, sorted(set(statuses))
+    assert len(waited) <= WAITS_PER_EXECUTION
+    for response in refused:
+        assert response.json()["error"]["code"] == "too_many_waits"
+        assert int(response.headers["Retry-After"]) >= 1
+    assert len({r.json()["id"] for r in waited}) <= 1
+    for response in waited:
+        assert (response.json()["status"], response.json()["stdout"]) == ("success", "slept\n")
+
+
+def test_the_running_count_follows_the_operators_finished_label(
+    gateway: Gateway,
+    hostile_namespace: str,
+    custom_objects: client.CustomObjectsApi,
+    table_row: Row,
+) -> None:
+    table_row.expected = "2nd 429 concurrency_limit; after cancel: labelled, 200"
+
+    async def run() -> tuple[httpx.Response, httpx.Response, httpx.Response]:
+        async with abuser(gateway, hostile_namespace, maxConcurrent=1) as client:
+            slow = {"language": "python", "code": SLOW, "timeout_seconds": 40}
+            first = await client.post("/v1/executions?wait=false", json=slow)
+            second = await client.post("/v1/executions?wait=false", json=slow)
+            execution_id = first.json()["id"]
+            await client.delete(f"/v1/executions/{execution_id}")
+            await asyncio.to_thread(
+                wait_until,
+                lambda: finished_label(custom_objects, hostile_namespace, execution_id),
+                timeout=60,
+                what="the operator to label the cancelled execution finished",
+            )
+            third = await client.post(
+                "/v1/executions", json={"language": "python", "code": "print(1)"}
+            )
+            return first, second, third
+
+    first, second, third = asyncio.run(run())
+
+    table_row.observed = (
+        f"{first.status_code}, {second.status_code} {second.text[:40]}, {third.status_code}"
+    )
+    assert first.status_code == 202, first.text
+    assert second.status_code == 429, second.text
+    assert second.json()["error"]["code"] == "concurrency_limit"
+    assert 1 <= int(second.headers["Retry-After"]) <= 60
+    assert third.status_code == 200, third.text
+    assert finished_label(custom_objects, hostile_namespace, third.json()["id"], wait=True)
+
+
+def finished_label(
+    objects: client.CustomObjectsApi, namespace: str, name: str, wait: bool = False
+) -> bool:
+    def labelled() -> bool:
+        execution: Any = objects.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name
+        )
+        return bool(execution["metadata"].get("labels", {}).get(FINISHED_LABEL) == "true")
+
+    if wait:
+        wait_until(labelled, timeout=30, what=f"{name} to be labelled finished")
+    return labelled()
+
+
+# --- the chart's label policy ----------------------------------------------------------------
+
+
+def render_label_policy(helm: Path, namespace: str, workdir: Path) -> str:
+    values = workdir / "values.yaml"
+    values.write_text(yaml.safe_dump({"operator": {"watchNamespaces": [namespace]}}))
+    command = [str(helm), "template", RELEASE, str(CHART), "--namespace", namespace]
+    command += ["--values", str(values), "--show-only", "templates/label-policy.yaml"]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, completed.stderr
+    return completed.stdout
+
+
+def account(namespace: str, name: str) -> str:
+    return f"system:serviceaccount:{namespace}:{name}"
+
+
+def create_as(
+    kubeconfig: Path, namespace: str, who: str, labels: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """A server-side dry run of creating a CodeExecution with `labels`, as `who`."""
+    document = manifest("forged", {"language": "python", "source": "print(1)"})
+    document["metadata"]["labels"] = labels
+    return kubectl(
+        kubeconfig,
+        "create",
+        "--dry-run=server",
+        f"--as={who}",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        stdin=json.dumps(document),
+    )
+
+
+@pytest.fixture
+def label_policy(
+    helm: Path, hostile_namespace: str, kubeconfig_path: Path, tmp_path: Path
+) -> Iterator[str]:
+    """The chart's label policy, bound to this test's namespace alone; an "intruder" and
+    the release's gateway and operator service accounts may create executions there."""
+    namespace = hostile_namespace
+    rbac = {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": {"name": "create-executions", "namespace": namespace},
+                "rules": [{"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["create"]}],
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": "create-executions", "namespace": namespace},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "Role",
+                    "name": "create-executions",
+                },
+                "subjects": [
+                    {"kind": "ServiceAccount", "name": name, "namespace": namespace}
+                    for name in (
+                        "intruder",
+                        f"{RELEASE}-sandpod-gateway",
+                        f"{RELEASE}-sandpod-operator",
+                    )
+                ],
+            },
+        ],
+    }
+    applied = kubectl(kubeconfig_path, "apply", "-f", "-", stdin=json.dumps(rbac))
+    assert applied.returncode == 0, applied.stderr
+    rendered = render_label_policy(helm, namespace, tmp_path)
+    applied = kubectl(kubeconfig_path, "apply", "-f", "-", stdin=rendered)
+    assert applied.returncode == 0, applied.stderr
+    intruder = account(namespace, "intruder")
+    try:
+        # The API server picks new policies up within seconds.
+        wait_until(
+            lambda: (
+                "only the sandpod gateway"
+                in create_as(kubeconfig_path, namespace, intruder, {TENANT_LABEL: "victim"}).stderr
+            ),
+            timeout=60,
+            what="the label policy to take effect",
+        )
+        yield namespace
+    finally:
+        kubectl(kubeconfig_path, "delete", "--ignore-not-found", "-f", "-", stdin=rendered)
+
+
+@pytest.mark.parametrize(
+    ("who", "labels", "refused_with"),
+    [
+        ("intruder", {TENANT_LABEL: "victim"}, "only the sandpod gateway sets the tenant label"),
+        ("intruder", {FINISHED_LABEL: "true"}, "only the sandpod operator sets the finished"),
+        (f"{RELEASE}-sandpod-operator", {TENANT_LABEL: "victim"}, "only the sandpod gateway"),
+        (f"{RELEASE}-sandpod-gateway", {FINISHED_LABEL: "true"}, "only the sandpod operator"),
+        ("intruder", {"team": "victim"}, None),
+        (f"{RELEASE}-sandpod-gateway", {TENANT_LABEL: "victim"}, None),
+    ],
+    ids=[
+        "intruder-sets-tenant",
+        "intruder-sets-finished",
+        "operator-sets-tenant",
+        "gateway-sets-finished",
+        "intruder-other-label",
+        "gateway-sets-tenant",
+    ],
+)
+def test_only_the_gateway_and_operator_set_the_counted_labels(
+    label_policy: str,
+    kubeconfig_path: Path,
+    who: str,
+    labels: dict[str, str],
+    refused_with: str | None,
+    table_row: Row,
+) -> None:
+    table_row.expected = f"refused: {refused_with}" if refused_with else "accepted"
+    result = create_as(kubeconfig_path, label_policy, account(label_policy, who), labels)
+    telling = (result.stderr or result.stdout).strip()
+    table_row.observed = f"exit {result.returncode}: {telling[-70:]}"
+    if refused_with is None:
+        assert result.returncode == 0, result.stderr
+    else:
+        assert result.returncode != 0, result.stdout
+        assert refused_with in result.stderr, result.stderr
