@@ -34,6 +34,7 @@ from sandpod_operator.status import Verdict
 
 EXECUTIONS = (GROUP, VERSION, PLURAL)
 PODS = ("v1", "pods")
+NODES = ("v1", "nodes")
 NETWORK_POLICIES = ("networking.k8s.io", "v1", "networkpolicies")
 SANDBOX_POD_LABELS = {ROLE_LABEL: SANDBOX_ROLE, MANAGED_BY_LABEL: MANAGED_BY}
 KOPF_PREFIX = f"kopf.{GROUP}"
@@ -145,6 +146,11 @@ async def stop_deleted_execution(
     kube.counter.forget(uid)
     if namespace and status.get("podName"):
         await kube.delete_pod(namespace, status["podName"], uid=None)
+
+
+@kopf.on.event(*NODES)
+def node_changed(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    reconciler_of(memo).on_node_event(event.get("type"), dict(event["object"]))
 
 
 @kopf.on.event(*PODS, labels=SANDBOX_POD_LABELS)

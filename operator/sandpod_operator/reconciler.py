@@ -41,6 +41,7 @@ from sandpod_operator.builders import (
 from sandpod_operator.kube import KubeApi, KubeError
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import (
+    NodeRoom,
     Verdict,
     accepted_summary,
     next_status,
@@ -135,6 +136,15 @@ class Reconciler:
     post_event: EventPoster = kopf.event
     # Per pod uid, the state last acted on (or FINAL), to skip pod events that change nothing.
     observations: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # Per node name, its allocatable resources: a sandbox larger than every node never queues.
+    node_allocatable: dict[str, Manifest] = field(default_factory=dict)
+
+    def on_node_event(self, event_type: str | None, node: Manifest) -> None:
+        name = str((node.get("metadata") or {}).get("name"))
+        if event_type == "DELETED":
+            self.node_allocatable.pop(name, None)
+        else:
+            self.node_allocatable[name] = dict((node.get("status") or {}).get("allocatable") or {})
 
     # --- starting -------------------------------------------------------------------------
 
@@ -314,6 +324,7 @@ class Reconciler:
             timeout_seconds=timeout_of(execution),
             now=now(),
             settings=self.settings,
+            largest_node=NodeRoom.largest(self.node_allocatable.values()),
         )
         if verdict.reason == "StartupTimeout" and not pod_finished(pod):
             warning = await self.kube.latest_warning(
@@ -349,6 +360,7 @@ class Reconciler:
             timeout_seconds=timeout_of(execution),
             now=now(),
             settings=self.settings,
+            largest_node=NodeRoom.largest(self.node_allocatable.values()),
         )
         if verdict.terminal:
             # The index may lag behind the pod (it may have just finished): look again.

@@ -72,11 +72,12 @@ class OperatorSettings(BaseSettings):
         description="How long a sandbox may take from creation to a running program (image, "
         "sandbox start) before the execution ends with Error/StartupTimeout.",
     )
-    unschedulable_grace_seconds: int = Field(
-        default=5,
+    queue_timeout_seconds: int = Field(
+        default=300,
         ge=0,
-        description="How long a pod may stay unschedulable before Error/Unschedulable (a "
-        "full node can free up in that time).",
+        description="How long an execution may wait (Pending, condition Queued) for room on a "
+        "node before Error/Unschedulable. One that asks for more than the largest node has "
+        "ends at once.",
     )
     deadline_grace_seconds: float = Field(
         default=3.0,

@@ -6,8 +6,10 @@ times and never moving backwards (a terminal status is final).
 """
 
 import signal as signals
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from pydantic import ValidationError
@@ -39,6 +41,7 @@ IMAGE_ERRORS = frozenset(
 )
 CONFIG_ERRORS = frozenset({"CreateContainerConfigError"})
 START_ERRORS = frozenset({"StartError", "ContainerCannotRun"})
+QUEUED = "Queued"
 TIMEOUT_EXIT_CODE = 124
 SIGKILL = 9
 # A process killed by signal N exits (as seen by its parent, here the kubelet) with 128 + N.
@@ -159,7 +162,73 @@ def _signal_name(signal: int) -> str:
         return f"signal {signal}"
 
 
-def observe_pending(pod: Pod, now: datetime, settings: OperatorSettings) -> Verdict:
+@dataclass(frozen=True)
+class NodeRoom:
+    """What the largest node can give one pod (its allocatable cpu and memory)."""
+
+    cpu: Decimal
+    memory: Decimal
+
+    @classmethod
+    def largest(cls, allocatables: Iterable[Mapping[str, Any]]) -> "NodeRoom | None":
+        rooms = [
+            cls(parse_quantity(str(a.get("cpu", 0))), parse_quantity(str(a.get("memory", 0))))
+            for a in allocatables
+        ]
+        if not rooms:
+            return None
+        return cls(max(r.cpu for r in rooms), max(r.memory for r in rooms))
+
+
+def _requests(pod: Pod) -> NodeRoom:
+    containers = (pod.get("spec") or {}).get("containers") or []
+    requests = ((containers[0].get("resources") or {}).get("requests") or {}) if containers else {}
+    return NodeRoom(
+        parse_quantity(str(requests.get("cpu", 0))), parse_quantity(str(requests.get("memory", 0)))
+    )
+
+
+def observe_queued(
+    pod: Pod,
+    scheduled: Mapping[str, Any],
+    now: datetime,
+    settings: OperatorSettings,
+    largest_node: NodeRoom | None,
+) -> Verdict:
+    """A pod no node can take now: it waits for room (Pending/Queued) unless it could never
+    fit the largest node or has waited `queue_timeout_seconds`."""
+    scheduler_says = str(scheduled.get("message") or "no node can run the sandbox")
+    needs = _requests(pod)
+    if largest_node is not None and (
+        needs.cpu > largest_node.cpu or needs.memory > largest_node.memory
+    ):
+        return Verdict(
+            phase="Error",
+            reason="Unschedulable",
+            message=f"the sandbox asks for more than any node has ({scheduler_says})",
+            retryable=False,
+            finished_at=now,
+        )
+    created = parse_time((pod.get("metadata") or {}).get("creationTimestamp")) or now
+    if (now - created).total_seconds() >= settings.queue_timeout_seconds:
+        return Verdict(
+            phase="Error",
+            reason="Unschedulable",
+            message=f"no node had room for the sandbox within "
+            f"{settings.queue_timeout_seconds}s ({scheduler_says})",
+            retryable=True,
+            finished_at=now,
+        )
+    return Verdict(
+        phase="Pending",
+        reason=QUEUED,
+        message=f"waiting for room on a node ({scheduler_says})",
+    )
+
+
+def observe_pending(
+    pod: Pod, now: datetime, settings: OperatorSettings, largest_node: NodeRoom | None
+) -> Verdict:
     """A pod whose program has not started: still Pending, or a verdict that it never will."""
     waiting = (_container_status(pod).get("state") or {}).get("waiting") or {}
     waiting_reason = str(waiting.get("reason") or "")
@@ -184,19 +253,11 @@ def observe_pending(pod: Pod, now: datetime, settings: OperatorSettings) -> Verd
         )
     scheduled = _condition(pod, "PodScheduled")
     if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
-        since = parse_time(scheduled.get("lastTransitionTime")) or now
-        message = str(scheduled.get("message") or "no node can run the sandbox")
-        if (now - since).total_seconds() >= settings.unschedulable_grace_seconds:
-            return Verdict(
-                phase="Error",
-                reason="Unschedulable",
-                message=message,
-                retryable=True,
-                finished_at=now,
-            )
-        return Verdict(phase="Pending", reason="Unschedulable", message=message)
-    created = parse_time((pod.get("metadata") or {}).get("creationTimestamp")) or now
-    if (now - created).total_seconds() >= settings.pod_startup_timeout_seconds:
+        return observe_queued(pod, scheduled, now, settings, largest_node)
+    since = parse_time((pod.get("metadata") or {}).get("creationTimestamp")) or now
+    if scheduled.get("status") == "True":  # time spent queued for a node does not count
+        since = parse_time(scheduled.get("lastTransitionTime")) or since
+    if (now - since).total_seconds() >= settings.pod_startup_timeout_seconds:
         detail = f" (last: {waiting_reason}: {waiting_message})" if waiting_reason else ""
         return Verdict(
             phase="Error",
@@ -487,6 +548,7 @@ def observe_pod(
     timeout_seconds: int,
     now: datetime,
     settings: OperatorSettings,
+    largest_node: NodeRoom | None = None,
 ) -> Verdict:
     """The verdict a pod supports right now. `log` is the verified pod log once it finished
     (None when there is no summary to verify it with, or it could not be read)."""
@@ -508,7 +570,7 @@ def observe_pod(
             message="the program is running",
             started_at=started_at,
         )
-    return observe_pending(pod, now, settings)
+    return observe_pending(pod, now, settings, largest_node)
 
 
 def clip_message(message: str) -> str:
@@ -589,6 +651,10 @@ def _conditions(
         )
     else:
         _set_condition(conditions, "Completed", "False", verdict.phase, "", stamp, gen)
+    if verdict.reason == QUEUED:
+        _set_condition(conditions, QUEUED, "True", "Unschedulable", verdict.message, stamp, gen)
+    elif QUEUED in conditions:
+        _set_condition(conditions, QUEUED, "False", verdict.reason, "", stamp, gen)
     return [Condition.model_validate(conditions[k]) for k in sorted(conditions)]
 
 

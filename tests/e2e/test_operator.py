@@ -14,6 +14,7 @@ import pytest
 import yaml
 from executions import (
     RUN_TIMEOUT,
+    TERMINAL,
     conditions,
     create,
     events_about,
@@ -224,8 +225,41 @@ def test_unschedulable(
         resources={"memory": too_much},
     )
     st = status(wait_for(custom_objects, namespace, "too-big", timeout=30))
-    assert (st["phase"], st["reason"], st["retryable"]) == ("Error", "Unschedulable", True), st
-    assert "memory" in st["message"].lower()
+    # Larger than the node: it could never run, so it ends at once rather than queueing.
+    assert (st["phase"], st["reason"], st["retryable"]) == ("Error", "Unschedulable", False), st
+    assert "more than any node has" in st["message"] and "memory" in st["message"].lower()
+
+
+QUEUE_BATCH = 100
+
+
+def test_more_executions_than_the_node_holds_queue_and_all_finish(
+    namespace: str, custom_objects: client.CustomObjectsApi
+) -> None:
+    """100 at once, each asking 512Mi (about twice what the node can hold): the rest wait in
+    Pending/Queued until room frees, and every one ends Succeeded, once."""
+    names = [f"queued-{i:03d}" for i in range(QUEUE_BATCH)]
+    for name in names:
+        create(
+            custom_objects,
+            namespace,
+            name,
+            language="bash",
+            source="sleep 1; echo ok",
+            resources={"memory": "512Mi", "cpu": "100m"},
+        )
+
+    def all_finished() -> list[Any] | None:
+        items = custom_objects.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+        done = [i for i in items["items"] if (i.get("status") or {}).get("phase") in TERMINAL]
+        return items["items"] if len(done) == QUEUE_BATCH else None
+
+    finished = wait_until(all_finished, timeout=900, interval=2, what="all 100 to finish")
+    outcomes = {(status(e)["phase"], status(e).get("stdout")) for e in finished}
+    assert outcomes == {("Succeeded", "ok\n")}, outcomes
+    queued = [e for e in finished if "Queued" in conditions(e)]
+    assert queued, "some executions waited for room on the node"
+    assert len({status(e)["podName"] for e in finished}) == QUEUE_BATCH
 
 
 # --- refused by the API server itself ----------------------------------------------------------

@@ -72,7 +72,7 @@ EVERY_OPERATOR_SETTING: dict[str, Any] = {
     "fileSizeLimitBytes": 52428800,
     "openFilesLimit": 256,
     "podStartupTimeoutSeconds": 90,
-    "unschedulableGraceSeconds": 10,
+    "queueTimeoutSeconds": 120,
     "deadlineGraceSeconds": 2.5,
     "watchdogIntervalSeconds": 1.5,
 }

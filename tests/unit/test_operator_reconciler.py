@@ -528,23 +528,42 @@ async def test_the_watchdog_leaves_a_young_or_just_finished_pod_alone(
     assert status_of(kube)["phase"] == "Succeeded"
 
 
-async def test_an_unschedulable_pod_is_noted_then_ended_after_the_grace(
+async def test_an_unschedulable_pod_queues_then_ends_after_the_queue_timeout(
     kube: FakeKube, reconciler: Reconciler
 ) -> None:
     key = await started(kube, reconciler)
     pod = kube.set_pod_status(*key, unschedulable_status(ago(1)))
     await reconciler.on_pod_event("MODIFIED", pod)
     status = status_of(kube)
-    assert outcome(kube) == ("Pending", "Unschedulable")
+    assert outcome(kube) == ("Pending", "Queued")
     assert "Insufficient memory" in status["message"]
+    queued = {c["type"]: c for c in status["conditions"]}["Queued"]
+    assert (queued["status"], queued["reason"]) == ("True", "Unschedulable")
     assert transitions(kube) == ["Pending"]  # same phase: no second event
 
-    pod = kube.set_pod_status(*key, unschedulable_status(ago(30)))
-    await reconciler.watch(latest(kube), [pod])
+    kube.pods[key]["metadata"]["creationTimestamp"] = stamp(
+        ago(reconciler.settings.queue_timeout_seconds)
+    )
+    await reconciler.watch(latest(kube), [kube.pods[key]])
     status = status_of(kube)
     assert outcome(kube, "retryable") == ("Error", "Unschedulable", True)
+    assert {c["type"]: c for c in status["conditions"]}["Queued"]["status"] == "False"
     assert kube.deleted_pods == [key]
     assert transitions(kube) == ["Pending", "Error"]
+
+
+async def test_a_sandbox_no_node_can_hold_ends_at_once(
+    kube: FakeKube, reconciler: Reconciler
+) -> None:
+    reconciler.on_node_event(
+        "ADDED",
+        {"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "2", "memory": "128Mi"}}},
+    )
+    key = await started(kube, reconciler)
+    pod = kube.set_pod_status(*key, unschedulable_status(ago(1)))
+    await reconciler.on_pod_event("MODIFIED", pod)
+    assert outcome(kube, "retryable") == ("Error", "Unschedulable", False)
+    assert "more than any node has" in status_of(kube)["message"]
 
 
 # --- after the end ----------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from sandpod_contract.runner import LogReader, LogSummary
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import (
     MAX_MESSAGE_CHARS,
+    NodeRoom,
     Verdict,
     accepted_summary,
     next_status,
@@ -40,7 +41,7 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def settings() -> OperatorSettings:
-    return OperatorSettings(pod_startup_timeout_seconds=60, unschedulable_grace_seconds=5)
+    return OperatorSettings(pod_startup_timeout_seconds=60, queue_timeout_seconds=300)
 
 
 def make_pod(
@@ -192,18 +193,66 @@ def test_container_config_error(settings: OperatorSettings) -> None:
     assert (verdict.phase, verdict.reason) == ("Error", "ContainerConfigError")
 
 
-def test_unschedulable_after_grace(settings: OperatorSettings) -> None:
-    fresh = make_pod(scheduled=("False", "Unschedulable", NOW - timedelta(seconds=2)))
-    verdict = observe(fresh, settings)
-    assert (verdict.phase, verdict.reason) == ("Pending", "Unschedulable")
-    stale = make_pod(scheduled=("False", "Unschedulable", NOW - timedelta(seconds=5)))
+def test_unschedulable_waits_queued_until_the_queue_timeout(settings: OperatorSettings) -> None:
+    queued = make_pod(
+        scheduled=("False", "Unschedulable", NOW - timedelta(seconds=2)),
+        created=NOW - timedelta(seconds=299),
+    )
+    verdict = observe(queued, settings)
+    assert (verdict.phase, verdict.reason) == ("Pending", "Queued")
+    assert "Insufficient memory" in verdict.message
+    stale = make_pod(
+        scheduled=("False", "Unschedulable", NOW - timedelta(seconds=2)),
+        created=NOW - timedelta(seconds=300),
+    )
     verdict = observe(stale, settings)
     assert (verdict.phase, verdict.reason, verdict.retryable) == ("Error", "Unschedulable", True)
-    assert "Insufficient memory" in verdict.message
+    assert "within 300s" in verdict.message
+
+
+def test_a_sandbox_larger_than_every_node_ends_at_once(settings: OperatorSettings) -> None:
+    pod = make_pod(scheduled=("False", "Unschedulable", NOW))
+    pod["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "100m", "memory": "3Gi"}
+    small = NodeRoom.largest([{"cpu": "2", "memory": "2Gi"}, {"cpu": "4", "memory": "1Gi"}])
+    verdict = observe_pod(
+        pod,
+        log=None,
+        mode="run",
+        timeout_seconds=TIMEOUT,
+        now=NOW,
+        settings=settings,
+        largest_node=small,
+    )
+    assert (verdict.phase, verdict.reason, verdict.retryable) == ("Error", "Unschedulable", False)
+    assert "more than any node has" in verdict.message
+    big = NodeRoom.largest([{"cpu": "2", "memory": "4Gi"}])
+    verdict = observe_pod(
+        pod,
+        log=None,
+        mode="run",
+        timeout_seconds=TIMEOUT,
+        now=NOW,
+        settings=settings,
+        largest_node=big,
+    )
+    assert (verdict.phase, verdict.reason) == ("Pending", "Queued")
+
+
+def test_startup_timeout_counts_from_scheduling(settings: OperatorSettings) -> None:
+    long_queued = make_pod(
+        scheduled=("True", None, NOW - timedelta(seconds=10)),
+        created=NOW - timedelta(seconds=200),
+    )
+    verdict = observe(long_queued, settings)
+    assert verdict.phase == "Pending"
 
 
 def test_startup_timeout(settings: OperatorSettings) -> None:
-    pod = make_pod(state=waiting("ContainerCreating"), created=NOW - timedelta(seconds=61))
+    pod = make_pod(
+        state=waiting("ContainerCreating"),
+        created=NOW - timedelta(seconds=61),
+        scheduled=("True", None, NOW - timedelta(seconds=61)),
+    )
     verdict = observe(pod, settings)
     assert (verdict.phase, verdict.reason, verdict.retryable) == ("Error", "StartupTimeout", True)
     assert "ContainerCreating" in verdict.message
