@@ -147,7 +147,7 @@ func (s *servingRunner) run(executionID string) []byte {
 	return readStream(s.f.t, response)
 }
 
-func readStream(t *testing.T, response *http.Response) []byte {
+func readStream(t testing.TB, response *http.Response) []byte {
 	t.Helper()
 	body, err := io.ReadAll(response.Body)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -167,6 +168,14 @@ sys.excepthook = lambda *a: print("hooked", a[0].__name__)
 raise OSError
 `,
 		"keyboard interrupt": `raise KeyboardInterrupt`,
+		"limits and filter": `import os, resource
+print(resource.getrlimit(resource.RLIMIT_NOFILE), resource.getrlimit(resource.RLIMIT_CORE))
+try:
+    os.kill(os.getppid(), 0)
+except PermissionError:
+    print("EPERM")
+print(sorted(os.environ), os.getcwd() == os.environ["HOME"], os.listdir("/proc/self/fd"), os.getpgid(0) == os.getpid())
+`,
 	}
 	for name, source := range programs {
 		t.Run(name, func(t *testing.T) {
@@ -244,4 +253,13 @@ func TestServeLineIsJSON(t *testing.T) {
 	if err := json.Unmarshal(line, &decoded); err != nil || string(line) != `{"serve":{"port":7070,"credential":"ab"}}`+"\n" {
 		t.Errorf("credential line %q (%v)", line, err)
 	}
+}
+
+// The waiting shim installs the filter before the release: the program it
+// execs is as confined as in one-off mode.
+func TestTheFilterGuardsTheServingRunner(t *testing.T) {
+	f := newShellFixture(t, "")
+	f.config.Command = []string{os.Args[0]}
+	f.config.Env = map[string]string{probeEnv: "1"}
+	assertProbesDenied(t, f.decodeLog(f.serve().run("exec-1")))
 }
