@@ -167,8 +167,8 @@ func (s *servingRunner) terminate() {
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	<-s.logDone
 	err := s.cmd.Wait()
-	if err != nil {
-		s.f.t.Errorf("the serving runner ended with %v (stderr %s)", err, s.stderr.String())
+	if err != nil || s.stderr.Len() > 0 {
+		s.f.t.Errorf("the serving runner ended with %v (stderr %q)", err, s.stderr.String())
 	}
 }
 
