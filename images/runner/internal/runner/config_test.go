@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"io"
 	"strings"
 	"testing"
 )
@@ -84,6 +85,7 @@ func TestParseOptionsDefaultsToTheProtocolPaths(t *testing.T) {
 		InputDir:           "/sandbox/input",
 		WorkDir:            "/tmp/work",
 		TerminationLogPath: "/dev/termination-log",
+		Listen:             ":7070",
 	}
 	if opts != want {
 		t.Errorf("options %+v, want %+v", opts, want)
@@ -95,9 +97,22 @@ func TestParseOptionsTakesFlagsAndTheConfigPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Options{ConfigPath: "/c/config.json", InputDir: "/i", WorkDir: "/w", TerminationLogPath: "/t"}
+	want := Options{ConfigPath: "/c/config.json", InputDir: "/i", WorkDir: "/w", TerminationLogPath: "/t", Listen: ":7070"}
 	if opts != want {
 		t.Errorf("options %+v, want %+v", opts, want)
+	}
+}
+
+func TestParseOptionsServeMode(t *testing.T) {
+	opts, err := ParseOptions([]string{"--serve", "/s/config.json", "-listen", "127.0.0.1:0"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.ServeConfigPath != "/s/config.json" || opts.Listen != "127.0.0.1:0" {
+		t.Errorf("options %+v", opts)
+	}
+	if _, err := ParseOptions([]string{"--serve", "/s/config.json", "/c/config.json"}, io.Discard); err == nil {
+		t.Error("serve mode accepted a config path argument")
 	}
 }
 

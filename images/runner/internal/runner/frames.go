@@ -56,10 +56,14 @@ type summaryRecord struct {
 // newFrameKey draws the run's secret: it lives only in the runner's memory
 // until the summary reveals it, after every other process is gone.
 func newFrameKey() []byte {
-	key := make([]byte, frameKeyBytes)
+	return randomSecret(frameKeyBytes)
+}
+
+func randomSecret(size int) []byte {
+	secret := make([]byte, size)
 	// crypto/rand.Read never fails on Linux (it crashes the program instead).
-	_, _ = rand.Read(key)
-	return key
+	_, _ = rand.Read(secret)
+	return secret
 }
 
 // frameMAC is the lowercase hex of the first 16 bytes of

@@ -18,7 +18,7 @@ import (
 
 // fixture is one runner invocation: its input files and paths in a temp dir.
 type fixture struct {
-	t          *testing.T
+	t          testing.TB
 	opts       Options
 	config     Config
 	source     string
@@ -26,7 +26,7 @@ type fixture struct {
 	inputFiles map[string]string
 }
 
-func newPythonFixture(t *testing.T, source string) *fixture {
+func newPythonFixture(t testing.TB, source string) *fixture {
 	t.Helper()
 	root := t.TempDir()
 	return &fixture{
@@ -206,7 +206,7 @@ func (f *fixture) decodeLog(log []byte) runnerOutput {
 	return output
 }
 
-func assertSameJSON(t *testing.T, what string, want, got any) {
+func assertSameJSON(t testing.TB, what string, want, got any) {
 	t.Helper()
 	wantJSON, _ := json.Marshal(want)
 	gotJSON, _ := json.Marshal(got)

@@ -60,71 +60,96 @@ type waitedChild struct {
 // runProcess runs the program to its end, copying its output to stdout and
 // stderr, and kills its process group at the timeout or when ctx is done.
 func runProcess(ctx context.Context, spec processSpec, stdout, stderr io.Writer) processOutcome {
-	pipes, err := newChildPipes()
+	child, err := startProcess(spec, shimArgv(spec.selfExe, spec.limits, spec.guard, shimRun, spec.argv))
 	if err != nil {
 		return processOutcome{startErr: err}
 	}
-	defer pipes.closeParentEnds()
+	return child.finish(ctx, spec, stdout, stderr)
+}
 
+// startedProcess is the shim (and then the program) running, before anyone
+// reads its output.
+type startedProcess struct {
+	pid       int
+	pipes     *childPipes
+	started   time.Time
+	waited    chan waitedChild
+	allReaped chan struct{}
+}
+
+// startProcess starts the shim with shimArgv; extraFiles become the
+// descriptors between stderr and the shim's error pipe (see shimErrorFD).
+func startProcess(spec processSpec, shimArgv []string, extraFiles ...*os.File) (*startedProcess, error) {
+	pipes, err := newChildPipes()
+	if err != nil {
+		return nil, err
+	}
+	files := []uintptr{spec.stdin.Fd(), pipes.stdoutWrite.Fd(), pipes.stderrWrite.Fd()}
+	for _, extra := range extraFiles {
+		files = append(files, extra.Fd())
+	}
 	attr := &syscall.ProcAttr{
-		Dir: spec.dir,
-		Env: spec.env,
-		Files: []uintptr{
-			spec.stdin.Fd(), pipes.stdoutWrite.Fd(), pipes.stderrWrite.Fd(), pipes.errorWrite.Fd(),
-		},
+		Dir:   spec.dir,
+		Env:   spec.env,
+		Files: append(files, pipes.errorWrite.Fd()),
 		// A new session is also a new process group, killed as a whole.
 		Sys: &syscall.SysProcAttr{Setsid: true},
 	}
-	started := time.Now()
-	pid, err := syscall.ForkExec(spec.selfExe, shimArgv(spec.selfExe, spec.limits, spec.guard, spec.argv), attr)
+	child := &startedProcess{pipes: pipes, started: time.Now(), waited: make(chan waitedChild, 1), allReaped: make(chan struct{})}
+	child.pid, err = syscall.ForkExec(spec.selfExe, shimArgv, attr)
 	pipes.closeChildEnds()
 	if err != nil {
-		return processOutcome{startErr: fmt.Errorf("starting the runner shim: %w", err)}
+		pipes.closeParentEnds()
+		return nil, fmt.Errorf("starting the runner shim: %w", err)
 	}
+	go reapChildren(child.pid, spec.reapAll, child.waited, child.allReaped)
+	return child, nil
+}
 
+// finish copies the program's output to stdout and stderr until it ends, kills
+// its process group at the timeout (counted from now) or when ctx is done, and
+// then everything it left behind.
+func (p *startedProcess) finish(ctx context.Context, spec processSpec, stdout, stderr io.Writer) processOutcome {
+	defer p.pipes.closeParentEnds()
 	var readers sync.WaitGroup
 	readers.Add(2)
-	go func() { defer readers.Done(); drain(pipes.stdoutRead, stdout) }()
-	go func() { defer readers.Done(); drain(pipes.stderrRead, stderr) }()
+	go func() { defer readers.Done(); drain(p.pipes.stdoutRead, stdout) }()
+	go func() { defer readers.Done(); drain(p.pipes.stderrRead, stderr) }()
 
-	waited := make(chan waitedChild, 1)
-	allReaped := make(chan struct{})
-	go reapChildren(pid, spec.reapAll, waited, allReaped)
-
-	shimError, _ := io.ReadAll(pipes.errorRead)
+	shimError, _ := io.ReadAll(p.pipes.errorRead)
 
 	timer := time.NewTimer(spec.timeout)
 	defer timer.Stop()
 	var outcome processOutcome
 	var child waitedChild
 	select {
-	case child = <-waited:
+	case child = <-p.waited:
 	case <-timer.C:
 		select {
-		case child = <-waited:
+		case child = <-p.waited:
 		default:
 			outcome.timedOut = true
-			killProcessGroup(pid)
-			child = <-waited
+			killProcessGroup(p.pid)
+			child = <-p.waited
 		}
 	case <-ctx.Done():
-		killProcessGroup(pid)
-		child = <-waited
+		killProcessGroup(p.pid)
+		child = <-p.waited
 	}
 
 	// Whatever the program left behind in its group goes too, and as PID 1
 	// every other process as well: nothing outlives the run.
-	killProcessGroup(pid)
+	killProcessGroup(p.pid)
 	if spec.reapAll {
 		_ = syscall.Kill(-1, syscall.SIGKILL)
 		select {
-		case <-allReaped:
+		case <-p.allReaped:
 		case <-time.After(reapGrace):
 		}
 	}
-	waitOrClose(&readers, drainGrace, pipes.stdoutRead, pipes.stderrRead)
+	waitOrClose(&readers, drainGrace, p.pipes.stdoutRead, p.pipes.stderrRead)
 
-	outcome.duration = child.finished.Sub(started)
+	outcome.duration = child.finished.Sub(p.started)
 	if len(shimError) > 0 {
 		outcome.startErr = errors.New(string(shimError))
 		return outcome

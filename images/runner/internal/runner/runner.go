@@ -32,6 +32,10 @@ type Options struct {
 	InputDir           string
 	WorkDir            string
 	TerminationLogPath string
+	// ServeConfigPath, when set, selects serve mode (serve.go): the config
+	// the program is pre-started from; Listen is the HTTP address.
+	ServeConfigPath string
+	Listen          string
 }
 
 // ParseOptions parses the command line: [flags] [config.json].
@@ -50,12 +54,17 @@ func ParseOptions(args []string, usageOutput io.Writer) (Options, error) {
 	flags.StringVar(&opts.InputDir, "input-dir", "", "directory of the input files (default: the directory of config.json)")
 	flags.StringVar(&opts.WorkDir, "work-dir", opts.WorkDir, "scratch directory the program runs in")
 	flags.StringVar(&opts.TerminationLogPath, "termination-log", opts.TerminationLogPath, "file the result summary is written to")
+	flags.StringVar(&opts.ServeConfigPath, "serve", "", "serve mode: pre-start the program from this config and serve one run over HTTP")
+	flags.StringVar(&opts.Listen, "listen", DefaultListenAddress, "serve mode: the HTTP address")
 	if err := flags.Parse(args); err != nil {
 		return opts, err
 	}
 	switch flags.NArg() {
 	case 0:
 	case 1:
+		if opts.ServeConfigPath != "" {
+			return opts, fmt.Errorf("serve mode takes no config path argument, got %q", flags.Args())
+		}
 		opts.ConfigPath = flags.Arg(0)
 	default:
 		return opts, fmt.Errorf("expected at most one config path, got %q", flags.Args())
@@ -72,6 +81,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	opts, err := ParseOptions(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return ExitCodeUsage
+	}
+	if err == nil && opts.ServeConfigPath != "" {
+		return serveMain(opts, stdout, stderr)
 	}
 	if err == nil {
 		// Before the program exists: a process of the same uid must not be
@@ -130,7 +142,22 @@ func execute(ctx context.Context, opts Options, frames *frameWriter) Result {
 	}
 	defer stdin.Close()
 
-	spec := processSpec{
+	spec := newProcessSpec(cfg, opts, stdin)
+	if cfg.Mode == ModeLint {
+		spec.argv = cfg.LintCommand
+		return lint(ctx, spec, cfg, frames)
+	}
+	spec.argv = append(slices.Clone(cfg.Command), cfg.Args...)
+	return runCaptured(cfg, frames, func(stdout, stderr io.Writer) processOutcome {
+		return runProcess(ctx, spec, stdout, stderr)
+	})
+}
+
+// newProcessSpec is how every program starts: the clean environment in the
+// work dir, under the config's limits and timeout, guarded against hurting
+// the runner. argv is the caller's.
+func newProcessSpec(cfg Config, opts Options, stdin *os.File) processSpec {
+	return processSpec{
 		env:     programEnv(cfg.Env, opts.WorkDir),
 		dir:     opts.WorkDir,
 		stdin:   stdin,
@@ -140,14 +167,14 @@ func execute(ctx context.Context, opts Options, frames *frameWriter) Result {
 		guard:   guardTarget{Pid: os.Getpid(), Pgid: syscall.Getpgrp()},
 		reapAll: os.Getpid() == 1,
 	}
+}
+
+// runCaptured frames the program's stdout and stderr as run produces them
+// and returns the run's result.
+func runCaptured(cfg Config, frames *frameWriter, run func(stdout, stderr io.Writer) processOutcome) Result {
 	stdoutCapture := newStreamCapture(StreamStdout, cfg.MaxOutputBytes, frames)
 	stderrCapture := newStreamCapture(StreamStderr, cfg.MaxOutputBytes, frames)
-	if cfg.Mode == ModeLint {
-		spec.argv = cfg.LintCommand
-		return lint(ctx, spec, cfg.SourceFile, stdoutCapture, stderrCapture)
-	}
-	spec.argv = append(slices.Clone(cfg.Command), cfg.Args...)
-	outcome := runProcess(ctx, spec, stdoutCapture, stderrCapture)
+	outcome := run(stdoutCapture, stderrCapture)
 	stdoutCapture.finish()
 	stderrCapture.finish()
 	return newResult(outcome, stdoutCapture, stderrCapture)
@@ -155,7 +182,9 @@ func execute(ctx context.Context, opts Options, frames *frameWriter) Result {
 
 // lint runs the linter, parses its JSON report into diagnostics and frames
 // them as text on stdout. Exit code 0: clean, 1: findings.
-func lint(ctx context.Context, spec processSpec, sourceFile string, stdoutCapture, stderrCapture *streamCapture) Result {
+func lint(ctx context.Context, spec processSpec, cfg Config, frames *frameWriter) Result {
+	stdoutCapture := newStreamCapture(StreamStdout, cfg.MaxOutputBytes, frames)
+	stderrCapture := newStreamCapture(StreamStderr, cfg.MaxOutputBytes, frames)
 	lintReport := &cappedBuffer{limit: lintReportLimit}
 	outcome := runProcess(ctx, spec, lintReport, stderrCapture)
 	stderrCapture.finish()
@@ -176,7 +205,7 @@ func lint(ctx context.Context, spec processSpec, sourceFile string, stdoutCaptur
 		result.fail(err.Error())
 		return result
 	}
-	_, _ = io.WriteString(stdoutCapture, renderDiagnostics(sourceFile, diagnostics))
+	_, _ = io.WriteString(stdoutCapture, renderDiagnostics(cfg.SourceFile, diagnostics))
 	stdoutCapture.finish()
 	exitCode := 0
 	if len(diagnostics) > 0 {

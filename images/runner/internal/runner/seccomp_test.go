@@ -243,7 +243,12 @@ func TestTheFilterGuardsTheRunner(t *testing.T) {
 	f.config.Command = []string{os.Args[0]}
 	f.config.Env = map[string]string{probeEnv: "1"}
 	output, _ := f.runInProcess(nil)
+	assertProbesDenied(t, output)
+}
 
+// assertProbesDenied checks the output of runProbes run as the program.
+func assertProbesDenied(t *testing.T, output runnerOutput) {
+	t.Helper()
 	assertExit(t, output, intPtr(0), nil)
 	got := strings.Split(strings.TrimSpace(output.text(StreamStdout)), "\n")
 	want := []string{

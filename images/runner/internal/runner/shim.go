@@ -1,10 +1,13 @@
 package runner
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -13,9 +16,25 @@ import (
 // seccomp filter in that process only, then replaces itself with the program.
 const shimMarker = "__sandpod_exec__"
 
-// shimErrorFD receives the reason the shim could not start the program. It is
-// close-on-exec, so the runner reads EOF and nothing else when exec succeeds.
-const shimErrorFD = 3
+// The shim's error pipe receives the reason it could not start the program.
+// It is close-on-exec, so the runner reads EOF and nothing else when exec
+// succeeds. It is the descriptor after the extra files: fd 3 in one-off
+// mode, fd 4 in serve mode, where fd 3 is the release socket.
+const (
+	shimErrorFD        = 3
+	shimServeErrorFD   = 4
+	shimReleaseFD      = 3
+	shimReleaseMaxArgv = 1 << 20
+)
+
+// Shim modes: shimRun execs the program at once; shimWait (serve mode)
+// applies the limits and the filter, then, if it was given no program, says
+// it is ready on the release socket and execs the argv read from it, or else
+// execs the given program (an interpreter that waits on the socket itself).
+const (
+	shimRun  = "run"
+	shimWait = "wait"
+)
 
 const shimExitCode = 127
 
@@ -26,7 +45,7 @@ func IsShimInvocation(args []string) bool {
 
 // shimArgv passes the limits and the filter's target; a zero guard pid
 // installs no filter (only tests measuring the filter's cost ask for that).
-func shimArgv(selfExe string, limits Limits, guard guardTarget, argv []string) []string {
+func shimArgv(selfExe string, limits Limits, guard guardTarget, mode string, argv []string) []string {
 	return append([]string{
 		selfExe,
 		shimMarker,
@@ -35,6 +54,7 @@ func shimArgv(selfExe string, limits Limits, guard guardTarget, argv []string) [
 		strconv.FormatUint(limits.OpenFiles, 10),
 		strconv.Itoa(guard.Pid),
 		strconv.Itoa(guard.Pgid),
+		mode,
 		"--",
 	}, argv...)
 }
@@ -43,15 +63,19 @@ func shimArgv(selfExe string, limits Limits, guard guardTarget, argv []string) [
 // follow shimMarker: it applies the limits and execs the program. It returns
 // only by exiting.
 func ShimMain(args []string) {
-	syscall.CloseOnExec(shimErrorFD)
-	errorPipe := os.NewFile(shimErrorFD, "shim-error")
+	errorFD := shimErrorFD
+	if len(args) > 5 && args[5] == shimWait {
+		errorFD = shimServeErrorFD
+	}
+	syscall.CloseOnExec(errorFD)
+	errorPipe := os.NewFile(uintptr(errorFD), "shim-error")
 	err := execWithLimits(args)
 	_, _ = fmt.Fprint(errorPipe, err.Error())
 	os.Exit(shimExitCode)
 }
 
 func execWithLimits(args []string) error {
-	if len(args) < 7 || args[5] != "--" {
+	if len(args) < 7 || args[6] != "--" || (args[5] != shimRun && args[5] != shimWait) {
 		return fmt.Errorf("malformed shim arguments %q", args)
 	}
 	var values [5]uint64
@@ -64,13 +88,30 @@ func execWithLimits(args []string) error {
 	}
 	processes, fileSize, openFiles := values[0], values[1], values[2]
 	guard := guardTarget{Pid: int(values[3]), Pgid: int(values[4])}
-	argv := args[6:]
-
+	mode, argv := args[5], args[7:]
+	if mode == shimRun && len(argv) == 0 {
+		return fmt.Errorf("malformed shim arguments %q", args)
+	}
+	if err := applyLimits(processes, fileSize, openFiles, guard); err != nil {
+		return err
+	}
+	if len(argv) == 0 {
+		var err error
+		if argv, err = awaitRelease(); err != nil {
+			return err
+		}
+	}
 	// The environment is already the program's, so PATH lookup uses its PATH.
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
 		return fmt.Errorf("cannot start %q: %w", argv[0], err)
 	}
+	err = syscall.Exec(path, argv, os.Environ())
+	return fmt.Errorf("cannot start %q: %w", argv[0], err)
+}
+
+// applyLimits sets the rlimits and installs the seccomp filter in this process.
+func applyLimits(processes, fileSize, openFiles uint64, guard guardTarget) error {
 	if err := setHardLimit(syscall.RLIMIT_CORE, 0); err != nil {
 		return err
 	}
@@ -90,12 +131,28 @@ func execWithLimits(args []string) error {
 		if err != nil {
 			return err
 		}
-		if err := installSeccompFilter(filter); err != nil {
-			return err
-		}
+		return installSeccompFilter(filter)
 	}
-	err = syscall.Exec(path, argv, os.Environ())
-	return fmt.Errorf("cannot start %q: %w", argv[0], err)
+	return nil
+}
+
+// awaitRelease says the shim is ready on the release socket and reads the
+// program's argv from it: NUL-separated, up to the runner's end of writing.
+func awaitRelease() ([]string, error) {
+	release := os.NewFile(shimReleaseFD, "release")
+	defer release.Close()
+	if _, err := release.Write([]byte{releaseReady}); err != nil {
+		return nil, fmt.Errorf("signalling readiness: %w", err)
+	}
+	request, err := io.ReadAll(io.LimitReader(release, shimReleaseMaxArgv))
+	if err != nil {
+		return nil, fmt.Errorf("reading the release: %w", err)
+	}
+	argv := strings.Split(string(request), "\x00")
+	if len(request) == 0 || argv[0] == "" {
+		return nil, errors.New("released without a command")
+	}
+	return argv, nil
 }
 
 // rlimitNproc is RLIMIT_NPROC, which package syscall does not name on Linux;

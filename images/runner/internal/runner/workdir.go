@@ -19,8 +19,8 @@ const (
 
 // prepareWorkDir creates workDir and places the source and the extra files in it.
 func prepareWorkDir(cfg *Config, inputDir, workDir string) error {
-	if err := os.MkdirAll(workDir, 0o755); err != nil {
-		return fmt.Errorf("creating the work dir: %w", err)
+	if err := createWorkDir(workDir); err != nil {
+		return err
 	}
 	if err := copyInputFile(filepath.Join(inputDir, sourceKey), filepath.Join(workDir, cfg.SourceFile)); err != nil {
 		return err
@@ -33,12 +33,25 @@ func prepareWorkDir(cfg *Config, inputDir, workDir string) error {
 	return nil
 }
 
+func createWorkDir(workDir string) error {
+	if err := os.MkdirAll(workDir, 0o755); err != nil {
+		return fmt.Errorf("creating the work dir: %w", err)
+	}
+	return nil
+}
+
 func copyInputFile(src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return fmt.Errorf("reading input file: %w", err)
 	}
 	defer in.Close()
+	return writeWorkFile(dst, in, src)
+}
+
+// writeWorkFile creates dst (and its directory) with the content of in, which
+// comes from src (for messages).
+func writeWorkFile(dst string, in io.Reader, src string) error {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return fmt.Errorf("creating the directory of %s: %w", dst, err)
 	}

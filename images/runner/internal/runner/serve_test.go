@@ -1,0 +1,265 @@
+package runner
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestServeRunsThePreStartedProgramAndAnswersWithVerifiedFrames(t *testing.T) {
+	f := newPythonFixture(t, "import sys\nprint('hello')\nprint('oops', file=sys.stderr)\n")
+	s := f.serve()
+	body := s.run("exec-1")
+
+	output := f.decodeLog(body)
+	assertExit(t, output, intPtr(0), nil)
+	if output.text(StreamStdout) != "hello\n" || output.text(StreamStderr) != "oops\n" {
+		t.Errorf("output %q / %q", output.text(StreamStdout), output.text(StreamStderr))
+	}
+	if log := s.podLog(); !bytes.Equal(log, body) {
+		t.Errorf("the pod log after the credential line differs from the answer:\n%s\nvs\n%s", log, body)
+	}
+}
+
+func TestServeRefusesAMissingOrWrongCredential(t *testing.T) {
+	s := newPythonFixture(t, `print(1)`).serve()
+	for _, authorization := range []string{"", "Bearer " + strings.Repeat("0", 64), s.credential, "Bearer " + s.credential + "0"} {
+		response := s.post(s.request("exec-1"), authorization)
+		assertStatus(t, response, http.StatusUnauthorized)
+		if response.Header.Get("WWW-Authenticate") != "Bearer" {
+			t.Errorf("401 without WWW-Authenticate: Bearer")
+		}
+	}
+	// Refused requests used nothing: the pod still serves its execution.
+	s.f.decodeLog(s.run("exec-1"))
+}
+
+func TestServeRunsOneExecutionOnlyAndReplaysItToReattaches(t *testing.T) {
+	f := newPythonFixture(t, `import sys, time
+print("first", flush=True)
+time.sleep(0.5)
+print("second")
+`)
+	s := f.serve()
+	live := s.post(s.request("exec-1"), s.bearer())
+	assertStatus(t, live, http.StatusOK)
+	firstLine, err := bufio.NewReader(live.Body).ReadBytes('\n')
+	if err != nil || !bytes.Contains(firstLine, []byte(`"first\n"`)) {
+		t.Fatalf("first streamed record %q (%v)", firstLine, err)
+	}
+
+	assertStatus(t, s.post(s.request("exec-2"), s.bearer()), http.StatusConflict)
+	midRun := s.run("exec-1")
+	afterRun := s.run("exec-1")
+	if !bytes.Equal(midRun, afterRun) {
+		t.Errorf("re-attaches differ:\n%s\nvs\n%s", midRun, afterRun)
+	}
+	output := f.decodeLog(afterRun)
+	if output.text(StreamStdout) != "first\nsecond\n" {
+		t.Errorf("stdout %q", output.text(StreamStdout))
+	}
+	assertStatus(t, s.post(s.request("exec-2"), s.bearer()), http.StatusConflict)
+}
+
+func TestServeRejectsAConfigThePreStartedChildDoesNotFit(t *testing.T) {
+	s := newPythonFixture(t, `print(1)`).serve()
+	mismatched := s.request("exec-1")
+	s.f.config.Env = map[string]string{"PYTHONUNBUFFERED": "0"}
+	mismatched.Config = s.request("exec-1").Config
+	assertStatus(t, s.post(mismatched, s.bearer()), http.StatusBadRequest)
+	s.f.config.Env = map[string]string{"PYTHONUNBUFFERED": "1"}
+	for _, body := range []string{`{"executionId": ""}`, `not json`} {
+		response, err := http.Post(s.url+"/v1/run", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertStatus(t, response, http.StatusUnauthorized)
+		request, _ := http.NewRequest(http.MethodPost, s.url+"/v1/run", strings.NewReader(body))
+		request.Header.Set("Authorization", s.bearer())
+		if response, err = http.DefaultClient.Do(request); err != nil {
+			t.Fatal(err)
+		}
+		assertStatus(t, response, http.StatusBadRequest)
+	}
+	s.f.decodeLog(s.run("exec-1"))
+}
+
+func TestServeCountsTheTimeoutFromTheRelease(t *testing.T) {
+	f := newPythonFixture(t, `import time
+print("started", flush=True)
+time.sleep(30)
+`)
+	f.config.TimeoutSeconds = 1
+	s := f.serve()
+	// Longer than the timeout between the pre-start and the release.
+	time.Sleep(1500 * time.Millisecond)
+	output := f.decodeLog(s.run("exec-1"))
+
+	assertExit(t, output, nil, intPtr(9))
+	if !output.result.TimedOut || output.text(StreamStdout) != "started\n" {
+		t.Errorf("result %+v, stdout %q", output.result, output.text(StreamStdout))
+	}
+	if output.result.DurationMs < 1000 || output.result.DurationMs > 3000 {
+		t.Errorf("duration %d ms, want the 1 s timeout from the release", output.result.DurationMs)
+	}
+}
+
+func TestServeFeedsStdinAndPlacesFiles(t *testing.T) {
+	f := newPythonFixture(t, `import sys
+print(sys.stdin.read().upper(), end="")
+print(open("data/in.csv").read(), end="")
+`)
+	stdin := "from stdin\n"
+	f.stdin = &stdin
+	f.config.Files = []FileMapping{{Key: "file-0", Path: "data/in.csv"}}
+	f.inputFiles["file-0"] = "a,b\n"
+	output := f.decodeLog(f.serve().run("exec-1"))
+
+	assertExit(t, output, intPtr(0), nil)
+	if got := output.text(StreamStdout); got != "FROM STDIN\na,b\n" {
+		t.Errorf("stdout %q", got)
+	}
+}
+
+func TestServeRunsOtherCommandsThroughTheWaitingShim(t *testing.T) {
+	f := newShellFixture(t, `echo "$0 $*"; echo "$HOME $PWD"; exit 4`)
+	f.config.Args = []string{"a b", "c"}
+	output := f.decodeLog(f.serve().run("exec-1"))
+
+	assertExit(t, output, intPtr(4), nil)
+	want := "main.sh a b c\n" + f.opts.WorkDir + " " + f.opts.WorkDir + "\n"
+	if got := output.text(StreamStdout); got != want {
+		t.Errorf("stdout %q, want %q", got, want)
+	}
+}
+
+// The pre-started interpreter must be indistinguishable from `python3 main.py`
+// as the one-off runner starts it.
+func TestServePythonBehavesAsAFreshInterpreter(t *testing.T) {
+	programs := map[string]string{
+		"traceback": `def fail():
+    raise ValueError("bad")
+
+fail()
+`,
+		"chained": `try:
+    1 / 0
+except ZeroDivisionError as e:
+    raise KeyError("k") from e
+`,
+		"system exit 3":       `import sys; print("bye"); sys.exit(3)`,
+		"system exit message": `raise SystemExit("a message")`,
+		"syntax error":        "print(\n",
+		"main module": `import sys, __main__, pickle
+print(__name__, __file__, sys.argv, sys.path[0], __main__.__file__, __spec__, __package__, __doc__)
+print(type(__loader__).__name__, [m for m in ("_sandpod_run",) if m in globals()])
+class C: pass
+print(pickle.loads(pickle.dumps(C())).__class__.__module__)
+`,
+		"excepthook": `import sys
+sys.excepthook = lambda *a: print("hooked", a[0].__name__)
+raise OSError
+`,
+		"keyboard interrupt": `raise KeyboardInterrupt`,
+		"limits and filter": `import os, resource
+print(resource.getrlimit(resource.RLIMIT_NOFILE), resource.getrlimit(resource.RLIMIT_CORE))
+try:
+    os.kill(os.getppid(), 0)
+except PermissionError:
+    print("EPERM")
+print(sorted(os.environ), os.getcwd() == os.environ["HOME"], os.listdir("/proc/self/fd"), os.getpgid(0) == os.getpid())
+`,
+	}
+	for name, source := range programs {
+		t.Run(name, func(t *testing.T) {
+			cold := newPythonFixture(t, source)
+			cold.config.Args = []string{"x", "-y"}
+			want := cold.run(context.Background())
+			warm := newPythonFixture(t, source)
+			warm.config.Args = cold.config.Args
+			got := warm.decodeLog(warm.serve().run("exec-1"))
+
+			for _, stream := range []string{StreamStdout, StreamStderr} {
+				wantText := strings.ReplaceAll(want.text(stream), cold.opts.WorkDir, "WORKDIR")
+				gotText := strings.ReplaceAll(got.text(stream), warm.opts.WorkDir, "WORKDIR")
+				if gotText != wantText {
+					t.Errorf("%s:\n got %q\nwant %q", stream, gotText, wantText)
+				}
+			}
+			assertExit(t, got, want.result.ExitCode, want.result.Signal)
+		})
+	}
+}
+
+func TestServeRefusesTheProgramThatCallsItsOwnRunner(t *testing.T) {
+	f := newPythonFixture(t, `import sys, urllib.request, urllib.error
+for header in ({}, {"Authorization": "Bearer " + "0" * 64}):
+    request = urllib.request.Request(f"http://127.0.0.1:{sys.argv[1]}/v1/run", data=b'{"executionId": "evil"}', headers=header)
+    try:
+        urllib.request.urlopen(request)
+        print("accepted")
+    except urllib.error.HTTPError as error:
+        print(error.code)
+`)
+	s := f.serve()
+	f.config.Args = []string{strconv.Itoa(s.port)}
+	output := f.decodeLog(s.run("exec-1"))
+
+	if got := output.text(StreamStdout); got != "401\n401\n" {
+		t.Errorf("stdout %q, stderr %q", got, output.text(StreamStderr))
+	}
+}
+
+func TestServeKillsTheRunAtSIGTERMAndReportsFirst(t *testing.T) {
+	f := newPythonFixture(t, `import time
+print("started", flush=True)
+time.sleep(30)
+`)
+	s := f.serve()
+	response := s.post(s.request("exec-1"), s.bearer())
+	assertStatus(t, response, http.StatusOK)
+	if _, err := bufio.NewReader(response.Body).ReadBytes('\n'); err != nil {
+		t.Fatal(err)
+	}
+	output := f.decodeLog(s.podLog())
+
+	assertExit(t, output, nil, intPtr(9))
+	if output.result.TimedOut {
+		t.Error("a SIGTERM is not a timeout")
+	}
+}
+
+func TestServeStopsAtSIGTERMWithoutARun(t *testing.T) {
+	f := newPythonFixture(t, `print(1)`)
+	s := f.serve()
+	if log := s.podLog(); len(log) != 0 {
+		t.Errorf("pod log without a run: %q", log)
+	}
+	if pids := processesIn(t, f.opts.WorkDir); len(pids) != 0 {
+		t.Errorf("the pre-started child outlived the runner: %v", pids)
+	}
+}
+
+func TestServeLineIsJSON(t *testing.T) {
+	line := marshalJSONLine(serveLine{serveEndpoint{Port: 7070, Credential: "ab"}})
+	var decoded map[string]map[string]any
+	if err := json.Unmarshal(line, &decoded); err != nil || string(line) != `{"serve":{"port":7070,"credential":"ab"}}`+"\n" {
+		t.Errorf("credential line %q (%v)", line, err)
+	}
+}
+
+// The waiting shim installs the filter before the release: the program it
+// execs is as confined as in one-off mode.
+func TestTheFilterGuardsTheServingRunner(t *testing.T) {
+	f := newShellFixture(t, "")
+	f.config.Command = []string{os.Args[0]}
+	f.config.Env = map[string]string{probeEnv: "1"}
+	assertProbesDenied(t, f.decodeLog(f.serve().run("exec-1")))
+}

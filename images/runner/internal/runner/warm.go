@@ -1,0 +1,211 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// releaseReady is the byte the pre-started child writes on the release socket
+// once it waits for its program.
+const releaseReady = 'R'
+
+// pythonCommand matches the interpreters the python bootstrap serves.
+var pythonCommand = regexp.MustCompile(`^python(3(\.[0-9]+)?)?$`)
+
+// pythonBootstrap runs as `python3 -c` in the pre-started interpreter. It
+// says it is ready, reads sys.argv (NUL-separated) from the release socket
+// (fd 3) and runs sys.argv[0] as __main__ the way `python3 main.py` does:
+// the same sys.argv, sys.path[0], __file__ and __loader__, tracebacks
+// without the bootstrap's frame, exit status 1 after an uncaught exception,
+// SystemExit and KeyboardInterrupt handled by the interpreter as usual.
+const pythonBootstrap = `import os, sys
+from importlib.machinery import SourceFileLoader
+
+
+def _sandpod_run():
+    os.write(3, b"R")
+    chunks = []
+    while chunk := os.read(3, 65536):
+        chunks.append(chunk)
+    os.close(3)
+    argv = [os.fsdecode(arg) for arg in b"".join(chunks).split(b"\0")]
+    script = os.path.abspath(argv[0])
+    sys.argv = argv
+    sys.orig_argv = sys.orig_argv[:1] + argv
+    sys.path[0] = os.path.dirname(script)
+    try:
+        with open(script, "rb") as file:
+            source = file.read()
+    except OSError as error:
+        sys.stderr.write(f"{sys.orig_argv[0]}: can't open file {script!r}: [Errno {error.errno}] {error.strerror}\n")
+        sys.exit(2)
+    main = type(sys)("__main__")
+    main.__file__, main.__cached__ = script, None
+    main.__loader__ = SourceFileLoader("__main__", script)
+    main.__builtins__ = __builtins__
+    sys.modules["__main__"] = main
+    try:
+        exec(compile(source, script, "exec"), main.__dict__)
+    except SystemExit:
+        raise
+    except BaseException as error:
+        # The first entry is this frame; the program's start below it.
+        traceback = error.__traceback__.tb_next
+        sys.excepthook(type(error), error.with_traceback(traceback), traceback)
+        if isinstance(error, KeyboardInterrupt):
+            import signal
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+        sys.exit(1)
+
+
+_sandpod_run()
+`
+
+// warmChild is the program's process started before any request: the shim
+// with its limits and filter in place, or the python interpreter running the
+// bootstrap, blocked on the release socket.
+type warmChild struct {
+	process *startedProcess
+	spec    processSpec
+	python  bool
+	release *os.File
+	stdin   *os.File
+}
+
+// usesPythonBootstrap reports whether cfg runs its source with a python
+// interpreter the bootstrap can stand in for: exactly [python…, sourceFile].
+func usesPythonBootstrap(cfg Config) bool {
+	return len(cfg.Command) == 2 && cfg.Command[1] == cfg.SourceFile &&
+		pythonCommand.MatchString(filepath.Base(cfg.Command[0]))
+}
+
+// prestart starts the program's process for cfg in the work dir and waits
+// until it is ready to be released.
+func prestart(cfg Config, opts Options) (*warmChild, error) {
+	if err := createWorkDir(opts.WorkDir); err != nil {
+		return nil, err
+	}
+	sockets, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("creating the release socket: %w", err)
+	}
+	release, childRelease := os.NewFile(uintptr(sockets[0]), "release"), os.NewFile(uintptr(sockets[1]), "release-child")
+	defer childRelease.Close()
+	stdinRead, stdinWrite, err := os.Pipe()
+	if err != nil {
+		_ = release.Close()
+		return nil, fmt.Errorf("creating the stdin pipe: %w", err)
+	}
+	defer stdinRead.Close()
+
+	child := &warmChild{spec: newProcessSpec(cfg, opts, stdinRead), python: usesPythonBootstrap(cfg), release: release, stdin: stdinWrite}
+	var argv []string
+	if child.python {
+		argv = []string{cfg.Command[0], "-c", pythonBootstrap}
+	}
+	shim := shimArgv(selfExePath, cfg.Limits, child.spec.guard, shimWait, argv)
+	if child.process, err = startProcess(child.spec, shim, childRelease); err != nil {
+		closeAll(release, stdinWrite)
+		return nil, err
+	}
+	ready := make([]byte, 1)
+	if _, err := io.ReadFull(release, ready); err != nil || ready[0] != releaseReady {
+		outcome := child.abandon()
+		if outcome.startErr != nil {
+			return nil, fmt.Errorf("the program could not be pre-started: %w", outcome.startErr)
+		}
+		return nil, fmt.Errorf("the pre-started program ended before its release (exit code %s, signal %s)",
+			describe(outcome.exitCode), describe(outcome.signal))
+	}
+	return child, nil
+}
+
+// run writes the request's files, releases the child with cfg's argv and
+// stdin, and runs it to its end; the timeout counts from the release.
+func (c *warmChild) run(ctx context.Context, cfg Config, request runRequest, frames *frameWriter) Result {
+	if err := writeRequestFiles(cfg, request, c.spec.dir); err != nil {
+		c.abandon()
+		return failedResult(err)
+	}
+	argv := append(slices.Clone(cfg.Command), cfg.Args...)
+	if c.python {
+		argv = argv[1:]
+	}
+	c.spec.timeout = time.Duration(cfg.TimeoutSeconds) * time.Second
+	return runCaptured(cfg, frames, func(stdout, stderr io.Writer) processOutcome {
+		c.process.started = time.Now()
+		go feedStdin(c.stdin, request.Stdin)
+		// A child that died already shows in its outcome.
+		_, _ = io.WriteString(c.release, strings.Join(argv, "\x00"))
+		_ = c.release.Close()
+		return c.process.finish(ctx, c.spec, stdout, stderr)
+	})
+}
+
+// abandon kills the child that will not run, and everything it started.
+func (c *warmChild) abandon() processOutcome {
+	closeAll(c.release, c.stdin)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	return c.process.finish(cancelled, c.spec, io.Discard, io.Discard)
+}
+
+func feedStdin(stdin *os.File, content *string) {
+	if content != nil {
+		// A program that exits without reading all of it ends the write (EPIPE).
+		_, _ = io.WriteString(stdin, *content)
+	}
+	_ = stdin.Close()
+}
+
+// writeRequestFiles places the source and the extra files in the work dir.
+func writeRequestFiles(cfg Config, request runRequest, workDir string) error {
+	if err := writeWorkFile(filepath.Join(workDir, cfg.SourceFile), strings.NewReader(request.Source), "source"); err != nil {
+		return err
+	}
+	for _, file := range request.Files {
+		if !filepath.IsLocal(file.Path) {
+			return fmt.Errorf("file path %q is not a relative path inside the work dir", file.Path)
+		}
+		if err := writeWorkFile(filepath.Join(workDir, file.Path), strings.NewReader(file.Content), file.Path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkServable says why request cannot run in a child pre-started for
+// served: the fields the child was started with must be the same.
+func checkServable(served, request Config) error {
+	switch {
+	case request.Mode != ModeRun:
+		return fmt.Errorf("serve mode runs programs only, not mode %q", request.Mode)
+	case !slices.Equal(served.Command, request.Command):
+		return fmt.Errorf("the command %q is not the pre-started %q", request.Command, served.Command)
+	case !maps.Equal(served.Env, request.Env):
+		return fmt.Errorf("the env is not the pre-started program's")
+	case served.Limits != request.Limits:
+		return fmt.Errorf("the limits %+v are not the pre-started %+v", request.Limits, served.Limits)
+	case served.SourceFile != request.SourceFile:
+		return fmt.Errorf("the sourceFile %q is not the pre-started %q", request.SourceFile, served.SourceFile)
+	}
+	return nil
+}
+
+func describe(value *int) string {
+	if value == nil {
+		return "none"
+	}
+	return strconv.Itoa(*value)
+}
