@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from pydantic import BaseModel
 
 from sandpod_contract.models import (

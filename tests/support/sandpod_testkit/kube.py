@@ -37,7 +37,7 @@ def ensure_crd(api: client.ApiClient, *, timeout: float = 30) -> str:
     return str(CRD["metadata"]["name"])
 
 
-def _apply_crd(api: client.ApiClient, manifest: dict[str, Any], timeout: float) -> None:
+def _apply_crd(api: client.ApiClient, manifest: Any, timeout: float) -> None:
     extensions = client.ApiextensionsV1Api(api)
     name = str(manifest["metadata"]["name"])
     try:
