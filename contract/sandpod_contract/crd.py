@@ -27,15 +27,9 @@ from sandpod_contract.models import (
 )
 from sandpod_contract.names import (
     CATEGORIES,
+    EXECUTION_NAMES,
     GROUP,
-    KIND,
-    PLURAL,
-    POOL_KIND,
-    POOL_PLURAL,
-    POOL_SHORT_NAMES,
-    POOL_SINGULAR,
-    SHORT_NAMES,
-    SINGULAR,
+    POOL_NAMES,
     VERSION,
 )
 
@@ -46,32 +40,36 @@ Schema = dict[str, Any]
 class Kind:
     """One custom resource: its names, models and how kubectl get shows it."""
 
-    kind: str
-    plural: str
-    singular: str
-    short_names: tuple[str, ...]
+    names: tuple[str, str, str, tuple[str, ...]]  # kind, plural, singular, short names
     description: str
-    spec: type[BaseModel]
-    status: type[BaseModel]
+    models: tuple[type[BaseModel], type[BaseModel]]  # spec, status
+    # Printer columns between Language (first) and Age (last), which every kind shows.
     columns: tuple[Schema, ...]
 
     @property
+    def kind(self) -> str:
+        return self.names[0]
+
+    @property
     def crd_name(self) -> str:
-        return f"{self.plural}.{GROUP}"
+        return f"{self.names[1]}.{GROUP}"
 
 
+LANGUAGE_COLUMN: Schema = {"name": "Language", "type": "string", "jsonPath": ".spec.language"}
 AGE_COLUMN: Schema = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+EXECUTION_DESCRIPTION = (
+    "CodeExecution runs one program in a short-lived, locked-down sandbox pod (gVisor) and "
+    "records its result in status."
+)
+POOL_DESCRIPTION = (
+    "SandboxPool keeps `size` sandbox pods of one language started and free, so that an "
+    "execution that fits the pool claims one instead of starting a pod."
+)
 CODE_EXECUTION = Kind(
-    kind=KIND,
-    plural=PLURAL,
-    singular=SINGULAR,
-    short_names=SHORT_NAMES,
-    description="CodeExecution runs one program in a short-lived, locked-down sandbox "
-    "pod (gVisor) and records its result in status.",
-    spec=CodeExecutionSpec,
-    status=CodeExecutionStatus,
+    names=EXECUTION_NAMES,
+    description=EXECUTION_DESCRIPTION,
+    models=(CodeExecutionSpec, CodeExecutionStatus),
     columns=(
-        {"name": "Language", "type": "string", "jsonPath": ".spec.language"},
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
         {"name": "Reason", "type": "string", "jsonPath": ".status.reason", "priority": 1},
         {"name": "Exit", "type": "integer", "jsonPath": ".status.exitCode"},
@@ -82,20 +80,13 @@ CODE_EXECUTION = Kind(
             "description": "Run time of the program in milliseconds.",
         },
         {"name": "Pod", "type": "string", "jsonPath": ".status.podName", "priority": 1},
-        AGE_COLUMN,
     ),
 )
 SANDBOX_POOL = Kind(
-    kind=POOL_KIND,
-    plural=POOL_PLURAL,
-    singular=POOL_SINGULAR,
-    short_names=POOL_SHORT_NAMES,
-    description="SandboxPool keeps `size` sandbox pods of one language started and free, so "
-    "that an execution that fits the pool claims one instead of starting a pod.",
-    spec=SandboxPoolSpec,
-    status=SandboxPoolStatus,
+    names=POOL_NAMES,
+    description=POOL_DESCRIPTION,
+    models=(SandboxPoolSpec, SandboxPoolStatus),
     columns=(
-        {"name": "Language", "type": "string", "jsonPath": ".spec.language"},
         {
             "name": "Ready",
             "type": "integer",
@@ -109,7 +100,6 @@ SANDBOX_POOL = Kind(
             "description": "Free pods, ready or starting.",
         },
         {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
-        AGE_COLUMN,
     ),
 )
 KINDS = (CODE_EXECUTION, SANDBOX_POOL)
@@ -229,8 +219,8 @@ def build_crd(kind: Kind = CODE_EXECUTION) -> Schema:
             },
             # The API server documents metadata itself and allows nothing more here.
             "metadata": {"type": "object"},
-            "spec": model_schema(kind.spec),
-            "status": model_schema(kind.status),
+            "spec": model_schema(kind.models[0]),
+            "status": model_schema(kind.models[1]),
         },
     }
     missing = undescribed_properties(root)
@@ -246,25 +236,31 @@ def build_crd(kind: Kind = CODE_EXECUTION) -> Schema:
         "spec": {
             "group": GROUP,
             "scope": "Namespaced",
-            "names": {
-                "kind": kind.kind,
-                "listKind": f"{kind.kind}List",
-                "plural": kind.plural,
-                "singular": kind.singular,
-                "shortNames": list(kind.short_names),
-                "categories": list(CATEGORIES),
-            },
+            "names": _names(*kind.names),
             "versions": [
                 {
                     "name": VERSION,
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": [dict(column) for column in kind.columns],
+                    "additionalPrinterColumns": [
+                        dict(column) for column in (LANGUAGE_COLUMN, *kind.columns, AGE_COLUMN)
+                    ],
                     "schema": {"openAPIV3Schema": root},
                 }
             ],
         },
+    }
+
+
+def _names(kind: str, plural: str, singular: str, short_names: tuple[str, ...]) -> Schema:
+    return {
+        "kind": kind,
+        "listKind": f"{kind}List",
+        "plural": plural,
+        "singular": singular,
+        "shortNames": list(short_names),
+        "categories": list(CATEGORIES),
     }
 
 

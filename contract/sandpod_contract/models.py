@@ -442,10 +442,10 @@ class SandboxPoolSpec(_Model):
     )
     max_refill_per_minute: int | None = Field(
         default=None,
-        ge=1,
-        le=MAX_REFILL_PER_MINUTE,
         description="At most this many pods started per minute (refills and the first "
         "fill alike); unlimited when omitted.",
+        ge=1,
+        le=MAX_REFILL_PER_MINUTE,
     )
 
 

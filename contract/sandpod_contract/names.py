@@ -25,6 +25,10 @@ POOL_KIND = "SandboxPool"
 POOL_PLURAL = "sandboxpools"
 POOL_SINGULAR = "sandboxpool"
 POOL_SHORT_NAMES = ("sbp",)
+
+# (kind, plural, singular, short names) of each custom resource.
+EXECUTION_NAMES = (KIND, PLURAL, SINGULAR, SHORT_NAMES)
+POOL_NAMES = (POOL_KIND, POOL_PLURAL, POOL_SINGULAR, POOL_SHORT_NAMES)
 # Pool pods: which pool made them, whether they are still free, and (once claimed) by whom.
 POOL_LABEL = f"{GROUP}/pool"
 POOL_STATE_LABEL = f"{GROUP}/pool-state"

@@ -312,20 +312,26 @@ def scratch_volume(sandbox: Sandbox, settings: OperatorSettings) -> Manifest:
 
 def build_network_policy(namespace: str) -> Manifest:
     """Deny all ingress and egress of every sandbox pod in the namespace (DNS included)."""
+    spec = {
+        "podSelector": {"matchLabels": {ROLE_LABEL: SANDBOX_ROLE}},
+        "policyTypes": ["Ingress", "Egress"],
+        "ingress": [],
+        "egress": [],
+    }
+    return namespace_policy(namespace, DENY_ALL_POLICY_NAME, spec)
+
+
+def namespace_policy(namespace: str, name: str, spec: Manifest) -> Manifest:
+    """A NetworkPolicy the operator keeps per namespace (not owned by one execution)."""
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": {
-            "name": DENY_ALL_POLICY_NAME,
+            "name": name,
             "namespace": namespace,
             "labels": {MANAGED_BY_LABEL: MANAGED_BY},
         },
-        "spec": {
-            "podSelector": {"matchLabels": {ROLE_LABEL: SANDBOX_ROLE}},
-            "policyTypes": ["Ingress", "Egress"],
-            "ingress": [],
-            "egress": [],
-        },
+        "spec": spec,
     }
 
 

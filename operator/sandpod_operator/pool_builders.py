@@ -30,6 +30,7 @@ from sandpod_operator.builders import (
     catalog_language,
     language_config,
     limits_within,
+    namespace_policy,
     sandbox_pod_spec,
 )
 from sandpod_operator.settings import CONFIG_KEY, OperatorSettings
@@ -125,22 +126,14 @@ def build_runner_ingress_policy(namespace: str, peers: list[dict[str, Any]]) -> 
     without peers (an empty `from` would admit everyone). Egress stays denied."""
     if not peers:
         return None
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": {
-            "name": RUNNER_INGRESS_POLICY_NAME,
-            "namespace": namespace,
-            "labels": {MANAGED_BY_LABEL: MANAGED_BY},
-        },
-        "spec": {
-            "podSelector": {"matchExpressions": [{"key": POOL_LABEL, "operator": "Exists"}]},
-            "policyTypes": ["Ingress"],
-            "ingress": [
-                {
-                    "from": [dict(peer) for peer in peers],
-                    "ports": [{"protocol": "TCP", "port": RUNNER_PORT}],
-                }
-            ],
-        },
+    spec = {
+        "podSelector": {"matchExpressions": [{"key": POOL_LABEL, "operator": "Exists"}]},
+        "policyTypes": ["Ingress"],
+        "ingress": [
+            {
+                "from": [dict(peer) for peer in peers],
+                "ports": [{"protocol": "TCP", "port": RUNNER_PORT}],
+            }
+        ],
     }
+    return namespace_policy(namespace, RUNNER_INGRESS_POLICY_NAME, spec)

@@ -4,7 +4,6 @@
 import asyncio
 import json
 import os
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -37,11 +36,9 @@ OPERATOR_PEER = {"ipBlock": {"cidr": "192.0.2.2/32"}}
 
 
 @pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in os.environ:
-        if name.startswith("SANDPOD_"):
-            monkeypatch.delenv(name)
-    yield
+def no_sandpod_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [name for name in os.environ if name.startswith("SANDPOD_")]:
+        monkeypatch.delenv(name)
 
 
 @pytest.fixture
