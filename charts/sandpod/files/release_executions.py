@@ -1,8 +1,8 @@
 """`helm uninstall` (pre-delete hook): stop the operator, then release every CodeExecution and
-SandboxPool it served from its finalizer, so that deleting the tenant namespaces (or the CRD) does not wait
-forever for an operator that is gone. The objects themselves are left alone: those in the
-release's namespaces go with them, others stay as records (an operator installed later
-takes them up again).
+SandboxPool it served from its finalizer, so that deleting the tenant namespaces (or the
+CRDs) does not wait forever for an operator that is gone. The objects themselves are left
+alone: those in the release's namespaces go with them, others stay as records (an operator
+installed later takes them up again).
 
 Standard library only (it runs in the operator image with `python3 -c`). Environment:
 RELEASE_NAMESPACE, OPERATOR_DEPLOYMENT, OPERATOR_SELECTOR (label selector of its pods),
