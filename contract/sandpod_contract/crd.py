@@ -1,7 +1,7 @@
-"""Generate the CodeExecution CustomResourceDefinition from the pydantic models.
+"""Generate sandpod's CustomResourceDefinitions (CodeExecution, SandboxPool) from the models.
 
-    python -m sandpod_contract.crd            # write crds/codeexecutions.sandpod.dev.yaml
-    python -m sandpod_contract.crd --check    # exit 1 when the committed file differs
+    python -m sandpod_contract.crd            # write crds/<plural>.sandpod.dev.yaml, one per kind
+    python -m sandpod_contract.crd --check    # exit 1 when a committed file differs
     python -m sandpod_contract.crd --chart    # the Helm chart's copy (charts/sandpod), same options
 
 Pydantic emits JSON Schema 2020-12; Kubernetes wants a *structural* OpenAPI v3 schema: every
@@ -11,28 +11,102 @@ additionalProperties next to properties, a description on every property.
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
-from sandpod_contract.models import NAME_RULE, CodeExecutionSpec, CodeExecutionStatus
+from sandpod_contract.models import (
+    NAME_RULE,
+    CodeExecutionSpec,
+    CodeExecutionStatus,
+    SandboxPoolSpec,
+    SandboxPoolStatus,
+)
 from sandpod_contract.names import (
-    API_VERSION,
     CATEGORIES,
+    EXECUTION_NAMES,
     GROUP,
-    KIND,
-    PLURAL,
-    SHORT_NAMES,
-    SINGULAR,
+    POOL_NAMES,
     VERSION,
 )
 
 Schema = dict[str, Any]
 
-CRD_NAME = f"{PLURAL}.{GROUP}"
+
+@dataclass(frozen=True)
+class Kind:
+    """One custom resource: its names, models and how kubectl get shows it."""
+
+    names: tuple[str, str, str, tuple[str, ...]]  # kind, plural, singular, short names
+    description: str
+    models: tuple[type[BaseModel], type[BaseModel]]  # spec, status
+    # Printer columns between Language (first) and Age (last), which every kind shows.
+    columns: tuple[Schema, ...]
+
+    @property
+    def kind(self) -> str:
+        return self.names[0]
+
+    @property
+    def crd_name(self) -> str:
+        return f"{self.names[1]}.{GROUP}"
+
+
+LANGUAGE_COLUMN: Schema = {"name": "Language", "type": "string", "jsonPath": ".spec.language"}
+AGE_COLUMN: Schema = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+EXECUTION_DESCRIPTION = (
+    "CodeExecution runs one program in a short-lived, locked-down sandbox pod (gVisor) and "
+    "records its result in status."
+)
+POOL_DESCRIPTION = (
+    "SandboxPool keeps `size` sandbox pods of one language started and free, so that an "
+    "execution that fits the pool claims one instead of starting a pod."
+)
+CODE_EXECUTION = Kind(
+    names=EXECUTION_NAMES,
+    description=EXECUTION_DESCRIPTION,
+    models=(CodeExecutionSpec, CodeExecutionStatus),
+    columns=(
+        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+        {"name": "Reason", "type": "string", "jsonPath": ".status.reason", "priority": 1},
+        {"name": "Exit", "type": "integer", "jsonPath": ".status.exitCode"},
+        {
+            "name": "Duration(ms)",
+            "type": "integer",
+            "jsonPath": ".status.durationMs",
+            "description": "Run time of the program in milliseconds.",
+        },
+        {"name": "Pod", "type": "string", "jsonPath": ".status.podName", "priority": 1},
+    ),
+)
+SANDBOX_POOL = Kind(
+    names=POOL_NAMES,
+    description=POOL_DESCRIPTION,
+    models=(SandboxPoolSpec, SandboxPoolStatus),
+    columns=(
+        {
+            "name": "Ready",
+            "type": "integer",
+            "jsonPath": ".status.ready",
+            "description": "Free pods ready to be claimed.",
+        },
+        {
+            "name": "Total",
+            "type": "integer",
+            "jsonPath": ".status.total",
+            "description": "Free pods, ready or starting.",
+        },
+        {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
+    ),
+)
+KINDS = (CODE_EXECUTION, SANDBOX_POOL)
+
+CRD_NAME = CODE_EXECUTION.crd_name
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_OUTPUT = REPO_ROOT / "crds" / f"{CRD_NAME}.yaml"
+DEFAULT_OUTPUT = REPO_ROOT / "crds"
 CHART_OUTPUT = REPO_ROOT / "charts" / "sandpod" / "templates" / "crd.yaml"
 
 # JSON Schema keywords that carry over to Kubernetes' OpenAPI v3 subset unchanged.
@@ -128,13 +202,10 @@ def undescribed_properties(schema: Schema, where: str = "") -> list[str]:
     return missing
 
 
-def build_crd() -> Schema:
-    spec = model_schema(CodeExecutionSpec)
-    status = model_schema(CodeExecutionStatus)
+def build_crd(kind: Kind = CODE_EXECUTION) -> Schema:
     root: Schema = {
         "type": "object",
-        "description": "CodeExecution runs one program in a short-lived, locked-down sandbox "
-        "pod (gVisor) and records its result in status.",
+        "description": kind.description,
         "required": ["spec"],
         "x-kubernetes-validations": [NAME_RULE],
         "properties": {
@@ -148,56 +219,48 @@ def build_crd() -> Schema:
             },
             # The API server documents metadata itself and allows nothing more here.
             "metadata": {"type": "object"},
-            "spec": spec,
-            "status": status,
+            "spec": model_schema(kind.models[0]),
+            "status": model_schema(kind.models[1]),
         },
     }
     missing = undescribed_properties(root)
     if missing:
         raise SchemaError(f"properties without a description: {', '.join(missing)}")
-    columns = [
-        {"name": "Language", "type": "string", "jsonPath": ".spec.language"},
-        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-        {"name": "Reason", "type": "string", "jsonPath": ".status.reason", "priority": 1},
-        {"name": "Exit", "type": "integer", "jsonPath": ".status.exitCode"},
-        {
-            "name": "Duration(ms)",
-            "type": "integer",
-            "jsonPath": ".status.durationMs",
-            "description": "Run time of the program in milliseconds.",
-        },
-        {"name": "Pod", "type": "string", "jsonPath": ".status.podName", "priority": 1},
-        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-    ]
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": CRD_NAME,
+            "name": kind.crd_name,
             "labels": {"app.kubernetes.io/name": "sandpod", "app.kubernetes.io/part-of": "sandpod"},
         },
         "spec": {
             "group": GROUP,
             "scope": "Namespaced",
-            "names": {
-                "kind": KIND,
-                "listKind": f"{KIND}List",
-                "plural": PLURAL,
-                "singular": SINGULAR,
-                "shortNames": list(SHORT_NAMES),
-                "categories": list(CATEGORIES),
-            },
+            "names": _names(*kind.names),
             "versions": [
                 {
                     "name": VERSION,
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": columns,
+                    "additionalPrinterColumns": [
+                        dict(column) for column in (LANGUAGE_COLUMN, *kind.columns, AGE_COLUMN)
+                    ],
                     "schema": {"openAPIV3Schema": root},
                 }
             ],
         },
+    }
+
+
+def _names(kind: str, plural: str, singular: str, short_names: tuple[str, ...]) -> Schema:
+    return {
+        "kind": kind,
+        "listKind": f"{kind}List",
+        "plural": plural,
+        "singular": singular,
+        "shortNames": list(short_names),
+        "categories": list(CATEGORIES),
     }
 
 
@@ -212,12 +275,12 @@ def _dump(data: Schema) -> str:
     return yaml.safe_dump(data, sort_keys=False, width=100, allow_unicode=True)
 
 
-def render() -> str:
-    return _header("python -m sandpod_contract.crd") + _dump(build_crd())
+def render(kind: Kind = CODE_EXECUTION) -> str:
+    return _header("python -m sandpod_contract.crd") + _dump(build_crd(kind))
 
 
-# Installed only with crds.enabled; `helm uninstall` leaves it (and so every execution in the
-# cluster) in place with crds.keep.
+# Installed only with crds.enabled; `helm uninstall` leaves them (and so every execution and
+# pool in the cluster) in place with crds.keep.
 _CHART_ANNOTATIONS = """\
   {{- if .Values.crds.keep }}
   annotations:
@@ -226,46 +289,63 @@ _CHART_ANNOTATIONS = """\
 """
 
 
-def render_chart_template() -> str:
-    """The same CRD as a template of the Helm chart (charts/sandpod/templates/crd.yaml)."""
-    crd = build_crd()
+def _chart_document(kind: Kind) -> str:
+    crd = build_crd(kind)
     head = _dump({key: crd[key] for key in ("apiVersion", "kind", "metadata")})
     spec = _dump({"spec": crd["spec"]})
     if "{{" in spec:
         raise SchemaError("the CRD contains '{{', which Helm would read as a template action")
+    return "---\n" + head + _CHART_ANNOTATIONS + spec
+
+
+def render_chart_template() -> str:
+    """The same CRDs as one template of the Helm chart (charts/sandpod/templates/crd.yaml)."""
     return (
         "{{- if .Values.crds.enabled }}\n"
         + _header("python -m sandpod_contract.crd --chart")
-        + head
-        + _CHART_ANNOTATIONS
-        + spec
+        + "".join(_chart_document(kind) for kind in KINDS)
         + "{{- end }}\n"
     )
 
 
+def outputs(*, chart: bool, output: Path | None) -> dict[Path, str]:
+    """What to write where: the chart's template, or one file per kind in a directory."""
+    if chart:
+        return {output or CHART_OUTPUT: render_chart_template()}
+    directory = output or DEFAULT_OUTPUT
+    return {directory / f"{kind.crd_name}.yaml": render(kind) for kind in KINDS}
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=f"Generate the {CRD_NAME} CRD ({API_VERSION}).")
-    parser.add_argument("--output", type=Path, help=f"default: {DEFAULT_OUTPUT}")
-    parser.add_argument("--check", action="store_true", help="exit 1 if the file is stale")
+    parser = argparse.ArgumentParser(description=f"Generate sandpod's CRDs ({GROUP}/{VERSION}).")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help=f"directory (default: {DEFAULT_OUTPUT}); with --chart, the file",
+    )
+    parser.add_argument("--check", action="store_true", help="exit 1 if a file is stale")
     parser.add_argument(
         "--chart",
         action="store_true",
         help=f"the Helm chart's template (default output: {CHART_OUTPUT})",
     )
     args = parser.parse_args(argv)
-    text = render_chart_template() if args.chart else render()
-    output: Path = args.output or (CHART_OUTPUT if args.chart else DEFAULT_OUTPUT)
+    files = outputs(chart=args.chart, output=args.output)
     if args.check:
-        current = output.read_text() if output.exists() else ""
-        if current != text:
+        stale = [path for path, text in files.items() if _read(path) != text]
+        for path in stale:
             command = "python -m sandpod_contract.crd" + (" --chart" if args.chart else "")
-            print(f"{output} is stale: run {command}", file=sys.stderr)
-            return 1
-        return 0
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text)
-    print(f"wrote {output}")
+            print(f"{path} is stale: run {command}", file=sys.stderr)
+        return 1 if stale else 0
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        print(f"wrote {path}")
     return 0
+
+
+def _read(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
 
 
 if __name__ == "__main__":

@@ -186,6 +186,18 @@ class Resources(_Model):
     ephemeral_storage: StorageQuantity | None = None
 
 
+LanguageName = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=63,
+        pattern=LANGUAGE_PATTERN,
+        description="Language of the program: a key of the operator's language catalog, "
+        "e.g. python, javascript, typescript, bash.",
+    ),
+]
+
+
 class PortRule(_Model):
     """A destination port that egress may reach."""
 
@@ -248,13 +260,7 @@ class CodeExecutionSpec(_Model):
         json_schema_extra={"x-kubernetes-validations": [IMMUTABLE_RULE, CONTENT_SIZE_RULE]}
     )
 
-    language: str = Field(
-        min_length=1,
-        max_length=63,
-        pattern=LANGUAGE_PATTERN,
-        description="Language of the program: a key of the operator's language catalog, "
-        "e.g. python, javascript, typescript, bash.",
-    )
+    language: LanguageName
     source: str = Field(
         max_length=MAX_SOURCE_CHARS,
         description="The program text, stored as the language's source file in the work directory.",
@@ -338,8 +344,9 @@ class Condition(_Model):
     """A standard Kubernetes condition (metav1.Condition)."""
 
     type: str = Field(
-        description="Accepted (children created), Started (the program started), Completed "
-        "(a terminal phase was reached), Succeeded (it ended with phase Succeeded)."
+        description="Of an execution: Accepted (children created), Started (the program "
+        "started), Completed (a terminal phase was reached), Succeeded (it ended with phase "
+        "Succeeded). Of a pool: Ready (size free pods are ready)."
     )
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str = Field(description="CamelCase reason of the last transition.")
@@ -413,3 +420,46 @@ class CodeExecutionStatus(_Model):
 
 def is_terminal(phase: str | None) -> bool:
     return phase in TERMINAL_PHASES
+
+
+MAX_POOL_SIZE = 50
+MAX_REFILL_PER_MINUTE = 600
+
+
+class SandboxPoolSpec(_Model):
+    """Which sandboxes to keep started, and how many. Mutable: size scales the pool."""
+
+    # A changed language or resources replace the free pods (the pool-template label).
+
+    language: LanguageName
+    resources: Resources = Field(
+        default_factory=Resources,
+        description="cpu, memory and ephemeral-storage limits of each pool pod; an execution "
+        "fits the pool when each of its own is at most these.",
+    )
+    size: int = Field(
+        ge=0, le=MAX_POOL_SIZE, description="How many free, started sandbox pods to keep."
+    )
+    max_refill_per_minute: int | None = Field(
+        default=None,
+        description="At most this many pods started per minute (refills and the first "
+        "fill alike); unlimited when omitted.",
+        ge=1,
+        le=MAX_REFILL_PER_MINUTE,
+    )
+
+
+class SandboxPoolStatus(_Model):
+    """How full the pool is, written by the operator."""
+
+    ready: int = Field(default=0, description="Free pods that are ready to be claimed.")
+    total: int = Field(default=0, description="Free pods, ready or still starting.")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Ready: True when `size` free pods are ready; False with reason Filling, "
+        "RefillLimited (maxRefillPerMinute) or InvalidSpec.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    observed_generation: int | None = Field(
+        default=None, description="metadata.generation the status was written for."
+    )

@@ -24,8 +24,33 @@ TENANT_LABEL = f"{GROUP}/tenant"
 # executions can be counted from metadata alone (label selector "!finished").
 FINISHED_LABEL = f"{GROUP}/finished"
 
+POOL_KIND = "SandboxPool"
+POOL_PLURAL = "sandboxpools"
+POOL_SINGULAR = "sandboxpool"
+POOL_SHORT_NAMES = ("sbp",)
+
+# (kind, plural, singular, short names) of each custom resource.
+EXECUTION_NAMES = (KIND, PLURAL, SINGULAR, SHORT_NAMES)
+POOL_NAMES = (POOL_KIND, POOL_PLURAL, POOL_SINGULAR, POOL_SHORT_NAMES)
+# Pool pods: which pool made them, whether they are still free, and (once claimed) by whom.
+POOL_LABEL = f"{GROUP}/pool"
+POOL_STATE_LABEL = f"{GROUP}/pool-state"
+POOL_FREE = "free"
+POOL_CLAIMED = "claimed"
+CLAIMED_BY_LABEL = f"{GROUP}/claimed-by"
+# The pool spec a pod was made from (a hash): pods of an older spec are replaced.
+POOL_TEMPLATE_LABEL = f"{GROUP}/pool-template"
+# The serving runner's port in pool pods (docs: the warm design).
+RUNNER_PORT_NAME = "runner"
+RUNNER_PORT = 7070
+
 _UID_PART = 8
 _MAX_NAME = 63
+
+
+def pool_runner_config_name(pool_name: str) -> str:
+    """The ConfigMap with a pool's serve config (owned by the pool)."""
+    return f"{pool_name}-runner"
 
 
 def child_name(execution_name: str, uid: str) -> str:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandpod_contract.catalog import Catalog, Language
-from sandpod_contract.models import CodeExecutionSpec, Network
+from sandpod_contract.models import CodeExecutionSpec, Network, Resources
 from sandpod_contract.names import (
     EXECUTION_LABEL,
     MANAGED_BY,
@@ -20,7 +20,7 @@ from sandpod_contract.names import (
 )
 from sandpod_contract.quantities import parse_quantity, smaller_quantity
 
-from sandpod_operator.settings import OperatorSettings
+from sandpod_operator.settings import CONFIG_KEY, INPUT_DIR, RUNNER_PATH, OperatorSettings
 
 Manifest = dict[str, Any]
 
@@ -28,9 +28,6 @@ DENY_ALL_POLICY_NAME = "sandpod-sandbox-deny-all"
 
 CONTAINER_NAME = "sandbox"
 SANDBOX_HOSTNAME = "sandbox"
-RUNNER_PATH = "/opt/sandpod/bin/sandpod-runner"
-INPUT_DIR = "/sandbox/input"
-CONFIG_KEY = "config.json"
 SOURCE_KEY = "source"
 STDIN_KEY = "stdin"
 TERMINATION_GRACE_SECONDS = 1
@@ -46,14 +43,20 @@ class InvalidSpecError(ValueError):
 
 
 @dataclass(frozen=True)
-class Plan:
-    """The spec resolved against the catalog and settings: what will actually run."""
+class Sandbox:
+    """What every sandbox pod is made of (one-off or pooled): language, RuntimeClass, limits."""
 
     language: Language
     runtime_class_name: str
     cpu: str
     memory: str
     ephemeral_storage: str
+
+
+@dataclass(frozen=True)
+class Plan(Sandbox):
+    """The spec resolved against the catalog and settings: what will actually run."""
+
     timeout_seconds: int
     ttl_seconds_after_finished: int
 
@@ -80,12 +83,32 @@ def _within(what: str, requested: str | None, default: str, maximum: str) -> str
     return value
 
 
-def plan_execution(spec: CodeExecutionSpec, catalog: Catalog, settings: OperatorSettings) -> Plan:
-    """Resolve defaults and check what the CRD cannot know; InvalidSpecError names the field."""
-    language = catalog.languages.get(spec.language)
+def catalog_language(name: str, catalog: Catalog) -> Language:
+    language = catalog.languages.get(name)
     if language is None:
         known = ", ".join(sorted(catalog.languages))
-        raise InvalidSpecError(f"spec.language: unknown language {spec.language!r} ({known})")
+        raise InvalidSpecError(f"spec.language: unknown language {name!r} ({known})")
+    return language
+
+
+def limits_within(resources: Resources, settings: OperatorSettings) -> dict[str, str]:
+    """cpu, memory and ephemeral storage with the defaults filled in, each at most the
+    installation's maximum (Sandbox's field names)."""
+    return {
+        "cpu": _within("cpu", resources.cpu, settings.default_cpu, settings.max_cpu),
+        "memory": _within("memory", resources.memory, settings.default_memory, settings.max_memory),
+        "ephemeral_storage": _within(
+            "ephemeralStorage",
+            resources.ephemeral_storage,
+            settings.default_ephemeral_storage,
+            settings.max_ephemeral_storage,
+        ),
+    }
+
+
+def plan_execution(spec: CodeExecutionSpec, catalog: Catalog, settings: OperatorSettings) -> Plan:
+    """Resolve defaults and check what the CRD cannot know; InvalidSpecError names the field."""
+    language = catalog_language(spec.language, catalog)
     if spec.mode == "lint" and language.lint_command is None:
         raise InvalidSpecError(f"spec.mode: {spec.language} has no linter; use mode run")
     if spec.timeout_seconds > settings.max_timeout_seconds:
@@ -110,19 +133,11 @@ def plan_execution(spec: CodeExecutionSpec, catalog: Catalog, settings: Operator
         raise InvalidSpecError(
             f"spec.files: {clashing[0]!r} would overwrite the program's own file"
         )
-    resources = spec.resources
     ttl = spec.ttl_seconds_after_finished
     return Plan(
         language=language,
         runtime_class_name=runtime_class,
-        cpu=_within("cpu", resources.cpu, settings.default_cpu, settings.max_cpu),
-        memory=_within("memory", resources.memory, settings.default_memory, settings.max_memory),
-        ephemeral_storage=_within(
-            "ephemeralStorage",
-            resources.ephemeral_storage,
-            settings.default_ephemeral_storage,
-            settings.max_ephemeral_storage,
-        ),
+        **limits_within(spec.resources, settings),
         timeout_seconds=spec.timeout_seconds,
         ttl_seconds_after_finished=settings.default_ttl_seconds if ttl is None else ttl,
     )
@@ -132,25 +147,32 @@ def file_key(index: int) -> str:
     return f"file-{index}"
 
 
+def language_config(language: Language, settings: OperatorSettings) -> dict[str, Any]:
+    """The part of config.json that depends only on the language and the installation."""
+    return {
+        "sourceFile": language.file,
+        "command": list(language.command),
+        "env": dict(language.env),
+        "limits": {
+            "processes": settings.process_limit,
+            "fileSizeBytes": settings.file_size_limit_bytes,
+            "openFiles": settings.open_files_limit,
+        },
+    }
+
+
 def build_runner_config(
     spec: CodeExecutionSpec, plan: Plan, settings: OperatorSettings
 ) -> dict[str, Any]:
     """config.json for the runner (docs/runner-protocol.md)."""
     config: dict[str, Any] = {
         "mode": spec.mode,
-        "sourceFile": plan.language.file,
-        "command": list(plan.language.command),
+        **language_config(plan.language, settings),
         "args": list(spec.args),
-        "env": dict(plan.language.env),
         "timeoutSeconds": plan.timeout_seconds,
         "maxOutputBytes": spec.max_output_bytes,
         "files": [{"key": file_key(i), "path": f.path} for i, f in enumerate(spec.files)],
         "hasStdin": spec.stdin is not None,
-        "limits": {
-            "processes": settings.process_limit,
-            "fileSizeBytes": settings.file_size_limit_bytes,
-            "openFiles": settings.open_files_limit,
-        },
     }
     if plan.language.lint_command is not None:
         config["lintCommand"] = list(plan.language.lint_command)
@@ -196,8 +218,15 @@ def build_pod(
     plan: Plan,
     settings: OperatorSettings,
 ) -> Manifest:
-    """The hardened sandbox pod (every default of DESIGN.md's "Sandbox pod hardening")."""
+    """The hardened sandbox pod of one execution."""
     name = child_name(execution_name, uid)
+    spec = sandbox_pod_spec(
+        plan,
+        settings,
+        command=[RUNNER_PATH, f"{INPUT_DIR}/{CONFIG_KEY}"],
+        config_name=name,
+    )
+    spec["activeDeadlineSeconds"] = plan.timeout_seconds + settings.active_deadline_seconds_margin
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -206,90 +235,103 @@ def build_pod(
             "namespace": namespace,
             "labels": sandbox_labels(execution_name),
         },
-        "spec": {
-            "runtimeClassName": plan.runtime_class_name,
-            "restartPolicy": "Never",
-            "automountServiceAccountToken": False,
-            "enableServiceLinks": False,
-            "hostname": SANDBOX_HOSTNAME,
-            "dnsPolicy": "None",
-            "dnsConfig": {"nameservers": [UNREACHABLE_NAMESERVER]},
-            "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
-            "activeDeadlineSeconds": plan.timeout_seconds + settings.active_deadline_seconds_margin,
-            "securityContext": {
-                "runAsNonRoot": True,
-                "runAsUser": settings.sandbox_uid,
-                "runAsGroup": settings.sandbox_gid,
-                "seccompProfile": {"type": "RuntimeDefault"},
-            },
-            "containers": [
-                {
-                    "name": CONTAINER_NAME,
-                    "image": plan.language.image,
-                    "imagePullPolicy": "IfNotPresent",
-                    "command": [RUNNER_PATH, f"{INPUT_DIR}/{CONFIG_KEY}"],
-                    "resources": {
-                        "limits": {
-                            "cpu": plan.cpu,
-                            "memory": plan.memory,
-                            "ephemeral-storage": plan.ephemeral_storage,
-                        },
-                        "requests": {
-                            "cpu": smaller_quantity(settings.cpu_request, plan.cpu),
-                            "memory": plan.memory,
-                            "ephemeral-storage": smaller_quantity(
-                                settings.ephemeral_storage_request, plan.ephemeral_storage
-                            ),
-                        },
-                    },
-                    "securityContext": {
-                        "allowPrivilegeEscalation": False,
-                        "privileged": False,
-                        "readOnlyRootFilesystem": True,
-                        "runAsNonRoot": True,
-                        "capabilities": {"drop": ["ALL"]},
-                    },
-                    "volumeMounts": [
-                        {"name": "input", "mountPath": INPUT_DIR, "readOnly": True},
-                        {"name": "tmp", "mountPath": "/tmp"},
-                    ],
-                    "terminationMessagePath": "/dev/termination-log",
-                    "terminationMessagePolicy": "File",
-                }
-            ],
-            "volumes": [
-                {"name": "input", "configMap": {"name": name, "defaultMode": 0o444}},
-                {"name": "tmp", "emptyDir": scratch_volume(plan, settings)},
-            ],
-        },
+        "spec": spec,
     }
 
 
-def scratch_volume(plan: Plan, settings: OperatorSettings) -> Manifest:
+def sandbox_pod_spec(
+    sandbox: Sandbox, settings: OperatorSettings, *, command: list[str], config_name: str
+) -> Manifest:
+    """Every default of DESIGN.md's "Sandbox pod hardening", running `command` with the
+    ConfigMap `config_name` at /sandbox/input."""
+    return {
+        "runtimeClassName": sandbox.runtime_class_name,
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "hostname": SANDBOX_HOSTNAME,
+        "dnsPolicy": "None",
+        "dnsConfig": {"nameservers": [UNREACHABLE_NAMESERVER]},
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": settings.sandbox_uid,
+            "runAsGroup": settings.sandbox_gid,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [
+            {
+                "name": CONTAINER_NAME,
+                "image": sandbox.language.image,
+                "imagePullPolicy": "IfNotPresent",
+                "command": list(command),
+                "resources": {
+                    "limits": {
+                        "cpu": sandbox.cpu,
+                        "memory": sandbox.memory,
+                        "ephemeral-storage": sandbox.ephemeral_storage,
+                    },
+                    "requests": {
+                        "cpu": smaller_quantity(settings.cpu_request, sandbox.cpu),
+                        "memory": sandbox.memory,
+                        "ephemeral-storage": smaller_quantity(
+                            settings.ephemeral_storage_request, sandbox.ephemeral_storage
+                        ),
+                    },
+                },
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "privileged": False,
+                    "readOnlyRootFilesystem": True,
+                    "runAsNonRoot": True,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+                "volumeMounts": [
+                    {"name": "input", "mountPath": INPUT_DIR, "readOnly": True},
+                    {"name": "tmp", "mountPath": "/tmp"},
+                ],
+                "terminationMessagePath": "/dev/termination-log",
+                "terminationMessagePolicy": "File",
+            }
+        ],
+        "volumes": [
+            {"name": "input", "configMap": {"name": config_name, "defaultMode": 0o444}},
+            {"name": "tmp", "emptyDir": scratch_volume(sandbox, settings)},
+        ],
+    }
+
+
+def scratch_volume(sandbox: Sandbox, settings: OperatorSettings) -> Manifest:
     """/tmp as a memory-backed emptyDir: the kubelet mounts a tmpfs of exactly sizeLimit, so a
     write past it fails at once with ENOSPC and nothing reaches the node's disk (a disk-backed
     emptyDir is only enforced by eviction, about a minute late). Its pages count toward the
     pod's memory limit, so it is never larger than that limit."""
-    size = smaller_quantity(settings.tmp_size_limit, plan.ephemeral_storage)
-    return {"medium": "Memory", "sizeLimit": smaller_quantity(size, plan.memory)}
+    size = smaller_quantity(settings.tmp_size_limit, sandbox.ephemeral_storage)
+    return {"medium": "Memory", "sizeLimit": smaller_quantity(size, sandbox.memory)}
 
 
 def build_network_policy(namespace: str) -> Manifest:
     """Deny all ingress and egress of every sandbox pod in the namespace (DNS included)."""
+    spec = {
+        "podSelector": {"matchLabels": {ROLE_LABEL: SANDBOX_ROLE}},
+        "policyTypes": ["Ingress", "Egress"],
+        "ingress": [],
+        "egress": [],
+    }
+    return namespace_policy(namespace, DENY_ALL_POLICY_NAME, spec)
+
+
+def namespace_policy(namespace: str, name: str, spec: Manifest) -> Manifest:
+    """A NetworkPolicy the operator keeps per namespace (not owned by one execution)."""
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": {
-            "name": DENY_ALL_POLICY_NAME,
+            "name": name,
             "namespace": namespace,
             "labels": {MANAGED_BY_LABEL: MANAGED_BY},
         },
-        "spec": {
-            "podSelector": {"matchLabels": {ROLE_LABEL: SANDBOX_ROLE}},
-            "policyTypes": ["Ingress", "Egress"],
-            "ingress": [],
-            "egress": [],
-        },
+        "spec": spec,
     }
 
 

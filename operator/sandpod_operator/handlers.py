@@ -26,8 +26,10 @@ from sandpod_contract.names import (
     VERSION,
 )
 
+from sandpod_operator import pool_handlers  # noqa: F401  (registers the pool handlers)
 from sandpod_operator.builders import DENY_ALL_POLICY_NAME
 from sandpod_operator.kube import Kube, RequestCounter
+from sandpod_operator.pools import PoolController
 from sandpod_operator.reconciler import API_ERRORS, Reconciler, is_transient
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import Verdict
@@ -89,6 +91,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.watching.label_selectors[NETWORK_POLICIES] = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
     kube = Kube(await open_api_client(), RequestCounter())
     memo.reconciler = Reconciler(kube=kube, settings=sandpod, catalog=catalog)
+    memo.pools = PoolController(kube=kube, settings=sandpod, catalog=catalog)
     if sandpod.metrics_port:
         prometheus_client.start_http_server(sandpod.metrics_port)
 

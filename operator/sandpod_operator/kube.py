@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from kubernetes_asyncio import client as k8s
 from prometheus_client import Counter, Histogram
-from sandpod_contract.names import FINISHED_LABEL, GROUP, PLURAL, VERSION
+from sandpod_contract.names import FINISHED_LABEL, GROUP, PLURAL, POOL_LABEL, POOL_PLURAL, VERSION
 from sandpod_contract.runner import LogReader, LogSummary, Summary
 
 Manifest = dict[str, Any]
@@ -120,6 +120,19 @@ class KubeApi(Protocol):
     ) -> Manifest: ...
     async def label_finished(self, namespace: str, name: str, *, uid: str) -> None: ...
     async def delete_execution(self, namespace: str, name: str, *, uid: str) -> None: ...
+
+
+class PoolKubeApi(Protocol):
+    """What the pool controller does to the cluster: `Kube`, or the fake in unit tests."""
+
+    async def create_network_policy(self, body: Manifest, *, uid: str | None) -> Any: ...
+    async def apply_configmap(self, body: Manifest) -> None: ...
+    async def list_pool_pods(self, namespace: str, pool_name: str) -> list[Manifest]: ...
+    async def create_pool_pod(self, body: Manifest) -> Manifest: ...
+    async def delete_pool_pod(
+        self, namespace: str, name: str, *, resource_version: str
+    ) -> bool: ...
+    async def patch_pool_status(self, namespace: str, name: str, status: Manifest) -> None: ...
 
 
 class Kube:
@@ -341,3 +354,85 @@ class Kube:
         except KubeError as error:
             if error.status not in (404, 409):
                 raise
+
+    # --- pools ----------------------------------------------------------------------------
+
+    async def apply_configmap(self, body: Manifest) -> None:
+        """Create the ConfigMap, or bring the data of the one of that name up to date."""
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        try:
+            await self._call(
+                "create",
+                "configmaps",
+                None,
+                self._core.create_namespaced_config_map,
+                namespace,
+                body,
+            )
+            return
+        except KubeError as error:
+            if error.status != 409 or error.reason != "AlreadyExists":
+                raise
+        await self._call(
+            "patch",
+            "configmaps",
+            None,
+            self._core.patch_namespaced_config_map,
+            name,
+            namespace,
+            {"data": body["data"]},
+            _content_type=MERGE_PATCH,
+        )
+
+    async def list_pool_pods(self, namespace: str, pool_name: str) -> list[Manifest]:
+        """Every pod labelled with the pool, free or claimed (a fresh, consistent read)."""
+        listed = await self._call(
+            "list",
+            "pods",
+            None,
+            self._core.list_namespaced_pod,
+            namespace,
+            label_selector=f"{POOL_LABEL}={pool_name}",
+        )
+        return list(listed.get("items") or [])
+
+    async def create_pool_pod(self, body: Manifest) -> Manifest:
+        namespace = body["metadata"]["namespace"]
+        return await self._call(
+            "create", "pods", None, self._core.create_namespaced_pod, namespace, body
+        )
+
+    async def delete_pool_pod(self, namespace: str, name: str, *, resource_version: str) -> bool:
+        """Delete a free pod only as it was seen: False if it changed meanwhile (claimed) or
+        is gone."""
+        options = {"preconditions": {"resourceVersion": resource_version}, "gracePeriodSeconds": 0}
+        try:
+            await self._call(
+                "delete",
+                "pods",
+                None,
+                self._core.delete_namespaced_pod,
+                name,
+                namespace,
+                body=options,
+            )
+        except KubeError as error:
+            if error.status in (404, 409):
+                return False
+            raise
+        return True
+
+    async def patch_pool_status(self, namespace: str, name: str, status: Manifest) -> None:
+        await self._call(
+            "patch",
+            f"{POOL_PLURAL}/status",
+            None,
+            self._custom.patch_namespaced_custom_object_status,
+            GROUP,
+            VERSION,
+            namespace,
+            POOL_PLURAL,
+            name,
+            {"status": status},
+            _content_type=MERGE_PATCH,
+        )

@@ -1,12 +1,18 @@
 """Operator settings, read from SANDPOD_* environment variables."""
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sandpod_contract.catalog import DEFAULT_CATALOG_PATH
 from sandpod_contract.models import MAX_TIMEOUT_SECONDS, MAX_TTL_SECONDS
 from sandpod_contract.quantities import Quantity, parse_quantity
+
+# Where the sandbox images keep the runner, and where sandbox pods mount its config.
+RUNNER_PATH = "/opt/sandpod/bin/sandpod-runner"
+INPUT_DIR = "/sandbox/input"
+CONFIG_KEY = "config.json"
 
 
 class OperatorSettings(BaseSettings):
@@ -92,6 +98,24 @@ class OperatorSettings(BaseSettings):
         gt=0,
         description="How often unfinished executions are re-checked for time-based verdicts "
         "(startup timeout, unschedulable, lost pods).",
+    )
+
+    runner_ingress_from: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="NetworkPolicyPeer objects (JSON list) that may reach the serving runner "
+        "of pool pods (the operator itself); empty: no runner ingress policy, so nothing "
+        "reaches pool pods.",
+    )
+    pool_runner_command: list[str] = Field(
+        default_factory=lambda: [RUNNER_PATH, "--serve", f"{INPUT_DIR}/{CONFIG_KEY}"],
+        min_length=1,
+        description="argv of pool pods: the runner serving on the runner port, ready (GET "
+        "/ready) once its program's process is pre-started.",
+    )
+    pool_resync_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="How often each pool is checked even without events.",
     )
 
     metrics_port: int = Field(

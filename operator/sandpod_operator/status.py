@@ -593,7 +593,7 @@ def supersedes(verdict: Verdict, previous: Status | None) -> bool:
     return _rank(verdict.phase) >= _rank(phase)
 
 
-def _set_condition(
+def set_condition(
     conditions: dict[str, dict[str, Any]],
     kind: str,
     status: str,
@@ -636,25 +636,25 @@ def _conditions(
 ) -> list[Condition]:
     conditions = {c["type"]: c for c in previous.get("conditions") or [] if "type" in c}
     if refused:
-        _set_condition(conditions, "Accepted", "False", verdict.reason, verdict.message, stamp, gen)
+        set_condition(conditions, "Accepted", "False", verdict.reason, verdict.message, stamp, gen)
     else:
-        _set_condition(conditions, "Accepted", "True", "PodCreated", "", stamp, gen)
+        set_condition(conditions, "Accepted", "True", "PodCreated", "", stamp, gen)
     if started:
-        _set_condition(conditions, "Started", "True", "Started", "", stamp, gen)
+        set_condition(conditions, "Started", "True", "Started", "", stamp, gen)
     else:
-        _set_condition(conditions, "Started", "False", verdict.reason, "", stamp, gen)
+        set_condition(conditions, "Started", "False", verdict.reason, "", stamp, gen)
     if verdict.terminal:
-        _set_condition(conditions, "Completed", "True", verdict.reason, verdict.message, stamp, gen)
+        set_condition(conditions, "Completed", "True", verdict.reason, verdict.message, stamp, gen)
         succeeded = "True" if verdict.phase == "Succeeded" else "False"
-        _set_condition(
+        set_condition(
             conditions, "Succeeded", succeeded, verdict.reason, verdict.message, stamp, gen
         )
     else:
-        _set_condition(conditions, "Completed", "False", verdict.phase, "", stamp, gen)
+        set_condition(conditions, "Completed", "False", verdict.phase, "", stamp, gen)
     if verdict.reason == QUEUED:
-        _set_condition(conditions, QUEUED, "True", "Unschedulable", verdict.message, stamp, gen)
+        set_condition(conditions, QUEUED, "True", "Unschedulable", verdict.message, stamp, gen)
     elif QUEUED in conditions:
-        _set_condition(conditions, QUEUED, "False", verdict.reason, "", stamp, gen)
+        set_condition(conditions, QUEUED, "False", verdict.reason, "", stamp, gen)
     return [Condition.model_validate(conditions[k]) for k in sorted(conditions)]
 
 

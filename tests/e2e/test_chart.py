@@ -271,7 +271,7 @@ def test_install_test_upgrade_uninstall(
         for e in executions_of(custom_objects, release.tenant_namespace)
     )
     uninstalled = release.run("uninstall", release.name, "--wait", "--timeout", HELM_TIMEOUT)
-    assert "released 2 execution(s) from sandpod.dev/operator" in uninstalled.stderr, (
+    assert "released 2 execution(s) and pool(s) from sandpod.dev/operator" in uninstalled.stderr, (
         uninstalled.stderr
     )
     assert not release.installed()

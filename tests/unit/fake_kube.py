@@ -1,4 +1,5 @@
-"""An in-memory stand-in for the operator's Kubernetes surface (`sandpod_operator.kube.KubeApi`).
+"""An in-memory stand-in for the operator's Kubernetes surface (`sandpod_operator.kube.KubeApi`
+and `PoolKubeApi`).
 
 It keeps what the API server keeps for the operator's calls: objects by (namespace, name),
 each with a uid and a resourceVersion; a status patch with a stale resourceVersion is a 409;
@@ -70,6 +71,7 @@ class FakeKube:
     def __init__(self) -> None:
         self.counter = RequestCounter()
         self.executions: dict[Key, Manifest] = {}
+        self.pools: dict[Key, Manifest] = {}
         self.pods: dict[Key, Manifest] = {}
         self.configmaps: dict[Key, Manifest] = {}
         self.network_policies: dict[Key, Manifest] = {}
@@ -122,6 +124,41 @@ class FakeKube:
     def add_execution(self, body: Manifest) -> Manifest:
         """A CodeExecution as the API server stores it (the user's create)."""
         return copy.deepcopy(self._store(self.executions, body))
+
+    def add_pool(self, body: Manifest) -> Manifest:
+        """A SandboxPool as the API server stores it (the user's create)."""
+        return copy.deepcopy(self._store(self.pools, body))
+
+    def update_pool_spec(self, namespace: str, name: str, spec: Manifest) -> Manifest:
+        """The user edits the pool: a new spec and generation."""
+        stored = self.pools[(namespace, name)]
+        merge_patch(stored["spec"], spec)
+        stored["metadata"]["generation"] += 1
+        return self._bump(stored)
+
+    def claim_pod(self, key: Key, execution_name: str, execution_uid: str) -> Manifest:
+        """An execution claims a free pool pod, as the warm path's claim patch does: its
+        labels say claimed, and the execution becomes its only owner."""
+        stored = self.pods[key]
+        labels = stored["metadata"]["labels"]
+        labels.update(
+            {
+                "sandpod.dev/pool-state": "claimed",
+                "sandpod.dev/claimed-by": execution_uid,
+                "sandpod.dev/execution": execution_name,
+            }
+        )
+        stored["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": "sandpod.dev/v1alpha1",
+                "kind": "CodeExecution",
+                "name": execution_name,
+                "uid": execution_uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+        return self._bump(stored)
 
     def write_status(self, namespace: str, name: str, status: Manifest) -> Manifest:
         """Another writer's status patch (no precondition): moves the resourceVersion."""
@@ -254,6 +291,51 @@ class FakeKube:
         if stored is not None and stored["metadata"]["uid"] == uid:
             del self.executions[(namespace, name)]
 
+    # --- PoolKubeApi --------------------------------------------------------------------
+
+    async def apply_configmap(self, body: Manifest) -> None:
+        await self._enter("apply_configmap")
+        key = (body["metadata"]["namespace"], body["metadata"]["name"])
+        if key in self.configmaps:
+            self.configmaps[key]["data"] = copy.deepcopy(body["data"])
+            self._bump(self.configmaps[key])
+        else:
+            self.created.append((body["kind"], key))
+            self._store(self.configmaps, body)
+
+    async def list_pool_pods(self, namespace: str, pool_name: str) -> list[Manifest]:
+        await self._enter("list_pool_pods")
+        return [
+            copy.deepcopy(pod)
+            for (pod_namespace, _), pod in self.pods.items()
+            if pod_namespace == namespace
+            and pod["metadata"].get("labels", {}).get("sandpod.dev/pool") == pool_name
+        ]
+
+    async def create_pool_pod(self, body: Manifest) -> Manifest:
+        named = copy.deepcopy(body)
+        named["metadata"]["name"] = body["metadata"]["generateName"] + uuid.uuid4().hex[:5]
+        named["status"] = {"phase": "Pending", "qosClass": "Burstable"}
+        created: Manifest = await self._create("create_pool_pod", self.pods, named)
+        return created
+
+    async def delete_pool_pod(self, namespace: str, name: str, *, resource_version: str) -> bool:
+        await self._enter("delete_pool_pod")
+        stored = self.pods.get((namespace, name))
+        if stored is None or stored["metadata"]["resourceVersion"] != resource_version:
+            return False
+        del self.pods[(namespace, name)]
+        self.deleted_pods.append((namespace, name))
+        return True
+
+    async def patch_pool_status(self, namespace: str, name: str, status: Manifest) -> None:
+        await self._enter("patch_pool_status")
+        stored = self.pools.get((namespace, name))
+        if stored is None:
+            raise KubeError(404, "NotFound", f'sandboxpools "{name}" not found')
+        merge_patch(stored.setdefault("status", {}), status)
+        self._bump(stored)
+
 
 # --- what the kubelet writes into a sandbox pod's status ----------------------------------
 
@@ -342,3 +424,12 @@ def runner_reported(
     message = runner_wire.termination_message(result, len(outputs))
     status = terminated_status(started, finished, message, image=image)
     return status, runner_wire.pod_log(outputs, result)
+
+
+def ready_status(started: datetime, *, image: str) -> Manifest:
+    """Running, and the readiness probe passes (a pool pod's runner is ready)."""
+    status = running_status(started, image=image)
+    status["conditions"].append(
+        {"type": "Ready", "status": "True", "lastTransitionTime": stamp(started)}
+    )
+    return status

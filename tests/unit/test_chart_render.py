@@ -20,6 +20,7 @@ import pytest
 import yaml
 from sandpod_contract import crd
 from sandpod_contract.catalog import DEFAULT_CATALOG_PATH, load_catalog
+from sandpod_contract.models import SandboxPoolSpec
 from sandpod_contract.names import (
     FINISHED_LABEL,
     GROUP,
@@ -42,7 +43,12 @@ FULLNAME = f"{RELEASE}-sandpod"
 Manifest = dict[str, Any]
 
 # Settings the chart sets itself (from other values) rather than through `config`.
-CHART_MANAGED_OPERATOR_SETTINGS = {"catalog_path", "runtime_class_name", "metrics_port"}
+CHART_MANAGED_OPERATOR_SETTINGS = {
+    "catalog_path",
+    "runtime_class_name",
+    "metrics_port",
+    "runner_ingress_from",
+}
 CHART_MANAGED_GATEWAY_SETTINGS = {
     "kubeconfig",
     "catalog_path",
@@ -75,6 +81,8 @@ EVERY_OPERATOR_SETTING: dict[str, Any] = {
     "queueTimeoutSeconds": 120,
     "deadlineGraceSeconds": 2.5,
     "watchdogIntervalSeconds": 1.5,
+    "poolRunnerCommand": ["/opt/sandpod/bin/sandpod-runner", "--serve", "/etc/serve.json"],
+    "poolResyncSeconds": 10.5,
 }
 EVERY_GATEWAY_SETTING: dict[str, Any] = {
     "apiKeysRefreshSeconds": 10,
@@ -105,6 +113,16 @@ TENANTS: list[dict[str, Any]] = [
             "maxWaitsPerExecution": 2,
         },
         "resourceQuota": {"pods": "20"},
+        "pools": [
+            {"name": "py", "language": "python", "size": 4},
+            {
+                "name": "big",
+                "language": "bash",
+                "resources": {"cpu": "1", "memory": "512Mi", "ephemeralStorage": "128Mi"},
+                "size": 1,
+                "maxRefillPerMinute": 10,
+            },
+        ],
     },
     {"name": "team-b", "namespace": "shared", "apiKeys": [{"key": "sk-dev-b"}]},
     {"name": "team-c", "namespace": "shared", "createNamespace": False},
@@ -297,6 +315,9 @@ def test_manifests_match_the_kubernetes_schemas(
     manifests = rendered[scenario]
     assert manifests
     for manifest in manifests:
+        if manifest["kind"] == "SandboxPool":  # ours: the model the CRD is generated from
+            SandboxPoolSpec.model_validate(manifest["spec"])
+            continue
         # Strict: an unknown or misplaced field is an error too. A kind without a schema raises.
         kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
 
@@ -321,10 +342,11 @@ def test_every_object_names_its_release(rendered: dict[str, list[Manifest]]) -> 
 
 
 def test_crd_template_is_the_crds_file(rendered: dict[str, list[Manifest]]) -> None:
-    committed = yaml.safe_load((REPO_ROOT / "crds" / f"{crd.CRD_NAME}.yaml").read_text())
-    installed = find(rendered["default"], "CustomResourceDefinition", crd.CRD_NAME)
-    assert installed["metadata"].pop("annotations") == {"helm.sh/resource-policy": "keep"}
-    assert installed == committed
+    for kind in crd.KINDS:
+        committed = yaml.safe_load((REPO_ROOT / "crds" / f"{kind.crd_name}.yaml").read_text())
+        installed = find(rendered["default"], "CustomResourceDefinition", kind.crd_name)
+        assert installed["metadata"].pop("annotations") == {"helm.sh/resource-policy": "keep"}
+        assert installed == committed
     not_kept = find(rendered["full"], "CustomResourceDefinition", crd.CRD_NAME)
     assert "annotations" not in not_kept["metadata"]
     assert not of_kind(rendered["minimal"], "CustomResourceDefinition")
@@ -452,6 +474,14 @@ def test_tenant_namespaces(rendered: dict[str, list[Manifest]]) -> None:
             "podSelector": {"matchLabels": {ROLE_LABEL: SANDBOX_ROLE}},
             "policyTypes": ["Ingress", "Egress"],
         }
+    pools = {pool["metadata"]["name"]: pool for pool in of_kind(manifests, "SandboxPool")}
+    assert set(pools) == {"py", "big"}
+    assert pools["py"]["metadata"]["namespace"] == "team-a"
+    assert pools["py"]["spec"] == {"language": "python", "size": 4}
+    assert pools["big"]["spec"]["resources"]["memory"] == "512Mi"
+    assert pools["big"]["spec"]["maxRefillPerMinute"] == 10
+    # Hooks: the CRD of the same release must exist before Helm can map a SandboxPool.
+    assert pools["py"]["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
     quota = find(manifests, "ResourceQuota", "sandpod-tenant-team-a", "team-a")
     assert quota["spec"] == {"hard": {"pods": "20"}}
     assert len(of_kind(manifests, "ResourceQuota")) == 1
@@ -521,6 +551,9 @@ def test_rbac_is_least_privilege(rendered: dict[str, list[Manifest]]) -> None:
         "codeexecutions",
         "codeexecutions/status",
         "codeexecutions/finalizers",
+        "sandboxpools",
+        "sandboxpools/status",
+        "sandboxpools/finalizers",
         "pods",
         "pods/log",
         "configmaps",
@@ -528,7 +561,9 @@ def test_rbac_is_least_privilege(rendered: dict[str, list[Manifest]]) -> None:
         "events",
     }
     assert granted["pods/log"] == {"get"}
-    assert granted["configmaps"] == {"get", "create"}  # never list: only its own children
+    assert granted["configmaps"] == {"get", "create", "patch"}  # never list: only its own children
+    assert granted["pods"] == {"get", "list", "watch", "create", "patch", "delete"}
+    assert granted["sandboxpools/status"] == {"get", "patch"}
 
 
 def bindings_of(manifests: list[Manifest], role: str) -> list[Manifest]:
@@ -580,6 +615,19 @@ def test_every_setting_reaches_the_operator(rendered: dict[str, list[Manifest]])
         assert settings[name] == EVERY_OPERATOR_SETTING[camel(name)], name
     assert settings["metrics_port"] == 0
     assert settings["catalog_path"] == "/etc/sandpod/catalog.yaml"
+    # Pool pods' runners accept connections from the operator's pods alone.
+    assert settings["runner_ingress_from"] == [
+        {
+            "podSelector": {
+                "matchLabels": {
+                    "app.kubernetes.io/component": "operator",
+                    "app.kubernetes.io/instance": RELEASE,
+                    "app.kubernetes.io/name": "sandpod",
+                }
+            },
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}},
+        }
+    ]
 
 
 def test_every_setting_reaches_the_gateway(rendered: dict[str, list[Manifest]]) -> None:
@@ -825,6 +873,14 @@ def test_schema_lists_every_setting(values_schema: dict[str, Any]) -> None:
         ),
         ({"tenants": [{"name": "team-a", "limits": {"maxCpu": 1}}]}, "/tenants/0/limits/maxCpu"),
         ({"tenants": [{"namespace": "x"}]}, "missing property 'name'"),
+        (
+            {"tenants": [{"name": "a", "pools": [{"name": "p", "language": "python"}]}]},
+            "/tenants/0/pools/0",
+        ),
+        (
+            {"tenants": [{"name": "a", "pools": [{"name": "p", "language": "bash", "size": 51}]}]},
+            "/tenants/0/pools/0/size",
+        ),
         (
             {"networkPolicies": {"apiServerEgress": {"enabled": True}}},
             "/networkPolicies/apiServerEgress",

@@ -4,7 +4,7 @@ from typing import Any
 import pytest
 import yaml
 from sandpod_contract import crd
-from sandpod_testkit.paths import CRD_PATH
+from sandpod_testkit.paths import CRD_PATH, CRDS_DIR, POOL_CRD_PATH
 
 COMMITTED = CRD_PATH
 
@@ -27,32 +27,46 @@ def generated() -> dict[str, Any]:
     return crd.build_crd()
 
 
+def schema_of(generated: dict[str, Any]) -> dict[str, Any]:
+    return dict(generated["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+
+
 @pytest.fixture(scope="module")
 def schema(generated: dict[str, Any]) -> dict[str, Any]:
-    return dict(generated["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    return schema_of(generated)
+
+
+@pytest.fixture(scope="module", params=crd.KINDS, ids=lambda kind: kind.kind)
+def any_schema(request: pytest.FixtureRequest) -> dict[str, Any]:
+    return schema_of(crd.build_crd(request.param))
 
 
 def test_committed_crd_matches_the_models() -> None:
     assert COMMITTED.read_text() == crd.render(), (
         "crds/ drifted from models.py: run `python -m sandpod_contract.crd`"
     )
-    assert crd.main(["--check", "--output", str(COMMITTED)]) == 0
+    assert POOL_CRD_PATH.read_text() == crd.render(crd.SANDBOX_POOL)
+    assert crd.main(["--check", "--output", str(CRDS_DIR)]) == 0
     assert crd.main(["--check", "--chart"]) == 0, (
         "the Helm chart's copy drifted: run `python -m sandpod_contract.crd --chart`"
     )
 
 
 def test_check_reports_drift(tmp_path: Path) -> None:
-    stale = tmp_path / "crd.yaml"
+    stale = tmp_path / "codeexecutions.sandpod.dev.yaml"
     stale.write_text("old\n")
-    assert crd.main(["--check", "--output", str(stale)]) == 1
-    assert crd.main(["--output", str(stale)]) == 0
-    assert crd.main(["--check", "--output", str(stale)]) == 0
+    assert crd.main(["--check", "--output", str(tmp_path)]) == 1
+    assert crd.main(["--output", str(tmp_path)]) == 0
+    assert crd.main(["--check", "--output", str(tmp_path)]) == 0
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "codeexecutions.sandpod.dev.yaml",
+        "sandboxpools.sandpod.dev.yaml",
+    ]
 
 
-def test_schema_is_structural(schema: dict[str, Any]) -> None:
+def test_schema_is_structural(any_schema: dict[str, Any]) -> None:
     forbidden = {"$ref", "$defs", "anyOf", "oneOf", "allOf", "not", "title", "const"}
-    for path, node in walk(schema):
+    for path, node in walk(any_schema):
         assert not forbidden & set(node), f"{path}: {forbidden & set(node)}"
         assert "type" in node or node.get("x-kubernetes-int-or-string"), f"{path}: untyped"
         if node.get("x-kubernetes-int-or-string"):
@@ -63,9 +77,9 @@ def test_schema_is_structural(schema: dict[str, Any]) -> None:
         assert node.get("default", "absent") is not None, f"{path}: null default"
 
 
-def test_every_property_is_described(schema: dict[str, Any]) -> None:
-    assert crd.undescribed_properties(schema) == []
-    for path, node in walk(schema):
+def test_every_property_is_described(any_schema: dict[str, Any]) -> None:
+    assert crd.undescribed_properties(any_schema) == []
+    for path, node in walk(any_schema):
         if path.count(".") >= 1 and not path.endswith("[]") and path != ".metadata":
             assert node.get("description"), path
 
@@ -124,3 +138,25 @@ def test_yaml_is_lean_and_loads() -> None:
     text = COMMITTED.read_text()
     assert len(text) < 64 * 1024
     assert yaml.safe_load(text)["kind"] == "CustomResourceDefinition"
+
+
+def test_pool_schema_names_and_columns() -> None:
+    generated = crd.build_crd(crd.SANDBOX_POOL)
+    assert generated["metadata"]["name"] == "sandboxpools.sandpod.dev"
+    names = generated["spec"]["names"]
+    assert (names["kind"], names["shortNames"]) == ("SandboxPool", ["sbp"])
+    version = generated["spec"]["versions"][0]
+    columns = [c["name"] for c in version["additionalPrinterColumns"]]
+    assert columns == ["Language", "Ready", "Total", "Size", "Age"]
+    schema = schema_of(generated)
+    spec = schema["properties"]["spec"]
+    # Mutable: size scales the pool.
+    assert "x-kubernetes-validations" not in spec
+    assert spec["required"] == ["language", "size"]
+    size = spec["properties"]["size"]
+    assert (size["minimum"], size["maximum"]) == (0, 50)
+    assert spec["properties"]["maxRefillPerMinute"]["minimum"] == 1
+    cpu = spec["properties"]["resources"]["properties"]["cpu"]
+    assert "quantity(" in cpu["x-kubernetes-validations"][0]["rule"]
+    root_rules = [r["rule"] for r in schema["x-kubernetes-validations"]]
+    assert any("self.metadata.name" in rule for rule in root_rules)

@@ -9,7 +9,6 @@ from sandpod_contract.models import CodeExecutionSpec
 from sandpod_contract.names import child_name
 from sandpod_operator.builders import (
     DENY_ALL_POLICY_NAME,
-    RUNNER_PATH,
     InvalidSpecError,
     Plan,
     build_configmap,
@@ -19,7 +18,7 @@ from sandpod_operator.builders import (
     build_runner_config,
     plan_execution,
 )
-from sandpod_operator.settings import OperatorSettings
+from sandpod_operator.settings import RUNNER_PATH, OperatorSettings
 
 UID = "0a1b2c3d-4e5f-6789-abcd-ef0123456789"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

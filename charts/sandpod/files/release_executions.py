@@ -1,8 +1,8 @@
-"""`helm uninstall` (pre-delete hook): stop the operator, then release every CodeExecution it
-served from its finalizer, so that deleting the tenant namespaces (or the CRD) does not wait
-forever for an operator that is gone. The executions themselves are left alone: those in the
-release's namespaces go with them, others stay as records (an operator installed later
-takes them up again).
+"""`helm uninstall` (pre-delete hook): stop the operator, then release every CodeExecution and
+SandboxPool it served from its finalizer, so that deleting the tenant namespaces (or the
+CRDs) does not wait forever for an operator that is gone. The objects themselves are left
+alone: those in the release's namespaces go with them, others stay as records (an operator
+installed later takes them up again).
 
 Standard library only (it runs in the operator image with `python3 -c`). Environment:
 RELEASE_NAMESPACE, OPERATOR_DEPLOYMENT, OPERATOR_SELECTOR (label selector of its pods),
@@ -23,6 +23,8 @@ SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 EXECUTIONS = "/apis/sandpod.dev/v1alpha1"
 MERGE_PATCH = "application/merge-patch+json"
 PATCH_ATTEMPTS = 5
+# What carries the operator's finalizer.
+PLURALS = ("codeexecutions", "sandboxpools")
 
 
 class ApiError(Exception):
@@ -91,10 +93,10 @@ def stop_operator(
     print(f"the operator ({namespace}/{deployment}) is stopped")
 
 
-def release(api: Api, execution: dict[str, Any], finalizer: str) -> bool:
+def release(api: Api, plural: str, item: dict[str, Any], finalizer: str) -> bool:
     """Remove our finalizer (with the resourceVersion as precondition); False if not there."""
-    metadata = execution["metadata"]
-    path = f"{EXECUTIONS}/namespaces/{metadata['namespace']}/codeexecutions/{metadata['name']}"
+    metadata = item["metadata"]
+    path = f"{EXECUTIONS}/namespaces/{metadata['namespace']}/{plural}/{metadata['name']}"
     for _ in range(PATCH_ATTEMPTS):
         finalizers = metadata.get("finalizers") or []
         if finalizer not in finalizers:
@@ -122,11 +124,9 @@ def release(api: Api, execution: dict[str, Any], finalizer: str) -> bool:
     raise RuntimeError(f"{path} kept changing; its finalizer is still there")
 
 
-def executions_in(api: Api, namespace: str | None) -> list[dict[str, Any]]:
+def items_in(api: Api, plural: str, namespace: str | None) -> list[dict[str, Any]]:
     path = (
-        f"{EXECUTIONS}/namespaces/{namespace}/codeexecutions"
-        if namespace
-        else f"{EXECUTIONS}/codeexecutions"
+        f"{EXECUTIONS}/namespaces/{namespace}/{plural}" if namespace else f"{EXECUTIONS}/{plural}"
     )
     try:
         return api.list_all(path)
@@ -150,9 +150,10 @@ def main() -> None:
     finalizer = os.environ["FINALIZER"]
     released = 0
     for namespace in scopes or [None]:
-        for execution in executions_in(api, namespace):
-            released += release(api, execution, finalizer)
-    print(f"released {released} execution(s) from {finalizer}")
+        for plural in PLURALS:
+            for item in items_in(api, plural, namespace):
+                released += release(api, plural, item, finalizer)
+    print(f"released {released} execution(s) and pool(s) from {finalizer}")
 
 
 if __name__ == "__main__":

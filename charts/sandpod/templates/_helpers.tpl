@@ -202,3 +202,10 @@ subjects:
     name: {{ .name }}
     namespace: {{ .root.Release.Namespace }}
 {{- end }}
+
+{{/* The operator's pods as NetworkPolicyPeers (JSON list): the runner ingress policy's source. */}}
+{{- define "sandpod.operatorPeers" -}}
+{{- $pods := dict "matchLabels" (fromYaml (include "sandpod.selectorLabels" (dict "root" . "component" "operator"))) }}
+{{- $namespace := dict "matchLabels" (dict "kubernetes.io/metadata.name" .Release.Namespace) }}
+{{- list (dict "podSelector" $pods "namespaceSelector" $namespace) | toJson }}
+{{- end }}

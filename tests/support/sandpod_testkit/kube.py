@@ -1,4 +1,4 @@
-"""sandpod on a real cluster, through the official (synchronous) Kubernetes client: the CRD
+"""sandpod on a real cluster, through the official (synchronous) Kubernetes client: the CRDs
 applied and served, namespaces ready for pods, executions deleted before their namespace."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from sandpod_testkit.paths import CRD_PATH
+from sandpod_testkit.paths import CRD_PATH, CRDS_DIR
 from sandpod_testkit.waiting import wait_until
 
 CRD: dict[str, Any] = yaml.safe_load(CRD_PATH.read_text())
@@ -30,9 +30,14 @@ def is_gone(read: Callable[[], object]) -> bool:
 
 
 def ensure_crd(api: client.ApiClient, *, timeout: float = 30) -> str:
-    """Applies crds/ (create, or replace what is there) and waits until the API server
-    serves CodeExecutions; returns the CRD's name."""
-    manifest = yaml.safe_load(CRD_PATH.read_text())
+    """Applies crds/ (every CRD: create, or replace what is there) and waits until the API
+    server serves each kind; returns the CodeExecution CRD's name."""
+    for path in sorted(CRDS_DIR.glob("*.yaml")):
+        _apply_crd(api, yaml.safe_load(path.read_text()), timeout)
+    return str(CRD["metadata"]["name"])
+
+
+def _apply_crd(api: client.ApiClient, manifest: Any, timeout: float) -> None:
     extensions = client.ApiextensionsV1Api(api)
     name = str(manifest["metadata"]["name"])
     try:
@@ -51,14 +56,14 @@ def ensure_crd(api: client.ApiClient, *, timeout: float = 30) -> str:
 
     wait_until(established, timeout=timeout, what=f"CRD {name} to be established")
     objects = client.CustomObjectsApi(api)
+    plural = manifest["spec"]["names"]["plural"]
     wait_until(
         lambda: (
-            not is_gone(lambda: objects.list_cluster_custom_object(GROUP, VERSION, PLURAL, limit=1))
+            not is_gone(lambda: objects.list_cluster_custom_object(GROUP, VERSION, plural, limit=1))
         ),
         timeout=timeout,
         what=f"{name} to be served",
     )
-    return name
 
 
 def create_namespace(

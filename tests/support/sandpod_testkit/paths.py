@@ -1,5 +1,5 @@
 """Where things are: the repository, the build cache (as hack/cluster/lib.sh names it), the
-CRD and the local cluster's kubeconfig."""
+CRDs and the local cluster's kubeconfig."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 VENV_BIN = REPO_ROOT / ".venv" / "bin"
-CRD_PATH = REPO_ROOT / "crds" / "codeexecutions.sandpod.dev.yaml"
+CRDS_DIR = REPO_ROOT / "crds"
+CRD_PATH = CRDS_DIR / "codeexecutions.sandpod.dev.yaml"
+POOL_CRD_PATH = CRDS_DIR / "sandboxpools.sandpod.dev.yaml"
 CACHE_DIR = Path(
     os.environ.get(
         "SANDPOD_CACHE", Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sandpod"

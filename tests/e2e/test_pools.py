@@ -1,0 +1,158 @@
+"""SandboxPools on the cluster: a pool fills, and refills when one of its pods is claimed.
+
+This module runs an operator of its own, on namespaces of its own, because its pool pods run
+a stand-in for the serving runner: until the runner's serve mode is in the images
+(`sandpod-runner --serve`), nothing in them answers the readiness probe. The stand-in is
+set through the operator's pool_runner_command setting and answers GET /ready on the runner
+port, so readiness is still the kubelet probing the real port of a real gVisor pod.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from executions import kubectl
+from kubernetes import client
+from operator_process import e2e_operator
+from sandpod_contract.names import (
+    CLAIMED_BY_LABEL,
+    EXECUTION_LABEL,
+    POOL_LABEL,
+    POOL_PLURAL,
+    POOL_STATE_LABEL,
+)
+from sandpod_testkit.kube import GROUP, VERSION, create_namespace, is_gone
+from sandpod_testkit.waiting import wait_until
+
+STAND_IN_SERVER = """
+import http.server
+class Ready(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/ready" else 404)
+        self.end_headers()
+http.server.HTTPServer(("", 7070), Ready).serve_forever()
+"""
+FILL_TIMEOUT = 180
+
+
+@pytest.fixture(scope="module")
+def pool_namespace_prefix(
+    sandpod_crd: str,
+    kubeconfig_path: Path,
+    core_v1: client.CoreV1Api,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[str]:
+    """An operator watching `pool-<id>-*` only, its pool pods running the stand-in."""
+    prefix = f"pool-{uuid.uuid4().hex[:6]}"
+    operator = e2e_operator(kubeconfig_path, [f"{prefix}-*"], tmp_path_factory.mktemp("pools"))
+    node = core_v1.list_node().items[0]
+    node_ip = next(a.address for a in node.status.addresses if a.type == "InternalIP")
+    assert operator.env is not None
+    operator.env["SANDPOD_POOL_RUNNER_COMMAND"] = json.dumps(["python3", "-c", STAND_IN_SERVER])
+    operator.env["SANDPOD_RUNNER_INGRESS_FROM"] = json.dumps(
+        [{"ipBlock": {"cidr": f"{node_ip}/32"}}]
+    )
+    operator.start()
+    try:
+        yield prefix
+    finally:
+        operator.stop()
+
+
+@pytest.fixture
+def pool_namespace(
+    pool_namespace_prefix: str, core_v1: client.CoreV1Api, custom_objects: client.CustomObjectsApi
+) -> Iterator[str]:
+    name = f"{pool_namespace_prefix}-{uuid.uuid4().hex[:6]}"
+    create_namespace(core_v1, name)
+    yield name
+    # Pools carry the operator's finalizer: delete them while the operator runs.
+    custom_objects.delete_collection_namespaced_custom_object(GROUP, VERSION, name, POOL_PLURAL)
+    wait_until(
+        lambda: not pools_in(custom_objects, name),
+        timeout=60,
+        what=f"the pools in {name} to be deleted",
+    )
+    core_v1.delete_namespace(name, propagation_policy="Background", grace_period_seconds=0)
+
+
+def pools_in(objects: client.CustomObjectsApi, namespace: str) -> list[Any]:
+    listed: Any = objects.list_namespaced_custom_object(GROUP, VERSION, namespace, POOL_PLURAL)
+    return list(listed["items"])
+
+
+def pool_counts(objects: client.CustomObjectsApi, namespace: str, name: str) -> tuple[int, int]:
+    pool: Any = objects.get_namespaced_custom_object(GROUP, VERSION, namespace, POOL_PLURAL, name)
+    status = pool.get("status") or {}
+    return int(status.get("ready") or 0), int(status.get("total") or 0)
+
+
+def pods_in_state(core: client.CoreV1Api, namespace: str, pool: str, state: str) -> list[Any]:
+    selector = f"{POOL_LABEL}={pool},{POOL_STATE_LABEL}={state}"
+    pods = core.list_namespaced_pod(namespace, label_selector=selector).items
+    return [pod for pod in pods if pod.metadata.deletion_timestamp is None]
+
+
+def claim(core: client.CoreV1Api, pod: Any) -> None:
+    """What an execution's claim does: one patch, at the pod's resourceVersion, that marks it
+    claimed and moves its ownership away from the pool."""
+    patch = {
+        "metadata": {
+            "resourceVersion": pod.metadata.resource_version,
+            "labels": {
+                POOL_STATE_LABEL: "claimed",
+                CLAIMED_BY_LABEL: "by-hand",
+                EXECUTION_LABEL: "by-hand",
+            },
+            "ownerReferences": None,
+        }
+    }
+    core.patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace, patch)
+
+
+def test_a_pool_fills_and_refills_after_a_claim(
+    pool_namespace: str,
+    core_v1: client.CoreV1Api,
+    custom_objects: client.CustomObjectsApi,
+    kubeconfig_path: Path,
+) -> None:
+    pool = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "SandboxPool",
+        "metadata": {"name": "py"},
+        "spec": {"language": "python", "size": 2},
+    }
+    custom_objects.create_namespaced_custom_object(
+        GROUP, VERSION, pool_namespace, POOL_PLURAL, pool
+    )
+    wait_until(
+        lambda: pool_counts(custom_objects, pool_namespace, "py") == (2, 2),
+        timeout=FILL_TIMEOUT,
+        what="the pool to have 2 ready pods",
+        interval=0.5,
+    )
+    shown = kubectl(kubeconfig_path, "get", "sbp", "py", "-n", pool_namespace, "--no-headers")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.split()[:5] == ["py", "python", "2", "2", "2"]
+
+    claimed = pods_in_state(core_v1, pool_namespace, "py", "free")[0]
+    claim(core_v1, claimed)
+    wait_until(
+        lambda: (
+            len(pods_in_state(core_v1, pool_namespace, "py", "free")) == 2
+            and pool_counts(custom_objects, pool_namespace, "py") == (2, 2)
+        ),
+        timeout=FILL_TIMEOUT,
+        what="the pool to refill to 2 ready pods",
+        interval=0.5,
+    )
+    # The claimed pod is the claimer's now: the pool neither counts nor removes it.
+    free = {pod.metadata.name for pod in pods_in_state(core_v1, pool_namespace, "py", "free")}
+    assert claimed.metadata.name not in free
+    assert not is_gone(lambda: core_v1.read_namespaced_pod(claimed.metadata.name, pool_namespace))
+    core_v1.delete_namespaced_pod(claimed.metadata.name, pool_namespace, grace_period_seconds=0)
