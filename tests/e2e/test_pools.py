@@ -1,10 +1,7 @@
 """SandboxPools on the cluster: a pool fills, and refills when one of its pods is claimed.
 
-This module runs an operator of its own, on namespaces of its own, because its pool pods run
-a stand-in for the serving runner: until the runner's serve mode is in the images
-(`sandpod-runner --serve`), nothing in them answers the readiness probe. The stand-in is
-set through the operator's pool_runner_command setting and answers GET /ready on the runner
-port, so readiness is still the kubelet probing the real port of a real gVisor pod.
+Pool pods run the real runner in serve mode (`sandpod-runner --serve`); a pod is ready when the
+kubelet's probe of its runner port answers, i.e. its program's process is pre-started.
 """
 
 from __future__ import annotations
@@ -29,14 +26,6 @@ from sandpod_contract.names import (
 from sandpod_testkit.kube import GROUP, VERSION, create_namespace, is_gone
 from sandpod_testkit.waiting import wait_until
 
-STAND_IN_SERVER = """
-import http.server
-class Ready(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200 if self.path == "/ready" else 404)
-        self.end_headers()
-http.server.HTTPServer(("", 7070), Ready).serve_forever()
-"""
 FILL_TIMEOUT = 180
 
 
@@ -47,13 +36,12 @@ def pool_namespace_prefix(
     core_v1: client.CoreV1Api,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[str]:
-    """An operator watching `pool-<id>-*` only, its pool pods running the stand-in."""
+    """An operator watching `pool-<id>-*` only, which lets the node reach pool pods' runners."""
     prefix = f"pool-{uuid.uuid4().hex[:6]}"
     operator = e2e_operator(kubeconfig_path, [f"{prefix}-*"], tmp_path_factory.mktemp("pools"))
     node = core_v1.list_node().items[0]
     node_ip = next(a.address for a in node.status.addresses if a.type == "InternalIP")
     assert operator.env is not None
-    operator.env["SANDPOD_POOL_RUNNER_COMMAND"] = json.dumps(["python3", "-c", STAND_IN_SERVER])
     operator.env["SANDPOD_RUNNER_INGRESS_FROM"] = json.dumps(
         [{"ipBlock": {"cidr": f"{node_ip}/32"}}]
     )
