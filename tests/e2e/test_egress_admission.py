@@ -15,10 +15,9 @@ from typing import Any
 
 import pytest
 import yaml
-from executions import kubectl, manifest
+from executions import applied_policy, kubectl, manifest
 from kubernetes import client
 from sandpod_testkit.kube import cluster_ranges
-from sandpod_testkit.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "charts" / "sandpod"
@@ -80,20 +79,15 @@ def egress_policy(
         },
     }
     rendered = render_policy(helm, namespace, values, tmp_path)
-    applied = kubectl(kubeconfig_path, "apply", "-f", "-", stdin=rendered)
-    assert applied.returncode == 0, applied.stderr
-    try:
-        # The API server picks new policies (and their parameters) up within seconds.
-        wait_until(
-            lambda: (
-                "egress rule tenant" in dry_run(kubeconfig_path, namespace, ["8.8.8.8/32"]).stderr
-            ),
-            timeout=60,
-            what="the egress admission policy to take effect",
-        )
+    with applied_policy(
+        kubeconfig_path,
+        rendered,
+        takes_effect=lambda: (
+            "egress rule tenant" in dry_run(kubeconfig_path, namespace, ["8.8.8.8/32"]).stderr
+        ),
+        what="the egress admission policy to take effect",
+    ):
         yield ranges
-    finally:
-        kubectl(kubeconfig_path, "delete", "--ignore-not-found", "-f", "-", stdin=rendered)
 
 
 @pytest.mark.parametrize(
