@@ -20,6 +20,7 @@ from sandpod_contract.names import (
 )
 from sandpod_contract.quantities import parse_quantity, smaller_quantity
 
+from sandpod_operator.egress_policy import EgressBounds, excepts, refusal
 from sandpod_operator.settings import CONFIG_KEY, INPUT_DIR, RUNNER_PATH, OperatorSettings
 
 Manifest = dict[str, Any]
@@ -310,6 +311,13 @@ def scratch_volume(sandbox: Sandbox, settings: OperatorSettings) -> Manifest:
     return {"medium": "Memory", "sizeLimit": smaller_quantity(size, sandbox.memory)}
 
 
+def check_egress(network: Network, bounds: EgressBounds, namespace: str) -> None:
+    """Refuse an allowlist outside the platform's egress bounds (the rule named)."""
+    message = refusal([allowed.cidr for allowed in network.allow], bounds, namespace)
+    if message is not None:
+        raise InvalidSpecError(message)
+
+
 def build_network_policy(namespace: str) -> Manifest:
     """Deny all ingress and egress of every sandbox pod in the namespace (DNS included)."""
     spec = {
@@ -336,14 +344,18 @@ def namespace_policy(namespace: str, name: str, spec: Manifest) -> Manifest:
 
 
 def build_egress_policy(
-    *, namespace: str, execution_name: str, uid: str, network: Network
+    *, namespace: str, execution_name: str, uid: str, network: Network, bounds: EgressBounds
 ) -> Manifest | None:
-    """For egress: allowlist, a policy that adds the allowed destinations (policies add up)."""
+    """For egress: allowlist, a policy that adds the allowed destinations (policies add up).
+    Each block leaves out the excluded ranges inside it, should a check ever be skipped."""
     if network.egress != "allowlist":
         return None
     rules = []
     for allowed in network.allow:
-        rule: dict[str, Any] = {"to": [{"ipBlock": {"cidr": allowed.cidr}}]}
+        block: dict[str, Any] = {"cidr": allowed.cidr}
+        if left_out := excepts(allowed.cidr, bounds):
+            block["except"] = left_out
+        rule: dict[str, Any] = {"to": [{"ipBlock": block}]}
         if allowed.ports:
             rule["ports"] = [{"port": p.port, "protocol": p.protocol} for p in allowed.ports]
         rules.append(rule)

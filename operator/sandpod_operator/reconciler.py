@@ -36,6 +36,7 @@ from sandpod_operator.builders import (
     build_egress_policy,
     build_network_policy,
     build_pod,
+    check_egress,
     plan_execution,
 )
 from sandpod_operator.kube import KubeApi, KubeError
@@ -161,6 +162,7 @@ class Reconciler:
         try:
             spec = CodeExecutionSpec.model_validate(execution.get("spec") or {})
             plan = plan_execution(spec, self.catalog, self.settings)
+            check_egress(spec.network, self.settings.egress_bounds, namespace)
         except (ValidationError, InvalidSpecError) as error:
             message = _spec_error_message(error)
             await self.record(
@@ -190,7 +192,11 @@ class Reconciler:
         if not deny_all_present:
             await self.kube.create_network_policy(build_network_policy(namespace), uid=uid)
         egress = build_egress_policy(
-            namespace=namespace, execution_name=name, uid=uid, network=spec.network
+            namespace=namespace,
+            execution_name=name,
+            uid=uid,
+            network=spec.network,
+            bounds=self.settings.egress_bounds,
         )
         if egress is not None:
             kopf.adopt(egress, owner=as_body(execution))

@@ -1,18 +1,33 @@
 """Operator settings, read from SANDPOD_* environment variables."""
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sandpod_contract.catalog import DEFAULT_CATALOG_PATH
 from sandpod_contract.models import MAX_TIMEOUT_SECONDS, MAX_TTL_SECONDS
 from sandpod_contract.quantities import Quantity, parse_quantity
 
+from sandpod_operator.egress_policy import (
+    CLUSTER_RANGE_KINDS,
+    EgressBounds,
+    make_bounds,
+    parse_network,
+)
+
 # Where the sandbox images keep the runner, and where sandbox pods mount its config.
 RUNNER_PATH = "/opt/sandpod/bin/sandpod-runner"
 INPUT_DIR = "/sandbox/input"
 CONFIG_KEY = "config.json"
+
+
+def _valid_network(text: str) -> str:
+    parse_network(text)
+    return text
+
+
+Cidr = Annotated[str, AfterValidator(_valid_network)]
 
 
 class OperatorSettings(BaseSettings):
@@ -117,6 +132,31 @@ class OperatorSettings(BaseSettings):
         gt=0,
         description="How often each pool is checked even without events.",
     )
+    egress_open_cidrs: list[Cidr] = Field(
+        default_factory=list,
+        description="Ranges an egress allowlist may name although they are not public or "
+        "belong to the cluster, e.g. a test network (JSON list). An entry inside one is "
+        "accepted as it is: open the narrowest range you mean. Cluster DNS is reachable only "
+        "if opened here.",
+    )
+    egress_node_cidrs: list[Cidr] = Field(
+        default_factory=list, description="The nodes' addresses: never in an allowlist."
+    )
+    egress_pod_cidrs: list[Cidr] = Field(
+        default_factory=list, description="The pod network: never in an allowlist."
+    )
+    egress_service_cidrs: list[Cidr] = Field(
+        default_factory=list,
+        description="The service network (cluster DNS included): never in an allowlist.",
+    )
+    egress_api_server_cidrs: list[Cidr] = Field(
+        default_factory=list, description="The API server's addresses: never in an allowlist."
+    )
+    egress_namespace_cidrs: dict[str, list[Cidr]] = Field(
+        default_factory=dict,
+        description="Per namespace (tenant), the only ranges its allowlists may name, within "
+        "the platform's bounds (JSON object); an empty list: no allowlist at all.",
+    )
 
     metrics_port: int = Field(
         default=0, ge=0, le=65535, description="Serve Prometheus metrics here (0: off)."
@@ -137,6 +177,11 @@ class OperatorSettings(BaseSettings):
     @property
     def runtime_classes(self) -> frozenset[str]:
         return frozenset([self.runtime_class_name, *self.allowed_runtime_classes])
+
+    @property
+    def egress_bounds(self) -> EgressBounds:
+        cluster = [(what, getattr(self, name)) for name, what in CLUSTER_RANGE_KINDS]
+        return make_bounds(cluster, self.egress_open_cidrs, self.egress_namespace_cidrs)
 
     @property
     def active_deadline_seconds_margin(self) -> int:

@@ -8,6 +8,7 @@ KUBECONFIG points at. A missing cluster is an error, never a skip.
 from __future__ import annotations
 
 import contextlib
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from sandpod_testkit.kube import (
     GROUP,
     PLURAL,
     VERSION,
+    cluster_ranges,
     create_namespace,
     delete_executions,
     ensure_crd,
@@ -60,7 +62,7 @@ def namespace_prefix() -> str:
     """Begins the name of every namespace this test session makes. The session's operator
     watches only these, so test sessions (and an operator installed by the chart) can share
     one cluster without reconciling each other's executions."""
-    return f"e2e{uuid.uuid4().hex[:4]}"
+    return f"{os.environ.get('E2E_NAMESPACE_PREFIX', 'e2e')}{uuid.uuid4().hex[:4]}"
 
 
 @pytest.fixture
@@ -102,7 +104,9 @@ def sandpod_operator(
 ) -> Iterator[OperatorProcess]:
     """The operator, running on this machine against the test cluster, for the whole session."""
     workdir = tmp_path_factory.mktemp("operator")
-    operator = e2e_operator(kubeconfig_path, [f"{namespace_prefix}-*"], workdir)
+    operator = e2e_operator(
+        kubeconfig_path, [f"{namespace_prefix}-*"], workdir, cluster_ranges(api_client)
+    )
     operator.start()
     yield operator
     # Executions carry the operator's finalizer: before it stops, let it release those whose

@@ -1,10 +1,12 @@
-"""CodeExecutions on a real cluster: create, read and wait for them; Events; kubectl."""
+"""CodeExecutions on a real cluster: create, read and wait for them; Events; kubectl, and
+admission policies applied for the length of a test."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -88,3 +90,18 @@ def kubectl(kubeconfig: Path, *args: str, stdin: str = "") -> subprocess.Complet
         timeout=60,
         check=False,
     )
+
+
+@contextlib.contextmanager
+def applied_policy(
+    kubeconfig: Path, rendered: str, *, takes_effect: Callable[[], bool], what: str
+) -> Iterator[None]:
+    """`kubectl apply` of rendered manifests (an admission policy and its binding), waited for
+    until `takes_effect()` (the API server picks policies up within seconds), deleted after."""
+    applied = kubectl(kubeconfig, "apply", "-f", "-", stdin=rendered)
+    assert applied.returncode == 0, applied.stderr
+    try:
+        wait_until(takes_effect, timeout=60, what=what)
+        yield
+    finally:
+        kubectl(kubeconfig, "delete", "--ignore-not-found", "-f", "-", stdin=rendered)

@@ -15,12 +15,19 @@ from sandpod_testkit.paths import REPO_ROOT
 MISSING_RUNTIME_CLASS = "sandpod-missing-runtime"
 MISSING_IMAGE_LANGUAGE = "missing-image"
 MISSING_IMAGE = "localhost/sandpod/does-not-exist:0.0.0"
+# The fake hosts of tests/hostile live in TEST-NET-3, which the egress rule public-only refuses:
+# the operator opens it, as an administrator opens a test network.
+OPENED_TEST_NETWORK = "203.0.113.0/24"
 
 
 def e2e_operator(
-    kubeconfig_path: Path, namespace_patterns: list[str], workdir: Path
+    kubeconfig_path: Path,
+    namespace_patterns: list[str],
+    workdir: Path,
+    cluster_ranges: dict[str, list[str]],
 ) -> OperatorProcess:
-    """The operator (not started) with the settings above, watching `namespace_patterns`."""
+    """The operator (not started) with the settings above, watching `namespace_patterns`,
+    with egress bounds that exclude the cluster's own ranges (sandpod_testkit.kube)."""
     catalog = yaml.safe_load(
         (REPO_ROOT / "contract" / "sandpod_contract" / "catalog.yaml").read_text()
     )
@@ -38,6 +45,11 @@ def e2e_operator(
         "SANDPOD_ALLOWED_RUNTIME_CLASSES": json.dumps([MISSING_RUNTIME_CLASS]),
         "SANDPOD_MAX_MEMORY": "64Gi",
         "SANDPOD_UNSCHEDULABLE_GRACE_SECONDS": "2",
+        "SANDPOD_EGRESS_OPEN_CIDRS": json.dumps([OPENED_TEST_NETWORK]),
+        "SANDPOD_EGRESS_NODE_CIDRS": json.dumps(cluster_ranges["nodes"]),
+        "SANDPOD_EGRESS_POD_CIDRS": json.dumps(cluster_ranges["pods"]),
+        "SANDPOD_EGRESS_SERVICE_CIDRS": json.dumps(cluster_ranges["services"]),
+        "SANDPOD_EGRESS_API_SERVER_CIDRS": json.dumps(cluster_ranges["apiServer"]),
     }
     return OperatorProcess(
         env=env, namespaces=namespace_patterns, log_path=workdir / "operator.log"

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
+from sandpod_testkit.kube import api_server_cidrs
 from sandpod_testkit.paths import REPO_ROOT
 from sandpod_testkit.waiting import wait_until
 
@@ -59,22 +60,6 @@ class Release:
     def installed(self) -> bool:
         listed = self.run("list", "--filter", f"^{self.name}$", "--short")
         return bool(listed.stdout.strip())
-
-
-def api_server_cidrs(api_client: client.ApiClient) -> tuple[list[str], list[int]]:
-    """The API server's addresses and ports, as pods reach them after kube-proxy's DNAT."""
-    slices: Any = client.DiscoveryV1Api(api_client).list_namespaced_endpoint_slice(
-        "default", label_selector="kubernetes.io/service-name=kubernetes"
-    )
-    addresses = {
-        address
-        for item in slices.items
-        for endpoint in item.endpoints
-        for address in endpoint.addresses
-    }
-    ports = {port.port for item in slices.items for port in item.ports}
-    assert addresses and ports, "the kubernetes Service has no endpoints"
-    return [f"{address}/32" for address in sorted(addresses)], sorted(ports)
 
 
 @pytest.fixture

@@ -452,28 +452,28 @@ def test_sandbox_has_no_network_by_default(
     assert all(line.startswith("blocked") for line in lines[1:]), lines
 
 
-def test_egress_allowlist_opens_only_what_it_lists(
+def test_egress_allowlist_naming_the_cluster_is_refused(
     namespace: str, custom_objects: client.CustomObjectsApi, core_v1: client.CoreV1Api
 ) -> None:
+    """No admission policy here: the operator itself refuses, before any child exists.
+    (An allowlist that opens a host: tests/hostile/test_egress_bounds.py, with its fake host.)"""
     addresses = api_server_addresses(core_v1)
     allow = [{"cidr": f"{ip}/32", "ports": [{"port": port}]} for ip, port in addresses]
-    # The kubelet's port on the same node address: listening, on this machine, not allowed.
-    node_ip = addresses[-1][0]
-    unlisted = f"{node_ip}:10250"
     create(
         custom_objects,
         namespace,
         "online",
         language="python",
         source=NETWORK_PROBE,
-        args=[f"{ip}:{port}" for ip, port in addresses] + [unlisted],
+        args=[f"{ip}:{port}" for ip, port in addresses],
         network={"egress": "allowlist", "allow": allow},
     )
-    st = status(wait_for(custom_objects, namespace, "online"))
-    assert st["phase"] == "Succeeded", st
-    lines = st["stdout"].splitlines()
-    assert f"open {addresses[0][0]}" in lines, lines
-    assert f"blocked {node_ip}" in lines, lines
+    st = status(wait_for(custom_objects, namespace, "online", timeout=30))
+    assert (st["phase"], st["reason"], st["retryable"]) == ("Error", "InvalidSpec", False), st
+    assert st["message"].startswith(f"spec.network.allow: {allow[0]['cidr']} overlaps "), st
+    assert "egress rule " in st["message"]
+    assert not st.get("podName")
+    assert not core_v1.list_namespaced_pod(namespace).items
 
 
 # --- the operator dies mid-batch ----------------------------------------------------------------

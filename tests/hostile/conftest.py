@@ -20,11 +20,10 @@ from results_table import (  # noqa: F401 - pytest hooks and fixture
     pytest_terminal_summary,
     table_row,
 )
-from sandpod_testkit.kube import create_namespace, delete_executions
+from sandpod_testkit.kube import LOCAL_POD_CIDR, create_namespace, delete_executions
 from testbox import busybox_pod, exec_shell, start_and_wait_running, tcp_reachable
 from tracker import ClusterTracker
 
-POD_CIDR = "10.244.0.0/24"
 PEER_PORT = 8080
 
 
@@ -76,7 +75,7 @@ def node_ip(core_v1: client.CoreV1Api) -> str:
 
 @pytest.fixture(scope="session")
 def fake_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeHosts]:
-    hosts = FakeHosts(POD_CIDR, tmp_path_factory.mktemp("fake-hosts") / "connections.log")
+    hosts = FakeHosts(LOCAL_POD_CIDR, tmp_path_factory.mktemp("fake-hosts") / "connections.log")
     try:
         hosts.create()
         yield hosts

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from executions import GROUP, PLURAL, VERSION, kubectl, manifest, wait_until
+from executions import GROUP, PLURAL, VERSION, applied_policy, kubectl, manifest, wait_until
 from gateway_process import REQUEST_TIMEOUT, Gateway
 from kubernetes import client
 from results_table import Row
@@ -230,22 +230,17 @@ def label_policy(
     applied = kubectl(kubeconfig_path, "apply", "-f", "-", stdin=json.dumps(rbac))
     assert applied.returncode == 0, applied.stderr
     rendered = render_label_policy(helm, namespace, tmp_path)
-    applied = kubectl(kubeconfig_path, "apply", "-f", "-", stdin=rendered)
-    assert applied.returncode == 0, applied.stderr
     intruder = account(namespace, "intruder")
-    try:
-        # The API server picks new policies up within seconds.
-        wait_until(
-            lambda: (
-                "only the sandpod gateway"
-                in create_as(kubeconfig_path, namespace, intruder, {TENANT_LABEL: "victim"}).stderr
-            ),
-            timeout=60,
-            what="the label policy to take effect",
-        )
+    with applied_policy(
+        kubeconfig_path,
+        rendered,
+        takes_effect=lambda: (
+            "only the sandpod gateway"
+            in create_as(kubeconfig_path, namespace, intruder, {TENANT_LABEL: "victim"}).stderr
+        ),
+        what="the label policy to take effect",
+    ):
         yield namespace
-    finally:
-        kubectl(kubeconfig_path, "delete", "--ignore-not-found", "-f", "-", stdin=rendered)
 
 
 @pytest.mark.parametrize(

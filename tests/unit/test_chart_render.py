@@ -31,6 +31,13 @@ from sandpod_contract.names import (
 )
 from sandpod_gateway.auth import KeyIndex, parse_tenants_config
 from sandpod_gateway.settings import GatewaySettings
+from sandpod_operator.egress_policy import (
+    CLUSTER_NETWORK,
+    NON_PUBLIC_RANGES,
+    PUBLIC_ONLY,
+    RULE_REASONS,
+    make_bounds,
+)
 from sandpod_operator.settings import OperatorSettings
 from sandpod_testkit.paths import REPO_ROOT
 
@@ -48,6 +55,12 @@ CHART_MANAGED_OPERATOR_SETTINGS = {
     "runtime_class_name",
     "metrics_port",
     "runner_ingress_from",
+    "egress_open_cidrs",
+    "egress_node_cidrs",
+    "egress_pod_cidrs",
+    "egress_service_cidrs",
+    "egress_api_server_cidrs",
+    "egress_namespace_cidrs",
 }
 CHART_MANAGED_GATEWAY_SETTINGS = {
     "kubeconfig",
@@ -123,11 +136,31 @@ TENANTS: list[dict[str, Any]] = [
                 "maxRefillPerMinute": 10,
             },
         ],
+        "egress": {"allowedCidrs": ["1.1.1.0/24", "203.0.113.0/24"]},
     },
-    {"name": "team-b", "namespace": "shared", "apiKeys": [{"key": "sk-dev-b"}]},
+    {
+        "name": "team-b",
+        "namespace": "shared",
+        "apiKeys": [{"key": "sk-dev-b"}],
+        "egress": {"allowedCidrs": ["1.1.1.0/24"]},
+    },
+    # Without egress: the namespace it shares with team-b is not narrowed.
     {"name": "team-c", "namespace": "shared", "createNamespace": False},
-    {"name": "team-d", "namespace": "existing", "createNamespace": False},
+    {
+        "name": "team-d",
+        "namespace": "existing",
+        "createNamespace": False,
+        "egress": {"allowedCidrs": []},
+    },
 ]
+EGRESS_VALUES: dict[str, Any] = {
+    "nodeCidrs": ["192.0.2.10/32"],
+    "podCidrs": ["10.244.0.0/16"],
+    "serviceCidrs": ["10.96.0.0/12"],
+    "apiServerCidrs": ["192.0.2.1/32"],
+    "openCidrs": ["203.0.113.0/24"],
+    "admissionPolicy": True,
+}
 
 # Every value away from its default, where the chart has a choice to make.
 FULL_VALUES: dict[str, Any] = {
@@ -161,6 +194,7 @@ FULL_VALUES: dict[str, Any] = {
         }
     },
     "tenants": TENANTS,
+    "egress": EGRESS_VALUES,
     "tenantNamespaces": {"labels": {"team": "platform"}, "annotations": {"owner": "platform"}},
     "operator": {
         "image": {"name": "operator", "tag": "1.2.4"},
@@ -213,6 +247,7 @@ FULL_VALUES: dict[str, Any] = {
 }
 MINIMAL_VALUES: dict[str, Any] = {
     "crds": {"enabled": False},
+    "egress": {"admissionPolicy": False},
     "gateway": {"enabled": False},
     "networkPolicies": {"enabled": False, "sandboxDenyAll": False},
     "uninstallHook": {"enabled": False},
@@ -886,6 +921,11 @@ def test_schema_lists_every_setting(values_schema: dict[str, Any]) -> None:
             "/networkPolicies/apiServerEgress",
         ),
         ({"catalog": {"languages": {"ruby": {"image": "ruby"}}}}, "/catalog/languages/ruby"),
+        ({"egress": {"podCidrs": ["the pods"]}}, "/egress/podCidrs/0"),
+        ({"egress": {"nodeCidrs": ["192.0.2.7"]}}, "/egress/nodeCidrs/0"),
+        ({"egress": {"openCidrs": "0.0.0.0/0"}}, "/egress/openCidrs"),
+        ({"egress": {"allowAll": True}}, "'allowAll' not allowed"),
+        ({"tenants": [{"name": "a", "egress": {"allowed": []}}]}, "/tenants/0/egress"),
         ({"gateway": {"replica": 2}}, "'replica' not allowed"),
         ({"unknown": True}, "'unknown' not allowed"),
     ],
@@ -896,3 +936,99 @@ def test_schema_refuses_bad_values(
     completed = helm_template(helm, tmp_path, values)
     assert completed.returncode != 0
     assert complaint in completed.stderr, completed.stderr
+
+
+# --- egress bounds ---
+
+
+def test_non_public_ranges_are_the_operators() -> None:
+    listed = yaml.safe_load((CHART / "files" / "non-public-ranges.yaml").read_text())
+    assert [(entry["cidr"], entry["what"]) for entry in listed] == list(NON_PUBLIC_RANGES)
+
+
+def test_egress_bounds_reach_the_operator(rendered: dict[str, list[Manifest]]) -> None:
+    spec = find(rendered["full"], "Deployment", f"{FULLNAME}-operator")["spec"]["template"]["spec"]
+    settings = settings_from_env(container_env(spec), "sandpod_operator.settings.OperatorSettings")
+    assert settings["egress_node_cidrs"] == ["192.0.2.10/32"]
+    assert settings["egress_pod_cidrs"] == ["10.244.0.0/16"]
+    assert settings["egress_service_cidrs"] == ["10.96.0.0/12"]
+    # With networkPolicies.apiServerEgress.cidrs.
+    assert settings["egress_api_server_cidrs"] == ["192.0.2.1/32", "192.0.2.2/32"]
+    assert settings["egress_open_cidrs"] == ["203.0.113.0/24"]
+    assert settings["egress_namespace_cidrs"] == {
+        "team-a": ["1.1.1.0/24", "203.0.113.0/24"],
+        "existing": [],
+    }
+    default = find(rendered["default"], "Deployment", f"{FULLNAME}-operator")["spec"]
+    defaults = settings_from_env(
+        container_env(default["template"]["spec"]), "sandpod_operator.settings.OperatorSettings"
+    )
+    fields = OperatorSettings.model_fields
+    for name in CHART_MANAGED_OPERATOR_SETTINGS:
+        if name.startswith("egress_"):
+            assert defaults[name] == fields[name].get_default(call_default_factory=True), name
+
+
+def cel_list(expression: str) -> Any:
+    """A JSON literal rendered as a CEL expression, back as data."""
+    return json.loads(expression)
+
+
+def policy_variables(policy: Manifest) -> dict[str, str]:
+    return {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+
+
+def test_egress_admission_policy(rendered: dict[str, list[Manifest]]) -> None:
+    manifests = rendered["full"]
+    name = f"{NAMESPACE}-{FULLNAME}-egress"
+    policy = find(manifests, "ValidatingAdmissionPolicy", name)
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    # No parameter object: everything the policy needs is in it.
+    assert "paramKind" not in policy["spec"]
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert (rule["apiGroups"], rule["resources"]) == ([GROUP], ["codeexecutions"])
+    assert set(rule["operations"]) == {"CREATE", "UPDATE"}
+    variables = policy_variables(policy)
+    assert cel_list(variables["opened"]) == ["203.0.113.0/24"]
+    # "shared" has a tenant without egress: not narrowed.
+    assert cel_list(variables["narrowed"]) == {
+        "team-a": ["1.1.1.0/24", "203.0.113.0/24"],
+        "existing": [],
+    }
+    excluded = cel_list(variables["excluded"])
+    # The operator's ranges, in the operator's order, with its words.
+    operator_bounds = make_bounds(
+        [
+            ("a node", ["192.0.2.10/32"]),
+            ("the pod network", ["10.244.0.0/16"]),
+            ("the service network", ["10.96.0.0/12"]),
+            ("the API server", ["192.0.2.1/32", "192.0.2.2/32"]),
+        ]
+    )
+    assert [(r["cidr"], r["what"], r["rule"]) for r in excluded] == [
+        (str(r.network), r.what, r.rule) for r in operator_bounds.excluded
+    ]
+    assert {r["why"] for r in excluded} == {
+        RULE_REASONS[PUBLIC_ONLY],
+        RULE_REASONS[CLUSTER_NETWORK],
+    }
+    platform, tenant = policy["spec"]["validations"]
+    assert platform["reason"] == tenant["reason"] == "Invalid"
+    assert "egress rule " in platform["messageExpression"]
+    assert "egress rule tenant: " in tenant["messageExpression"]
+    # The tenant rule speaks only when the platform's rules pass: one message at a time.
+    assert tenant["expression"].startswith("size(variables.hits) > 0 || ")
+    assert not of_kind(rendered["minimal"], "ValidatingAdmissionPolicy")
+
+
+def test_egress_binding_covers_the_served_namespaces(rendered: dict[str, list[Manifest]]) -> None:
+    name = f"{NAMESPACE}-{FULLNAME}-egress"
+    binding = find(rendered["full"], "ValidatingAdmissionPolicyBinding", name)
+    assert binding["spec"]["policyName"] == name
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"] == [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a", "shared"]}
+    ]
+    # Serving every namespace: the policy covers every namespace.
+    default = find(rendered["default"], "ValidatingAdmissionPolicyBinding", name)
+    assert "matchResources" not in default["spec"]

@@ -5,11 +5,12 @@ from typing import Any
 
 import pytest
 from sandpod_contract.catalog import Catalog, load_catalog
-from sandpod_contract.models import CodeExecutionSpec
+from sandpod_contract.models import CodeExecutionSpec, Network
 from sandpod_contract.names import child_name
 from sandpod_operator.builders import (
     DENY_ALL_POLICY_NAME,
     InvalidSpecError,
+    Manifest,
     Plan,
     build_configmap,
     build_egress_policy,
@@ -228,28 +229,47 @@ def test_deny_all_network_policy() -> None:
     }
 
 
-def test_egress_policy_only_for_allowlists() -> None:
-    assert (
-        build_egress_policy(namespace="ns", execution_name="x", uid=UID, network=spec().network)
-        is None
+def egress_policy(settings: OperatorSettings, network: Network) -> Manifest | None:
+    return build_egress_policy(
+        namespace="ns", execution_name="x", uid=UID, network=network, bounds=settings.egress_bounds
     )
+
+
+def test_egress_policy_only_for_allowlists(settings: OperatorSettings) -> None:
+    assert egress_policy(settings, spec().network) is None
     network = spec(
         network={
             "egress": "allowlist",
             "allow": [
-                {"cidr": "203.0.113.0/24", "ports": [{"port": 443}]},
-                {"cidr": "2001:db8::/32"},
+                {"cidr": "8.8.8.0/24", "ports": [{"port": 443}]},
+                {"cidr": "2a00:1450::/32"},
             ],
         }
     ).network
-    policy = build_egress_policy(namespace="ns", execution_name="x", uid=UID, network=network)
+    policy = egress_policy(settings, network)
     assert policy is not None
     assert policy["spec"]["podSelector"]["matchLabels"]["sandpod.dev/execution"] == "x"
     assert policy["spec"]["policyTypes"] == ["Egress"]
     assert policy["spec"]["egress"] == [
         {
-            "to": [{"ipBlock": {"cidr": "203.0.113.0/24"}}],
+            "to": [{"ipBlock": {"cidr": "8.8.8.0/24"}}],
             "ports": [{"port": 443, "protocol": "TCP"}],
         },
-        {"to": [{"ipBlock": {"cidr": "2001:db8::/32"}}]},
+        {"to": [{"ipBlock": {"cidr": "2a00:1450::/32"}}]},
+    ]
+
+
+def test_egress_blocks_leave_out_the_excluded_ranges_inside_them() -> None:
+    settings = OperatorSettings(
+        egress_pod_cidrs=["8.8.0.0/24"], egress_open_cidrs=["100.64.0.0/10"]
+    )
+    network = spec(
+        network={"egress": "allowlist", "allow": [{"cidr": "8.0.0.0/8"}, {"cidr": "100.64.0.0/10"}]}
+    ).network
+    policy = egress_policy(settings, network)
+    assert policy is not None
+    assert [rule["to"][0]["ipBlock"] for rule in policy["spec"]["egress"]] == [
+        {"cidr": "8.0.0.0/8", "except": ["8.8.0.0/24"]},
+        # Opened by the administrator: nothing left out.
+        {"cidr": "100.64.0.0/10"},
     ]

@@ -39,7 +39,7 @@ from sandpod_operator.settings import OperatorSettings
 NAMESPACE = "team-a"
 STARTUP_TIMEOUT = 60
 DEFAULT_TTL = 600
-ALLOWLIST = {"egress": "allowlist", "allow": [{"cidr": "203.0.113.0/24"}]}
+ALLOWLIST = {"egress": "allowlist", "allow": [{"cidr": "1.1.1.0/24"}]}
 
 
 @pytest.fixture(autouse=True)
@@ -244,6 +244,14 @@ async def test_a_transient_error_at_any_step_is_retried_to_one_of_each_child(
         ({"language": "cobol"}, "spec.language: unknown language 'cobol'"),
         ({"timeoutSeconds": 0}, "timeoutSeconds"),
         ({"resources": {"memory": "60Gi"}}, "exceeds this installation's maximum"),
+        (
+            {"network": {"egress": "allowlist", "allow": [{"cidr": "0.0.0.0/0"}]}},
+            "0.0.0.0/0 overlaps 0.0.0.0/8 (this network); egress rule public-only",
+        ),
+        (
+            {"network": {"egress": "allowlist", "allow": [{"cidr": "169.254.169.254/32"}]}},
+            "egress rule public-only",
+        ),
     ],
 )
 async def test_an_invalid_spec_ends_at_once_without_children(

@@ -62,16 +62,22 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/*
 The tenants' namespaces, each once (tenants may share one), as YAML:
-{namespace: {create: bool, tenants: [names]}}. Read it with fromYaml.
+{namespace: {create: bool, tenants: [names], narrowed: bool, egressCidrs: [cidrs]}}: narrowed
+when every tenant there lists egress.allowedCidrs (then their union). Read it with fromYaml.
 */}}
 {{- define "sandpod.tenantNamespaces" -}}
 {{- $namespaces := dict }}
 {{- range .Values.tenants }}
 {{- $namespace := .namespace | default .name }}
 {{- $create := ternary .createNamespace true (hasKey . "createNamespace") }}
-{{- $entry := get $namespaces $namespace | default (dict "create" false "tenants" (list)) }}
+{{- $entry := get $namespaces $namespace | default (dict "create" false "tenants" (list) "narrowed" true "egressCidrs" (list)) }}
 {{- $_ := set $entry "create" (or $entry.create $create) }}
 {{- $_ := set $entry "tenants" (append $entry.tenants .name) }}
+{{- if hasKey (.egress | default dict) "allowedCidrs" }}
+{{- $_ := set $entry "egressCidrs" (concat $entry.egressCidrs .egress.allowedCidrs | uniq) }}
+{{- else }}
+{{- $_ := set $entry "narrowed" false }}
+{{- end }}
 {{- $_ := set $namespaces $namespace $entry }}
 {{- end }}
 {{- toYaml $namespaces }}
@@ -208,4 +214,23 @@ subjects:
 {{- $pods := dict "matchLabels" (fromYaml (include "sandpod.selectorLabels" (dict "root" . "component" "operator"))) }}
 {{- $namespace := dict "matchLabels" (dict "kubernetes.io/metadata.name" .Release.Namespace) }}
 {{- list (dict "podSelector" $pods "namespaceSelector" $namespace) | toJson }}
+{{- end }}
+
+{{/* The cluster's own ranges an allowlist may never name, as YAML {what: [cidrs]}; the API
+server's include networkPolicies.apiServerEgress.cidrs. Read it with fromYaml. */}}
+{{- define "sandpod.egressClusterRanges" -}}
+{{- $egress := .Values.egress }}
+{{- $apiServer := concat $egress.apiServerCidrs .Values.networkPolicies.apiServerEgress.cidrs | uniq }}
+{{- toYaml (dict "nodes" $egress.nodeCidrs "pods" $egress.podCidrs "services" $egress.serviceCidrs "apiServer" $apiServer) }}
+{{- end }}
+
+{{/* The narrowed tenant namespaces, as YAML {namespace: [cidrs]}. Read it with fromYaml. */}}
+{{- define "sandpod.egressNarrowed" -}}
+{{- $narrowed := dict }}
+{{- range $namespace, $entry := fromYaml (include "sandpod.tenantNamespaces" .) }}
+{{- if $entry.narrowed }}
+{{- $_ := set $narrowed $namespace $entry.egressCidrs }}
+{{- end }}
+{{- end }}
+{{- toYaml $narrowed }}
 {{- end }}

@@ -1,8 +1,10 @@
 """sandpod on a real cluster, through the official (synchronous) Kubernetes client: the CRDs
-applied and served, namespaces ready for pods, executions deleted before their namespace."""
+applied and served, namespaces ready for pods, executions deleted before their namespace, and
+the cluster's own addresses."""
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 from typing import Any
 
@@ -104,3 +106,43 @@ def delete_executions(objects: client.CustomObjectsApi, namespace: str, timeout:
         timeout=timeout,
         what=f"the executions in {namespace} to be deleted",
     )
+
+
+# The local cluster's pod network (hack/cluster/lib.sh): its node carries no podCIDR.
+LOCAL_POD_CIDR = "10.244.0.0/24"
+
+
+def api_server_cidrs(api_client: client.ApiClient) -> tuple[list[str], list[int]]:
+    """The API server's addresses and ports, as pods reach them after kube-proxy's DNAT."""
+    slices: Any = client.DiscoveryV1Api(api_client).list_namespaced_endpoint_slice(
+        "default", label_selector="kubernetes.io/service-name=kubernetes"
+    )
+    addresses = {
+        address
+        for item in slices.items
+        for endpoint in item.endpoints
+        for address in endpoint.addresses
+    }
+    ports = {port.port for item in slices.items for port in item.ports}
+    assert addresses and ports, "the kubernetes Service has no endpoints"
+    return [f"{address}/32" for address in sorted(addresses)], sorted(ports)
+
+
+def cluster_ranges(api_client: client.ApiClient) -> dict[str, list[str]]:
+    """The cluster's own ranges, as an administrator lists them for the egress bounds:
+    nodes, pods, services, apiServer."""
+    nodes: Any = client.CoreV1Api(api_client).list_node().items
+    node_addresses = {
+        address.address
+        for node in nodes
+        for address in node.status.addresses
+        if address.type == "InternalIP"
+    }
+    services: Any = client.NetworkingV1Api(api_client).list_service_cidr().items
+    return {
+        "nodes": sorted(str(ipaddress.ip_network(address)) for address in node_addresses),
+        "pods": sorted({cidr for node in nodes for cidr in node.spec.pod_cidrs or []})
+        or [LOCAL_POD_CIDR],
+        "services": sorted({cidr for item in services for cidr in item.spec.cidrs}),
+        "apiServer": api_server_cidrs(api_client)[0],
+    }

@@ -1,0 +1,169 @@
+"""Which destinations an egress allowlist may name: the platform's bounds, checked without I/O.
+
+An entry inside a range the administrator opened is accepted as it is. Any other entry must
+not overlap a non-public range (rule public-only) or one of the cluster's own ranges (rule
+cluster-network). A namespace may be narrowed further: its entries must then lie inside one of
+its ranges (rule tenant). The chart's ValidatingAdmissionPolicy (charts/sandpod/templates/
+egress-policy.yaml) makes the same decision in CEL, in the same order, with the same words.
+"""
+
+import ipaddress
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+PUBLIC_ONLY = "public-only"
+CLUSTER_NETWORK = "cluster-network"
+TENANT = "tenant"
+
+RULE_REASONS = {
+    PUBLIC_ONLY: "an allowlist may name only public addresses",
+    CLUSTER_NETWORK: "the cluster's nodes, pods, services (DNS included) and API server "
+    "are never reachable",
+    TENANT: "an allowlist in this namespace may name only",
+}
+
+# Ranges that are not public unicast (IANA special-purpose registries, as ipaddress judges them
+# non-global, plus multicast, reserved, 6to4 and NAT64, which embed or reach anything). The chart
+# renders the same list (charts/sandpod/files/non-public-ranges.yaml, kept equal by a test).
+NON_PUBLIC_RANGES: tuple[tuple[str, str], ...] = (
+    ("0.0.0.0/8", "this network"),
+    ("10.0.0.0/8", "private network, RFC 1918"),
+    ("100.64.0.0/10", "carrier-grade NAT, RFC 6598"),
+    ("127.0.0.0/8", "loopback"),
+    ("169.254.0.0/16", "link-local, cloud metadata 169.254.169.254"),
+    ("172.16.0.0/12", "private network, RFC 1918"),
+    ("192.0.0.0/24", "IETF protocol assignments"),
+    ("192.0.2.0/24", "documentation, TEST-NET-1"),
+    ("192.88.99.0/24", "6to4 relay anycast"),
+    ("192.168.0.0/16", "private network, RFC 1918"),
+    ("198.18.0.0/15", "benchmarking"),
+    ("198.51.100.0/24", "documentation, TEST-NET-2"),
+    ("203.0.113.0/24", "documentation, TEST-NET-3"),
+    ("224.0.0.0/4", "multicast"),
+    ("240.0.0.0/4", "reserved, broadcast"),
+    ("::1/128", "loopback"),
+    ("64:ff9b::/96", "NAT64"),
+    ("64:ff9b:1::/48", "local-use NAT64"),
+    ("100::/64", "discard-only"),
+    ("2001::/23", "IETF protocol assignments"),
+    ("2001:db8::/32", "documentation"),
+    ("2002::/16", "6to4"),
+    ("fc00::/7", "unique local"),
+    ("fe80::/10", "link-local"),
+    ("fec0::/10", "site-local"),
+    ("ff00::/8", "multicast"),
+    ("::/3", "outside global unicast 2000::/3: unspecified, IPv4-mapped, reserved"),
+    ("4000::/2", "outside global unicast 2000::/3: reserved"),
+    ("8000::/1", "outside global unicast 2000::/3: reserved, unique local, link-local"),
+)
+
+# The cluster's own ranges, by OperatorSettings field, and how a message names them.
+CLUSTER_RANGE_KINDS: tuple[tuple[str, str], ...] = (
+    ("egress_node_cidrs", "a node"),
+    ("egress_pod_cidrs", "the pod network"),
+    ("egress_service_cidrs", "the service network"),
+    ("egress_api_server_cidrs", "the API server"),
+)
+
+
+def parse_network(text: str) -> IPNetwork:
+    """A CIDR (or a bare address, as /32 or /128); host bits set are an error."""
+    return ipaddress.ip_network(text, strict=True)
+
+
+@dataclass(frozen=True)
+class ExcludedRange:
+    network: IPNetwork
+    what: str
+    rule: str
+
+
+@dataclass(frozen=True)
+class EgressBounds:
+    """Everything the check needs: excluded ranges in order, opened ranges, narrowings."""
+
+    excluded: tuple[ExcludedRange, ...]
+    opened: tuple[IPNetwork, ...] = ()
+    # Namespace -> the only ranges its allowlists may name (empty: none at all).
+    narrowed: Mapping[str, tuple[IPNetwork, ...]] = field(default_factory=dict)
+
+
+def make_bounds(
+    cluster: Iterable[tuple[str, Iterable[str]]],
+    opened: Iterable[str] = (),
+    narrowed: Mapping[str, Sequence[str]] | None = None,
+) -> EgressBounds:
+    """Bounds from text: cluster is (what, cidrs) pairs, e.g. ("the pod network", [...])."""
+    excluded = [
+        ExcludedRange(parse_network(cidr), what, PUBLIC_ONLY) for cidr, what in NON_PUBLIC_RANGES
+    ]
+    excluded += [
+        ExcludedRange(parse_network(cidr), what, CLUSTER_NETWORK)
+        for what, cidrs in cluster
+        for cidr in cidrs
+    ]
+    return EgressBounds(
+        excluded=tuple(excluded),
+        opened=tuple(parse_network(cidr) for cidr in opened),
+        narrowed={
+            namespace: tuple(parse_network(cidr) for cidr in cidrs)
+            for namespace, cidrs in (narrowed or {}).items()
+        },
+    )
+
+
+def _inside(inner: IPNetwork, outer: IPNetwork) -> bool:
+    return inner.version == outer.version and inner.subnet_of(outer)  # type: ignore[arg-type]
+
+
+def _overlap(a: IPNetwork, b: IPNetwork) -> bool:
+    return _inside(a, b) or _inside(b, a)
+
+
+def _opened(network: IPNetwork, bounds: EgressBounds) -> bool:
+    return any(_inside(network, opened) for opened in bounds.opened)
+
+
+def refusal(cidrs: Sequence[str], bounds: EgressBounds, namespace: str) -> str | None:
+    """Why this allowlist is outside the bounds (naming the entry, range and rule), or None."""
+    networks = [(cidr, parse_network(cidr)) for cidr in cidrs]
+    checked = [(cidr, network) for cidr, network in networks if not _opened(network, bounds)]
+    for excluded in bounds.excluded:
+        for cidr, network in checked:
+            if _overlap(network, excluded.network):
+                return (
+                    f"spec.network.allow: {cidr} overlaps {excluded.network} ({excluded.what}); "
+                    f"egress rule {excluded.rule}: {RULE_REASONS[excluded.rule]}"
+                )
+    if namespace not in bounds.narrowed:
+        return None
+    allowed = bounds.narrowed[namespace]
+    for cidr, network in networks:
+        if not any(_inside(network, outer) for outer in allowed):
+            listed = ",".join(str(outer) for outer in allowed) or "nothing"
+            return (
+                f"spec.network.allow: {cidr} is outside this namespace's egress ranges; "
+                f"egress rule {TENANT}: {RULE_REASONS[TENANT]} {listed}"
+            )
+    return None
+
+
+def excepts(cidr: str, bounds: EgressBounds) -> list[str]:
+    """The excluded ranges strictly inside an allowed entry, for its ipBlock's `except`
+    (defence in depth: the check refuses such entries), none for an opened entry."""
+    network = parse_network(cidr)
+    if _opened(network, bounds):
+        return []
+    inside = {
+        excluded.network
+        for excluded in bounds.excluded
+        if excluded.network != network and _inside(excluded.network, network)
+    }
+    # Ranges inside another listed range add nothing.
+    return [
+        str(net)
+        for net in sorted(inside, key=lambda n: (n.version, n))
+        if not any(other != net and _inside(net, other) for other in inside)
+    ]
