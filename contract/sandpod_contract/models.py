@@ -408,6 +408,17 @@ class CodeExecutionStatus(_Model):
         default=None, description="Wall-clock run time of the program in milliseconds."
     )
     pod_name: str | None = Field(default=None, description="Name of the sandbox pod.")
+    start_mode: Literal["warm", "cold"] | None = Field(
+        default=None,
+        description="warm: the program ran in a pod claimed from a SandboxPool; cold: in a "
+        "pod created for this execution.",
+    )
+    wait_ms: int | None = Field(
+        default=None,
+        ge=0,
+        description="Milliseconds from the execution's creation to the program's start "
+        "(creationTimestamp has whole-second resolution).",
+    )
     conditions: list[Condition] = Field(
         default_factory=list,
         description="Standard conditions: Accepted, Started, Completed, Succeeded.",

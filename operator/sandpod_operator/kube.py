@@ -112,6 +112,15 @@ class KubeApi(Protocol):
     async def latest_warning(
         self, namespace: str, pod_name: str, *, uid: str | None
     ) -> str | None: ...
+    async def list_pods(
+        self, namespace: str, *, label_selector: str, uid: str | None
+    ) -> list[Manifest]: ...
+    async def patch_pod(
+        self, namespace: str, name: str, *, uid: str | None, patch: Manifest
+    ) -> Manifest: ...
+    async def read_log_head(
+        self, namespace: str, name: str, *, uid: str | None, limit_bytes: int
+    ) -> bytes: ...
     async def get_execution(
         self, namespace: str, name: str, *, uid: str | None
     ) -> Manifest | None: ...
@@ -255,6 +264,55 @@ class Kube:
             async for chunk in response.content.iter_chunked(64 * 1024):
                 reader.feed(chunk)
             return reader.finish()
+        finally:
+            response.release()
+
+    async def list_pods(
+        self, namespace: str, *, label_selector: str, uid: str | None
+    ) -> list[Manifest]:
+        found = await self._call(
+            "list",
+            "pods",
+            uid,
+            self._core.list_namespaced_pod,
+            namespace,
+            label_selector=label_selector,
+        )
+        return [item for item in found.get("items") or [] if isinstance(item, dict)]
+
+    async def patch_pod(
+        self, namespace: str, name: str, *, uid: str | None, patch: Manifest
+    ) -> Manifest:
+        """Merge-patch a pod; a metadata.resourceVersion in `patch` makes it conditional (409
+        when the pod changed since)."""
+        return await self._call(
+            "patch",
+            "pods",
+            uid,
+            self._core.patch_namespaced_pod,
+            name,
+            namespace,
+            patch,
+            _content_type=MERGE_PATCH,
+        )
+
+    async def read_log_head(
+        self, namespace: str, name: str, *, uid: str | None, limit_bytes: int
+    ) -> bytes:
+        """The first `limit_bytes` of a pod's log."""
+        self.counter.count("get", "pods/log", uid)
+        response: Any = await self._core.read_namespaced_pod_log(
+            name,
+            namespace,
+            limit_bytes=limit_bytes,
+            _preload_content=False,
+            _request_timeout=REQUEST_TIMEOUT_SECONDS,
+        )
+        try:
+            body = await response.read()
+            if response.status >= 400:
+                raise KubeError.from_response(response.status, body)
+            return bytes(body)
         finally:
             response.release()
 
