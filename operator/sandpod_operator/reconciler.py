@@ -155,7 +155,7 @@ class Reconciler:
             self.node_allocatable[name] = dict((node.get("status") or {}).get("allocatable") or {})
 
     def __post_init__(self) -> None:
-        self.warm = WarmPath(self.kube, self.settings)
+        self.warm = WarmPath(self.kube, self.settings, self.catalog)
 
     async def close(self) -> None:
         await self.warm.close()

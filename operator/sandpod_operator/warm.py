@@ -26,7 +26,8 @@ import aiohttp
 import kopf
 from prometheus_client import Counter, Histogram
 from pydantic import ValidationError
-from sandpod_contract.models import CodeExecutionSpec, Resources
+from sandpod_contract.catalog import Catalog
+from sandpod_contract.models import CodeExecutionSpec, SandboxPoolSpec
 from sandpod_contract.names import (
     CLAIMED_BY_LABEL,
     EXECUTION_LABEL,
@@ -40,8 +41,9 @@ from sandpod_contract.names import (
 from sandpod_contract.quantities import parse_quantity
 from sandpod_contract.runner import LogSummary
 
-from sandpod_operator.builders import Plan, build_runner_config
+from sandpod_operator.builders import InvalidSpecError, Plan, Sandbox, build_runner_config
 from sandpod_operator.kube import KubeApi, KubeError
+from sandpod_operator.pool_builders import plan_pool
 from sandpod_operator.runner_client import RunnerAddress, RunnerUnavailable, run
 from sandpod_operator.settings import OperatorSettings
 
@@ -84,57 +86,61 @@ RUNNER_FAILURES = Counter(
 
 @dataclass(frozen=True)
 class Pool:
-    """A SandboxPool as matching needs it: its language and effective limits."""
+    """A SandboxPool as matching needs it: its language and its pods' sandbox."""
 
     name: str
     language: str
-    cpu: Decimal
-    memory: Decimal
-    ephemeral_storage: Decimal
+    sandbox: Sandbox
+
+    def limits(self) -> tuple[Decimal, Decimal, Decimal]:
+        return _limits(self.sandbox)
 
 
-def read_pool(pool: Manifest, settings: OperatorSettings) -> Pool | None:
-    """A pool from its manifest (defaults from the settings, as for its pods); None when its
-    spec is not one this operator can use."""
-    spec = pool.get("spec") or {}
-    language = spec.get("language")
-    try:
-        resources = Resources.model_validate(spec.get("resources") or {})
-    except ValidationError:
-        return None
-    if not isinstance(language, str):
-        return None
-    return Pool(
-        name=str((pool.get("metadata") or {}).get("name")),
-        language=language,
-        cpu=parse_quantity(resources.cpu or settings.default_cpu),
-        memory=parse_quantity(resources.memory or settings.default_memory),
-        ephemeral_storage=parse_quantity(
-            resources.ephemeral_storage or settings.default_ephemeral_storage
-        ),
+def _limits(sandbox: Sandbox) -> tuple[Decimal, Decimal, Decimal]:
+    quantities = (sandbox.memory, sandbox.cpu, sandbox.ephemeral_storage)
+    return (
+        parse_quantity(quantities[0]),
+        parse_quantity(quantities[1]),
+        parse_quantity(quantities[2]),
     )
 
 
-def fits(spec: CodeExecutionSpec, plan: Plan, pool: Pool, settings: OperatorSettings) -> bool:
+def read_pool(pool: Manifest, catalog: Catalog, settings: OperatorSettings) -> Pool | None:
+    """A pool as its controller plans its pods; None when its spec is not one it can."""
+    try:
+        spec = SandboxPoolSpec.model_validate(pool.get("spec") or {})
+        sandbox = plan_pool(spec, catalog, settings)
+    except (ValidationError, InvalidSpecError):
+        return None
+    return Pool(str((pool.get("metadata") or {}).get("name")), spec.language, sandbox)
+
+
+def fits(spec: CodeExecutionSpec, plan: Plan, pool: Pool) -> bool:
     """Whether an execution may run in a pod of `pool`: a run of the pool's language, no
-    network, the pools' RuntimeClass, and each limit at most the pool's."""
+    network, the pool's RuntimeClass, and each limit at most the pool's."""
     return (
         spec.mode == "run"
         and spec.language == pool.language
         and spec.network.egress == "none"
-        and plan.runtime_class_name == settings.runtime_class_name
-        and parse_quantity(plan.cpu) <= pool.cpu
-        and parse_quantity(plan.memory) <= pool.memory
-        and parse_quantity(plan.ephemeral_storage) <= pool.ephemeral_storage
+        and plan.runtime_class_name == pool.sandbox.runtime_class_name
+        and all(own <= most for own, most in zip(_limits(plan), pool.limits(), strict=True))
     )
 
 
 def fitting_pools(
-    spec: CodeExecutionSpec, plan: Plan, pools: Iterable[Manifest], settings: OperatorSettings
+    spec: CodeExecutionSpec,
+    plan: Plan,
+    pools: Iterable[Manifest],
+    catalog: Catalog,
+    settings: OperatorSettings,
 ) -> list[Pool]:
     """The pools the execution fits, smallest first (large pods stay for large executions)."""
-    found = [p for m in pools if (p := read_pool(m, settings)) and fits(spec, plan, p, settings)]
-    return sorted(found, key=lambda p: (p.memory, p.cpu, p.ephemeral_storage, p.name))
+    found = [
+        pool
+        for manifest in pools
+        if (pool := read_pool(manifest, catalog, settings)) and fits(spec, plan, pool)
+    ]
+    return sorted(found, key=lambda pool: (pool.limits(), pool.name))
 
 
 def pod_ready(pod: Manifest) -> bool:
@@ -265,6 +271,7 @@ def count_start(previous: Manifest, new: Manifest) -> None:
 class WarmPath:
     kube: KubeApi
     settings: OperatorSettings
+    catalog: Catalog
     # Per pod uid: the runner's credential (read once from its log).
     credentials: dict[str, str] = field(default_factory=dict)
     # Per execution uid: the pod just claimed, handed to its serve daemon (saves a read).
@@ -291,7 +298,7 @@ class WarmPath:
         earlier = earlier_claim(pods, uid)
         if earlier is not None:
             return earlier
-        fitting = fitting_pools(spec, plan, pools, self.settings)
+        fitting = fitting_pools(spec, plan, pools, self.catalog, self.settings)
         if not fitting:
             return None
         for pod in candidates(pods, fitting):

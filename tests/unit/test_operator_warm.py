@@ -69,7 +69,7 @@ def fitting(
     config = config or settings()
     spec = spec_of(**fields)
     plan = plan_execution(spec, load_catalog(), config)
-    return [p.name for p in fitting_pools(spec, plan, pools, config)]
+    return [p.name for p in fitting_pools(spec, plan, pools, load_catalog(), config)]
 
 
 # --- matching (pure) ----------------------------------------------------------------------
@@ -106,7 +106,7 @@ def test_the_smallest_fitting_pool_comes_first_and_bad_pools_are_skipped() -> No
         {"metadata": {"name": "broken"}, "spec": {"language": "python", "resources": {"cpu": "x"}}},
     ]
     assert fitting(pools) == ["small", "mid", "big"]
-    assert read_pool(pools[-1], settings()) is None
+    assert read_pool(pools[-1], load_catalog(), settings()) is None
 
 
 def pool_pod(name: str, pool_name: str, *, ready: bool = True, **labels: str) -> Manifest:
@@ -119,7 +119,7 @@ def pool_pod(name: str, pool_name: str, *, ready: bool = True, **labels: str) ->
 
 
 def test_candidates_are_free_ready_pods_of_the_fitting_pools_in_their_order() -> None:
-    pools = [p for m in (pool("a"), pool("b")) if (p := read_pool(m, settings()))]
+    pools = [p for m in (pool("a"), pool("b")) if (p := read_pool(m, load_catalog(), settings()))]
     pods = [
         pool_pod("b-1", "b"),
         pool_pod("a-1", "a", ready=False),
