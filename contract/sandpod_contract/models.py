@@ -409,15 +409,10 @@ class CodeExecutionStatus(_Model):
     )
     pod_name: str | None = Field(default=None, description="Name of the sandbox pod.")
     start_mode: Literal["warm", "cold"] | None = Field(
-        default=None,
-        description="warm: the program ran in a pod claimed from a SandboxPool; cold: in a "
-        "pod created for this execution.",
+        default=None, description="warm: in a pod from a SandboxPool; cold: in its own pod."
     )
     wait_ms: int | None = Field(
-        default=None,
-        ge=0,
-        description="Milliseconds from the execution's creation to the program's start "
-        "(creationTimestamp has whole-second resolution).",
+        default=None, ge=0, description="Milliseconds from creation to the program's start."
     )
     conditions: list[Condition] = Field(
         default_factory=list,

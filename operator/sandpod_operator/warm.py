@@ -26,18 +26,9 @@ import aiohttp
 import kopf
 from prometheus_client import Counter, Histogram
 from pydantic import ValidationError
+from sandpod_contract import names
 from sandpod_contract.catalog import Catalog
 from sandpod_contract.models import CodeExecutionSpec, SandboxPoolSpec
-from sandpod_contract.names import (
-    CLAIMED_BY_LABEL,
-    EXECUTION_LABEL,
-    POOL_CLAIMED,
-    POOL_FREE,
-    POOL_LABEL,
-    POOL_STATE_LABEL,
-    RUNNER_PORT,
-    RUNNER_PORT_NAME,
-)
 from sandpod_contract.quantities import parse_quantity
 from sandpod_contract.runner import LogSummary
 
@@ -160,7 +151,7 @@ def earlier_claim(pods: Iterable[Manifest], execution_uid: str) -> Manifest | No
     """A pod this execution claimed before (its status write may have been lost)."""
     for pod in pods:
         gone = (pod.get("metadata") or {}).get("deletionTimestamp")
-        if _labels(pod).get(CLAIMED_BY_LABEL) == execution_uid and not gone:
+        if _labels(pod).get(names.CLAIMED_BY_LABEL) == execution_uid and not gone:
             return pod
     return None
 
@@ -171,14 +162,14 @@ def candidates(pods: Iterable[Manifest], pools: list[Pool]) -> list[Manifest]:
     free = [
         pod
         for pod in pods
-        if _labels(pod).get(POOL_STATE_LABEL) == POOL_FREE
-        and _labels(pod).get(POOL_LABEL) in rank
+        if _labels(pod).get(names.POOL_STATE_LABEL) == names.POOL_FREE
+        and _labels(pod).get(names.POOL_LABEL) in rank
         and pod_ready(pod)
     ]
     return sorted(
         free,
         key=lambda pod: (
-            rank[_labels(pod)[POOL_LABEL]],
+            rank[_labels(pod)[names.POOL_LABEL]],
             str(pod["metadata"].get("creationTimestamp") or ""),
             str(pod["metadata"].get("name")),
         ),
@@ -195,9 +186,9 @@ def claim_patch(pod: Manifest, execution: Manifest) -> Manifest:
         "metadata": {
             "resourceVersion": pod["metadata"]["resourceVersion"],
             "labels": {
-                POOL_STATE_LABEL: POOL_CLAIMED,
-                CLAIMED_BY_LABEL: meta["uid"],
-                EXECUTION_LABEL: meta["name"],
+                names.POOL_STATE_LABEL: names.POOL_CLAIMED,
+                names.CLAIMED_BY_LABEL: meta["uid"],
+                names.EXECUTION_LABEL: meta["name"],
             },
             "ownerReferences": [owner],
         }
@@ -239,11 +230,11 @@ def runner_address(pod: Manifest) -> RunnerAddress | None:
     ip = (pod.get("status") or {}).get("podIP")
     if not ip:
         return None
-    port = RUNNER_PORT
+    port = names.RUNNER_PORT
     for container in (pod.get("spec") or {}).get("containers") or []:
         for declared in container.get("ports") or []:
-            if declared.get("name") == RUNNER_PORT_NAME:
-                port = int(declared.get("containerPort") or RUNNER_PORT)
+            if declared.get("name") == names.RUNNER_PORT_NAME:
+                port = int(declared.get("containerPort") or names.RUNNER_PORT)
     return RunnerAddress(host=str(ip), port=port)
 
 
@@ -294,7 +285,7 @@ class WarmPath:
             return None
         meta = execution["metadata"]
         namespace, uid = meta["namespace"], meta["uid"]
-        pods = await self.kube.list_pods(namespace, label_selector=POOL_LABEL, uid=uid)
+        pods = await self.kube.list_pods(namespace, label_selector=names.POOL_LABEL, uid=uid)
         earlier = earlier_claim(pods, uid)
         if earlier is not None:
             return earlier
@@ -334,7 +325,7 @@ class WarmPath:
         pod_uid = str((pod.get("metadata") or {}).get("uid"))
         if event_type == "DELETED" or (pod.get("metadata") or {}).get("deletionTimestamp"):
             self.credentials.pop(pod_uid, None)
-        elif _labels(pod).get(POOL_STATE_LABEL) == POOL_FREE and pod_ready(pod):
+        elif _labels(pod).get(names.POOL_STATE_LABEL) == names.POOL_FREE and pod_ready(pod):
             await self.credential(pod)
 
     async def run(

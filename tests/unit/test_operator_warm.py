@@ -5,8 +5,7 @@ goes away, forged frames)."""
 
 import asyncio
 import copy
-import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -37,17 +36,14 @@ from sandpod_operator.warm import (
 )
 from serve_double import Script, ServeDouble
 
+# clean_environment: autouse, no SANDPOD_* settings from the environment.
+from test_operator_reconciler import clean_environment, latest, status_of, submit
+
+__all__ = ["clean_environment"]
+
 NAMESPACE = "team-a"
 TAIL = 64 * 1024
 LIMIT = 1024 * 1024
-
-
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in os.environ:
-        if name.startswith("SANDPOD_"):
-            monkeypatch.delenv(name)
-    yield
 
 
 def settings(**overrides: Any) -> OperatorSettings:
@@ -268,24 +264,6 @@ def new_reconciler(kube: FakeKube, **overrides: Any) -> Reconciler:
     )
 
 
-def submit(kube: FakeKube, name: str = "hello", **spec: Any) -> Manifest:
-    body = {
-        "apiVersion": "sandpod.dev/v1alpha1",
-        "kind": "CodeExecution",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {"language": "python", "source": "print('hi')", **spec},
-    }
-    return kube.add_execution(body)
-
-
-def latest(kube: FakeKube, name: str = "hello") -> Manifest:
-    return copy.deepcopy(kube.executions[(NAMESPACE, name)])
-
-
-def status_of(kube: FakeKube, name: str = "hello") -> Manifest:
-    return dict(kube.executions[(NAMESPACE, name)].get("status") or {})
-
-
 @pytest_asyncio.fixture(loop_scope="function")
 async def runners() -> AsyncIterator[list[ServeDouble]]:
     started: list[ServeDouble] = []
@@ -315,6 +293,19 @@ async def pool_with(
 
 async def start(reconciler: Reconciler, kube: FakeKube, name: str = "hello") -> None:
     await reconciler.start(latest(kube, name), deny_all_present=True, pools=[pool()])
+
+
+async def warm_run(
+    kube: FakeKube, runners: list[ServeDouble], script: Script, **spec: Any
+) -> Manifest:
+    """One execution through a pool of one pod whose runner follows `script`: its status."""
+    await pool_with(kube, runners, script)
+    reconciler = new_reconciler(kube, deadline_grace_seconds=0)
+    submit(kube, **spec)
+    await start(reconciler, kube)
+    await asyncio.wait_for(reconciler.run_warm(latest(kube)), timeout=10)
+    await reconciler.close()
+    return status_of(kube)
 
 
 async def test_a_warm_run_claims_a_pod_records_the_runners_result_and_removes_the_pod(
@@ -467,42 +458,32 @@ async def test_a_runner_that_refuses_ends_in_error(
     await start(reconciler, kube)
     await reconciler.run_warm(latest(kube))
     assert (status_of(kube)["phase"], status_of(kube)["reason"]) == ("Error", "RunnerUnavailable")
+    if refusal == "wrong credential":
+        assert server.runs == 0
+    else:
+        assert server.execution_id == "someone-else"
 
 
 async def test_forged_frames_never_reach_the_status(
     kube: FakeKube, runners: list[ServeDouble]
 ) -> None:
-    await pool_with(kube, runners, Script(outputs=[("stdout", "real\n")], forged=True))
-    reconciler = new_reconciler(kube)
-    submit(kube)
-    await start(reconciler, kube)
-    await reconciler.run_warm(latest(kube))
-    assert (status_of(kube)["phase"], status_of(kube)["stdout"]) == ("Succeeded", "real\n")
+    status = await warm_run(kube, runners, Script(outputs=[("stdout", "real\n")], forged=True))
+    assert (status["phase"], status["stdout"]) == ("Succeeded", "real\n")
 
 
 async def test_the_operators_deadline_ends_a_run_that_does_not_answer(
     kube: FakeKube, runners: list[ServeDouble]
 ) -> None:
-    await pool_with(kube, runners, Script(hold=asyncio.Event()))
-    reconciler = new_reconciler(kube, deadline_grace_seconds=0)
-    submit(kube, timeoutSeconds=1)
-    await start(reconciler, kube)
-    await asyncio.wait_for(reconciler.run_warm(latest(kube)), timeout=10)
-    status = status_of(kube)
+    status = await warm_run(kube, runners, Script(hold=asyncio.Event()), timeoutSeconds=1)
     assert (status["phase"], status["reason"]) == ("TimedOut", "DeadlineExceeded")
     assert (NAMESPACE, "py-0") not in kube.pods
-    await reconciler.close()
 
 
-async def test_the_runners_error_and_a_non_zero_exit_come_from_its_summary(
+async def test_a_non_zero_exit_comes_from_the_runners_summary(
     kube: FakeKube, runners: list[ServeDouble]
 ) -> None:
-    await pool_with(kube, runners, Script(result=runner_wire.result(exitCode=3)))
-    reconciler = new_reconciler(kube)
-    submit(kube)
-    await start(reconciler, kube)
-    await reconciler.run_warm(latest(kube))
-    assert (status_of(kube)["phase"], status_of(kube)["exitCode"]) == ("Failed", 3)
+    status = await warm_run(kube, runners, Script(result=runner_wire.result(exitCode=3)))
+    assert (status["phase"], status["exitCode"]) == ("Failed", 3)
 
 
 async def test_pool_pod_events_read_the_credential_once_and_never_follow_the_pod(
