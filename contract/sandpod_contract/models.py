@@ -408,6 +408,12 @@ class CodeExecutionStatus(_Model):
         default=None, description="Wall-clock run time of the program in milliseconds."
     )
     pod_name: str | None = Field(default=None, description="Name of the sandbox pod.")
+    start_mode: Literal["warm", "cold"] | None = Field(
+        default=None, description="warm: in a pod from a SandboxPool; cold: in its own pod."
+    )
+    wait_ms: int | None = Field(
+        default=None, ge=0, description="Milliseconds from creation to the program's start."
+    )
     conditions: list[Condition] = Field(
         default_factory=list,
         description="Standard conditions: Accepted, Started, Completed, Succeeded.",

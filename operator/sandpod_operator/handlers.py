@@ -21,6 +21,7 @@ from sandpod_contract.names import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
     PLURAL,
+    POOL_PLURAL,
     ROLE_LABEL,
     SANDBOX_ROLE,
     VERSION,
@@ -35,6 +36,7 @@ from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import Verdict
 
 EXECUTIONS = (GROUP, VERSION, PLURAL)
+POOLS = (GROUP, VERSION, POOL_PLURAL)
 PODS = ("v1", "pods")
 NODES = ("v1", "nodes")
 NETWORK_POLICIES = ("networking.k8s.io", "v1", "networkpolicies")
@@ -68,6 +70,10 @@ def finished(status: kopf.Status, **_: Any) -> bool:
     return is_terminal(status.get("phase"))
 
 
+def running_warm(status: kopf.Status, **_: Any) -> bool:
+    return status.get("startMode") == "warm" and not is_terminal(status.get("phase"))
+
+
 def is_deny_all(name: str | None, **_: Any) -> bool:
     return name == DENY_ALL_POLICY_NAME
 
@@ -98,7 +104,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
 
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: Any) -> None:
-    await reconciler_of(memo).kube.close()
+    await reconciler_of(memo).close()
 
 
 @kopf.index(*PODS, labels=SANDBOX_POD_LABELS)
@@ -115,6 +121,12 @@ def deny_all_policies(namespace: str | None, **_: Any) -> dict[str, bool]:
     return {namespace or "": True}
 
 
+@kopf.index(*POOLS)
+def sandbox_pools(body: kopf.Body, namespace: str | None, **_: Any) -> dict[str, dict[str, Any]]:
+    """namespace -> its pools, as last seen: an execution that fits one claims its pod."""
+    return {namespace or "": plain(body)}
+
+
 @kopf.on.resume(*EXECUTIONS)
 @kopf.on.create(*EXECUTIONS)
 async def start_execution(
@@ -123,8 +135,9 @@ async def start_execution(
     reconciler = reconciler_of(memo)
     execution = plain(body)
     protected = bool(index_of(kwargs, "deny_all_policies").get(namespace or ""))
+    pools = list(index_of(kwargs, "sandbox_pools").get(namespace or "", []))
     try:
-        await reconciler.start(execution, deny_all_present=protected)
+        await reconciler.start(execution, deny_all_present=protected, pools=pools)
     except API_ERRORS as error:
         if is_transient(error) and retry < START_RETRIES:
             raise kopf.TemporaryError(str(error), delay=TRANSIENT_DELAY_SECONDS) from error
@@ -192,6 +205,17 @@ async def watchdog(
             await reconciler.watch(execution, list(sandbox_pods.get(key, [])))
         except (*API_ERRORS, kopf.TemporaryError) as error:
             logger.warning("watchdog check failed, retrying: %s", error)
+
+
+# One run per warm execution and operator process; after a restart it re-attaches to the
+# runner (same executionId), which replays the run's frames instead of running it again.
+@kopf.daemon(*EXECUTIONS, when=running_warm, cancellation_timeout=5)
+async def serve_warm(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+    """Run a warm execution in the pod it claimed and record the runner's result."""
+    try:
+        await reconciler_of(memo).run_warm(plain(body))
+    except (*API_ERRORS, kopf.TemporaryError) as error:
+        raise kopf.TemporaryError(f"recording the warm run failed: {error}", delay=1) from error
 
 
 @kopf.daemon(*EXECUTIONS, when=finished, cancellation_timeout=5)

@@ -7,6 +7,8 @@ per execution (logged when the execution finishes).
 
 import json
 from collections import Counter as Tally
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -112,6 +114,15 @@ class KubeApi(Protocol):
     async def latest_warning(
         self, namespace: str, pod_name: str, *, uid: str | None
     ) -> str | None: ...
+    async def list_pods(
+        self, namespace: str, *, label_selector: str, uid: str | None
+    ) -> list[Manifest]: ...
+    async def patch_pod(
+        self, namespace: str, name: str, *, uid: str | None, patch: Manifest
+    ) -> Manifest: ...
+    async def read_log_head(
+        self, namespace: str, name: str, *, uid: str | None, limit_bytes: int
+    ) -> bytes: ...
     async def get_execution(
         self, namespace: str, name: str, *, uid: str | None
     ) -> Manifest | None: ...
@@ -239,24 +250,70 @@ class Kube:
     ) -> LogSummary:
         """Stream the pod log through a LogReader that verifies it against the runner's
         summary: memory stays bounded by `tail_bytes`."""
+        log = self._pod_log(namespace, name, uid, limit_bytes, LOG_TIMEOUT_SECONDS)
+        async with log as response:
+            reader = LogReader(tail_bytes, summary)
+            async for chunk in response.content.iter_chunked(64 * 1024):
+                reader.feed(chunk)
+            return reader.finish()
+
+    @asynccontextmanager
+    async def _pod_log(
+        self, namespace: str, name: str, uid: str | None, limit_bytes: int, timeout: float
+    ) -> AsyncIterator[Any]:
+        """The pod log's response, streaming (not preloaded: the raw aiohttp response, though
+        the client's annotation says str)."""
         self.counter.count("get", "pods/log", uid)
-        # Not preloaded: the raw aiohttp response (the client's annotation says str).
         response: Any = await self._core.read_namespaced_pod_log(
             name,
             namespace,
             limit_bytes=limit_bytes,
             _preload_content=False,
-            _request_timeout=LOG_TIMEOUT_SECONDS,
+            _request_timeout=timeout,
         )
         try:
             if response.status >= 400:
                 raise KubeError.from_response(response.status, await response.read())
-            reader = LogReader(tail_bytes, summary)
-            async for chunk in response.content.iter_chunked(64 * 1024):
-                reader.feed(chunk)
-            return reader.finish()
+            yield response
         finally:
             response.release()
+
+    async def list_pods(
+        self, namespace: str, *, label_selector: str, uid: str | None
+    ) -> list[Manifest]:
+        found = await self._call(
+            "list",
+            "pods",
+            uid,
+            self._core.list_namespaced_pod,
+            namespace,
+            label_selector=label_selector,
+        )
+        return [item for item in found.get("items") or [] if isinstance(item, dict)]
+
+    async def patch_pod(
+        self, namespace: str, name: str, *, uid: str | None, patch: Manifest
+    ) -> Manifest:
+        """Merge-patch a pod; a metadata.resourceVersion in `patch` makes it conditional (409
+        when the pod changed since)."""
+        return await self._call(
+            "patch",
+            "pods",
+            uid,
+            self._core.patch_namespaced_pod,
+            name,
+            namespace,
+            patch,
+            _content_type=MERGE_PATCH,
+        )
+
+    async def read_log_head(
+        self, namespace: str, name: str, *, uid: str | None, limit_bytes: int
+    ) -> bytes:
+        """The first `limit_bytes` of a pod's log."""
+        log = self._pod_log(namespace, name, uid, limit_bytes, REQUEST_TIMEOUT_SECONDS)
+        async with log as response:
+            return bytes(await response.read())
 
     async def latest_warning(self, namespace: str, pod_name: str, *, uid: str | None) -> str | None:
         """The newest Warning event about a pod, e.g. why its sandbox cannot be created."""

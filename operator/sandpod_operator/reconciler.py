@@ -26,6 +26,7 @@ from sandpod_contract.names import (
     EXECUTION_LABEL,
     FINISHED_LABEL,
     KIND,
+    POOL_LABEL,
     child_name,
 )
 
@@ -40,6 +41,7 @@ from sandpod_operator.builders import (
     plan_execution,
 )
 from sandpod_operator.kube import KubeApi, KubeError
+from sandpod_operator.runner_client import RunnerUnavailable
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import (
     NodeRoom,
@@ -47,6 +49,7 @@ from sandpod_operator.status import (
     accepted_summary,
     next_status,
     observe_pod,
+    observe_served,
     parse_time,
     pod_finished,
     pod_state_key,
@@ -54,7 +57,9 @@ from sandpod_operator.status import (
     status_patch,
     supersedes,
     terminated_state,
+    timed_out_by_platform,
 )
+from sandpod_operator.warm import WarmPath, count_start, run_request, wait_ms
 
 Manifest = dict[str, Any]
 
@@ -64,6 +69,8 @@ logger = logging.getLogger(__name__)
 MAX_WRITE_ATTEMPTS = 5
 # The watchdog leaves a pod that just finished to the pod event handler for this long.
 FINISHED_POD_HANDOFF = timedelta(seconds=5)
+# The watchdog ends a warm run this long after its deadline if its serve daemon did not.
+WARM_BACKSTOP = timedelta(seconds=10)
 # The watchdog wakes this long after a deadline, so that it never looks just before it.
 DEADLINE_SLACK_SECONDS = 0.05
 # Marks a pod whose execution is final and which this process deleted.
@@ -139,6 +146,7 @@ class Reconciler:
     observations: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # Per node name, its allocatable resources: a sandbox larger than every node never queues.
     node_allocatable: dict[str, Manifest] = field(default_factory=dict)
+    warm: WarmPath = field(init=False)
 
     def on_node_event(self, event_type: str | None, node: Manifest) -> None:
         name = str((node.get("metadata") or {}).get("name"))
@@ -147,10 +155,20 @@ class Reconciler:
         else:
             self.node_allocatable[name] = dict((node.get("status") or {}).get("allocatable") or {})
 
+    def __post_init__(self) -> None:
+        self.warm = WarmPath(self.kube, self.settings, self.catalog)
+
+    async def close(self) -> None:
+        await self.warm.close()
+        await self.kube.close()
+
     # --- starting -------------------------------------------------------------------------
 
-    async def start(self, execution: Manifest, *, deny_all_present: bool) -> None:
-        """on.create / on.resume: make sure an unfinished execution has its pod, once."""
+    async def start(
+        self, execution: Manifest, *, deny_all_present: bool, pools: list[Manifest] | None = None
+    ) -> None:
+        """on.create / on.resume: make sure an unfinished execution has its pod, once: one
+        claimed from a fitting pool of its namespace (`pools`), else one of its own."""
         status = execution.get("status") or {}
         if is_terminal(status.get("phase")):
             return
@@ -171,6 +189,8 @@ class Reconciler:
             )
             raise kopf.PermanentError(message) from error
         pod_name = child_name(name, uid)
+        if status.get("startMode") == "warm":
+            return  # the serve daemon runs it, and re-attaches after a restart
         if status.get("podName"):
             # A pod was created before (this process or an earlier one): follow it, never
             # create a second one. If it is gone, the run is lost.
@@ -179,6 +199,10 @@ class Reconciler:
                 await self.record_lost(execution)
             else:
                 await self.follow(execution, pod)
+            return
+        claimed = await self.warm.claim(execution, spec, plan, pools or [])
+        if claimed is not None:
+            await self._record_claim(execution, claimed)
             return
         pod = await self._create_children(execution, spec, plan, deny_all_present)
         if pod is not None:
@@ -251,6 +275,10 @@ class Reconciler:
     async def on_pod_event(self, event_type: str | None, pod: Manifest) -> None:
         """A sandbox pod changed (or is gone): bring its execution's status up to date."""
         meta = pod.get("metadata") or {}
+        if POOL_LABEL in (meta.get("labels") or {}):
+            # A pool pod: its run is the serve daemon's; its kubelet status says nothing.
+            await self.warm.pool_pod_changed(event_type, pod)
+            return
         namespace, pod_uid = meta.get("namespace"), str(meta.get("uid"))
         execution_name = (meta.get("labels") or {}).get(EXECUTION_LABEL)
         execution_uid = owner_uid(pod)
@@ -293,7 +321,7 @@ class Reconciler:
             await self.record_lost(execution)
             self.observations[str(pod_meta.get("uid"))] = FINAL
             return
-        verdict = await self.judge(execution, pod)
+        verdict = _started_cold(execution, await self.judge(execution, pod))
         await self.record(execution, verdict, pod_name=pod_meta["name"])
         if verdict.terminal:
             await self.kube.delete_pod(meta["namespace"], pod_meta["name"], uid=meta["uid"])
@@ -345,6 +373,9 @@ class Reconciler:
         status = execution.get("status") or {}
         if is_terminal(status.get("phase")) or not status.get("podName"):
             return  # not started yet: the create handler (with kopf's retries) owns that
+        if status.get("startMode") == "warm":
+            await self._warm_backstop(execution)
+            return
         meta = execution["metadata"]
         pod = next((p for p in pods if owner_uid(p) == meta["uid"]), None)
         if pod is None:
@@ -390,6 +421,72 @@ class Reconciler:
         deadline = run_deadline(started, timeout_of(execution), self.settings)
         until = (deadline - now()).total_seconds() + DEADLINE_SLACK_SECONDS
         return until if 0 < until < interval else interval
+
+    # --- warm: a pod claimed from a pool -----------------------------------------------
+
+    async def _record_claim(self, execution: Manifest, pod: Manifest) -> None:
+        """The program starts at the claim; the status names the pod before it runs."""
+        started = now()
+        verdict = Verdict(
+            "Running",
+            "Started",
+            "the program runs in a ready pod from a pool",
+            started_at=started,
+            start_mode="warm",
+            wait_ms=wait_ms(execution, started),
+        )
+        meta, pod_name = execution["metadata"], pod["metadata"]["name"]
+        self.warm.claimed[meta["uid"]] = pod
+        if not await self.record(execution, verdict, pod_name=pod_name):
+            current = await self.kube.get_execution(meta["namespace"], meta["name"], uid=None)
+            if current is None or is_terminal((current.get("status") or {}).get("phase")):
+                await self.kube.delete_pod(meta["namespace"], pod_name, uid=meta["uid"])
+
+    async def run_warm(self, execution: Manifest) -> None:
+        """The serve daemon: run (or re-attach to) the program in its claimed pod, record the
+        runner's verified result (never the kubelet's), then remove the pod."""
+        status = execution.get("status") or {}
+        meta = execution["metadata"]
+        if is_terminal(status.get("phase")) or status.get("startMode") != "warm":
+            return
+        pod = self.warm.claimed.pop(meta["uid"], None) or await self.kube.read_pod(
+            meta["namespace"], status["podName"], uid=meta["uid"]
+        )
+        if pod is None or not owned_by(pod, meta["uid"]):
+            await self.record_lost(execution)
+            return
+        spec = CodeExecutionSpec.model_validate(execution.get("spec") or {})
+        plan = plan_execution(spec, self.catalog, self.settings)
+        started = parse_time(status.get("startedAt")) or now()
+        deadline = run_deadline(started, plan.timeout_seconds, self.settings)
+        try:
+            log = await self.warm.run(
+                pod,
+                run_request(meta["uid"], spec, plan, self.settings),
+                seconds_left=(deadline - now()).total_seconds(),
+            )
+        except TimeoutError:
+            verdict = _past_deadline(started, plan.timeout_seconds)
+        except RunnerUnavailable:
+            verdict = _runner_unavailable(started)
+        else:
+            verdict = observe_served(
+                pod, log, mode=spec.mode, started_at=started, now=now(), settings=self.settings
+            )
+        await self.record(execution, verdict)
+        await self.kube.delete_pod(meta["namespace"], pod["metadata"]["name"], uid=meta["uid"])
+
+    async def _warm_backstop(self, execution: Manifest) -> None:
+        """A warm run whose serve daemon did not end it well past its deadline."""
+        status, meta = execution.get("status") or {}, execution["metadata"]
+        started = parse_time(status.get("startedAt"))
+        if started is None:
+            return
+        timeout = timeout_of(execution)
+        if now() < run_deadline(started, timeout, self.settings) + WARM_BACKSTOP:
+            return
+        if await self.record(execution, _past_deadline(started, timeout)):
+            await self.kube.delete_pod(meta["namespace"], status["podName"], uid=meta["uid"])
 
     # --- ending ---------------------------------------------------------------------------
 
@@ -503,6 +600,7 @@ class Reconciler:
         raise kopf.TemporaryError(f"status of {namespace}/{name} kept changing", delay=1)
 
     def _announce(self, execution: Manifest, previous: Manifest, new: Manifest) -> None:
+        count_start(previous, new)
         phase = new["phase"]
         if previous.get("phase") == phase:
             return
@@ -537,6 +635,36 @@ def _without_result(verdict: Verdict) -> Verdict:
         started_at=verdict.started_at,
         finished_at=verdict.finished_at or now(),
         duration_ms=verdict.duration_ms,
+    )
+
+
+def _started_cold(execution: Manifest, verdict: Verdict) -> Verdict:
+    """A verdict about the execution's own pod, with how (and once known, how long) it
+    waited to start."""
+    status = execution.get("status") or {}
+    waited = None
+    if verdict.started_at is not None and status.get("waitMs") is None:
+        waited = wait_ms(execution, verdict.started_at)
+    return replace(verdict, start_mode="cold", wait_ms=waited)
+
+
+def _past_deadline(started: datetime, timeout_seconds: int) -> Verdict:
+    finished = now()
+    duration = int((finished - started).total_seconds() * 1000)
+    base = {"started_at": started, "finished_at": finished, "duration_ms": duration}
+    return timed_out_by_platform(timeout_seconds, base)
+
+
+def _runner_unavailable(started: datetime) -> Verdict:
+    """The runner gave no whole answer: the run is over, without a result (never re-run)."""
+    return Verdict(
+        "Error",
+        "RunnerUnavailable",
+        "the sandbox's runner could not be reached or stopped answering before it reported "
+        "a result; the program was not run again",
+        retryable=True,
+        started_at=started,
+        finished_at=now(),
     )
 
 

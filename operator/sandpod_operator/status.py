@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 from sandpod_contract.models import (
@@ -52,6 +52,8 @@ OOM_NEAR_LIMIT = 0.9
 # Status messages are the platform's sentences; a long one (an API error) is cut here.
 MAX_MESSAGE_CHARS = 1024
 
+StartMode = Literal["warm", "cold"]
+
 _PHASE_RANK = {"Pending": 0, "Running": 1}
 _TERMINAL_RANK = 2
 
@@ -74,6 +76,8 @@ class Verdict:
     stdout_truncated: bool | None = None
     stderr_truncated: bool | None = None
     diagnostics: list[dict[str, Any]] | None = field(default=None)
+    start_mode: StartMode | None = None
+    wait_ms: int | None = None
 
     @property
     def terminal(self) -> bool:
@@ -436,6 +440,36 @@ def _ended_without_runner(
     return None
 
 
+def observe_served(
+    pod: Pod,
+    log: LogSummary,
+    *,
+    mode: str,
+    started_at: datetime,
+    now: datetime,
+    settings: OperatorSettings,
+) -> Verdict:
+    """A serving runner's answer (warm path), verified: its summary decides; no kubelet
+    verdict applies (the pod outlives the run)."""
+    result = log.result
+    base: dict[str, Any] = {"started_at": started_at, "finished_at": now}
+    if result is None:
+        return Verdict(
+            phase="Error",
+            reason="NoResult",
+            message="the runner's answer ended without a summary that verifies "
+            f"({log.dropped_lines} lines did not verify)",
+            retryable=True,
+            **base,
+        )
+    base.update(_output_fields(log, result))
+    base.update(exit_code=result.exit_code, signal=result.signal, duration_ms=result.duration_ms)
+    out_of_memory = _out_of_memory(pod, result, base)
+    if out_of_memory is not None:
+        return out_of_memory
+    return _runner_verdict(result, mode, base, settings.max_diagnostics)
+
+
 def run_deadline(
     started_at: datetime, timeout_seconds: int, settings: OperatorSettings
 ) -> datetime:
@@ -688,6 +722,8 @@ def next_status(
         finished_at=verdict.finished_at,
         duration_ms=verdict.duration_ms,
         pod_name=pod_name,
+        start_mode=verdict.start_mode or previous.get("startMode"),
+        wait_ms=verdict.wait_ms if verdict.wait_ms is not None else previous.get("waitMs"),
         conditions=_conditions(
             previous, verdict, started_at is not None, refused, format_time(now), generation
         ),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +58,17 @@ def pool_namespace(
     pool_namespace_prefix: str, core_v1: client.CoreV1Api, custom_objects: client.CustomObjectsApi
 ) -> Iterator[str]:
     name = f"{pool_namespace_prefix}-{uuid.uuid4().hex[:6]}"
+    with namespace_with_pools(name, core_v1, custom_objects):
+        yield name
+
+
+@contextmanager
+def namespace_with_pools(
+    name: str, core_v1: client.CoreV1Api, custom_objects: client.CustomObjectsApi
+) -> Iterator[None]:
+    """A fresh namespace; its pools are deleted (while the operator runs) before it."""
     create_namespace(core_v1, name)
-    yield name
+    yield
     # Pools carry the operator's finalizer: delete them while the operator runs.
     custom_objects.delete_collection_namespaced_custom_object(GROUP, VERSION, name, POOL_PLURAL)
     wait_until(

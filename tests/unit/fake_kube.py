@@ -24,7 +24,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 import runner_wire
-from sandpod_contract.names import FINISHED_LABEL
+from sandpod_contract.names import (
+    API_VERSION,
+    FINISHED_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    POOL_FREE,
+    POOL_KIND,
+    POOL_LABEL,
+    POOL_STATE_LABEL,
+    ROLE_LABEL,
+    SANDBOX_ROLE,
+)
 from sandpod_contract.runner import LogReader, LogSummary, Summary
 from sandpod_operator.kube import KubeError, RequestCounter
 
@@ -51,6 +62,15 @@ def merge_patch(target: Manifest, patch: Manifest) -> None:
             merge_patch(target[key], value)
         else:
             target[key] = copy.deepcopy(value)
+
+
+def selects(selector: str, labels: Mapping[str, str]) -> bool:
+    """A label selector of `key` (exists) and `key=value` terms, comma-separated."""
+    for term in filter(None, selector.split(",")):
+        key, equals, value = term.partition("=")
+        if (key not in labels) if not equals else labels.get(key) != value:
+            return False
+    return True
 
 
 def conflict() -> KubeError:
@@ -253,6 +273,78 @@ class FakeKube:
     async def latest_warning(self, namespace: str, pod_name: str, *, uid: str | None) -> str | None:
         await self._enter("latest_warning")
         return self.warnings.get((namespace, pod_name))
+
+    async def list_pods(
+        self, namespace: str, *, label_selector: str, uid: str | None
+    ) -> list[Manifest]:
+        await self._enter("list_pods")
+        return [
+            copy.deepcopy(pod)
+            for (space, _), pod in self.pods.items()
+            if space == namespace and selects(label_selector, pod["metadata"].get("labels") or {})
+        ]
+
+    async def patch_pod(
+        self, namespace: str, name: str, *, uid: str | None, patch: Manifest
+    ) -> Manifest:
+        """Merge patch; a resourceVersion in the patch is a precondition (409 if stale)."""
+        await self._enter("patch_pod")
+        stored = self.pods.get((namespace, name))
+        if stored is None:
+            raise KubeError(404, "NotFound", f'pods "{name}" not found')
+        wanted = (patch.get("metadata") or {}).get("resourceVersion")
+        if wanted is not None and wanted != stored["metadata"]["resourceVersion"]:
+            raise conflict()
+        merge_patch(stored, patch)
+        return self._bump(stored)
+
+    async def read_log_head(
+        self, namespace: str, name: str, *, uid: str | None, limit_bytes: int
+    ) -> bytes:
+        await self._enter("read_log_head")
+        if (namespace, name) not in self.pods:
+            raise KubeError(404, "NotFound", f'pods "{name}" not found')
+        return self.logs.get((namespace, name), b"")[:limit_bytes]
+
+    def add_pool_pod(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        pool: str,
+        port: int,
+        credential: str,
+        ready: bool = True,
+    ) -> Manifest:
+        """A pool controller's free pod (as a watch shows it): its runner's credential line
+        opens its log, and it listens on 127.0.0.1:`port` (a local serve-protocol server)."""
+        serve = {"serve": {"port": port, "credential": credential}}
+        self.logs[(namespace, name)] = json.dumps(serve).encode() + b"\n"
+        ready_condition = {"type": "Ready", "status": "True" if ready else "False"}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {
+                    MANAGED_BY_LABEL: MANAGED_BY,
+                    ROLE_LABEL: SANDBOX_ROLE,
+                    POOL_LABEL: pool,
+                    POOL_STATE_LABEL: POOL_FREE,
+                },
+                "ownerReferences": [
+                    {"apiVersion": API_VERSION, "kind": POOL_KIND, "name": pool, "uid": "p"}
+                ],
+            },
+            "spec": {
+                "containers": [
+                    {"name": "sandbox", "ports": [{"name": "runner", "containerPort": port}]}
+                ]
+            },
+            "status": {"phase": "Running", "podIP": "127.0.0.1", "conditions": [ready_condition]},
+        }
+        return copy.deepcopy(self._store(self.pods, body))
 
     async def get_execution(self, namespace: str, name: str, *, uid: str | None) -> Manifest | None:
         await self._enter("get_execution")

@@ -1,0 +1,88 @@
+"""A client of the serving runner (docs/runner-protocol.md, "Serve mode"): POST /v1/run and
+read its NDJSON answer, verified with the contract's decoder.
+
+The answer is the run's MAC'd frames, then the runner's summary, which reveals the key they
+were made with. Lines are kept (at most `limit_bytes`) until the summary arrives, then fed to
+`sandpod_contract.runner.LogReader` under it: the one decoder of the runner's wire format.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from sandpod_contract.runner import LineSplitter, LogReader, LogSummary, Summary, parse_summary
+
+RUN_PATH = "/v1/run"
+CHUNK_BYTES = 64 * 1024
+
+
+class RunnerUnavailable(Exception):
+    """The runner did not give a whole answer: unreachable, refused (401, 409, ...), or the
+    answer ended before its summary. `why` is for logs and metrics, never for a status."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+@dataclass(frozen=True)
+class RunnerAddress:
+    host: str
+    port: int
+
+    def url(self, path: str) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}{path}"
+
+
+class _Answer:
+    """The answer's lines until the summary, bounded: past `limit_bytes` lines are not kept
+    (the decoder then counts the frames it did not see as missing)."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        self._lines = LineSplitter()
+        self._kept: list[bytes] = []
+        self._room = limit_bytes
+        self.summary: Summary | None = None
+
+    def feed(self, data: bytes) -> None:
+        for line in self._lines.feed(data):
+            if self.summary is not None:
+                return
+            self.summary = parse_summary(line.decode(errors="replace"))
+            if self.summary is not None or len(line) < self._room:
+                self._kept.append(line)
+                self._room -= len(line) + 1
+
+    def verified(self, tail_bytes: int) -> LogSummary:
+        assert self.summary is not None
+        reader = LogReader(tail_bytes, self.summary)
+        reader.feed(b"".join(line + b"\n" for line in self._kept))
+        return reader.finish()
+
+
+async def run(
+    session: aiohttp.ClientSession,
+    address: RunnerAddress,
+    credential: str,
+    request: dict[str, Any],
+    *,
+    tail_bytes: int,
+    limit_bytes: int,
+) -> LogSummary:
+    """Start (or re-attach to: same executionId) the run and wait for its verified answer."""
+    headers = {"Authorization": f"Bearer {credential}"}
+    answer = _Answer(limit_bytes)
+    try:
+        async with session.post(address.url(RUN_PATH), json=request, headers=headers) as response:
+            if response.status != 200:
+                raise RunnerUnavailable(f"HTTP {response.status}")
+            async for chunk in response.content.iter_chunked(CHUNK_BYTES):
+                answer.feed(chunk)
+                if answer.summary is not None:
+                    break
+    except aiohttp.ClientError as error:
+        raise RunnerUnavailable(type(error).__name__) from error
+    if answer.summary is None:
+        raise RunnerUnavailable("the answer ended before the summary")
+    return answer.verified(tail_bytes)

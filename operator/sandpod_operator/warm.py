@@ -1,0 +1,361 @@
+"""The warm path (docs: the warm design): run an execution in a ready pod claimed from a
+SandboxPool instead of creating one.
+
+Pure parts first (does an execution fit a pool, which pods to try, the claim patch, the run
+request, the runner's credential line), then `WarmPath`, which claims a pod exactly once and
+runs the execution in it. The Reconciler writes the status; nothing here does.
+
+A claim is one optimistic-concurrency patch of a free pod (its resourceVersion in the body):
+of two claimers only one gets the pod, the other a 409 and tries the next. An execution
+first looks for a pod it claimed before (claimed-by=<its uid>): its status write may have
+been lost. The program runs only in the pod its status names (the run starts after that
+write), and a second POST with the same executionId re-attaches to the run, never re-runs.
+"""
+
+import asyncio
+import json
+import logging
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+import aiohttp
+import kopf
+from prometheus_client import Counter, Histogram
+from pydantic import ValidationError
+from sandpod_contract import names
+from sandpod_contract.catalog import Catalog
+from sandpod_contract.models import CodeExecutionSpec, SandboxPoolSpec
+from sandpod_contract.quantities import parse_quantity
+from sandpod_contract.runner import LogSummary
+
+from sandpod_operator.builders import InvalidSpecError, Plan, Sandbox, build_runner_config
+from sandpod_operator.kube import KubeApi, KubeError
+from sandpod_operator.pool_builders import plan_pool
+from sandpod_operator.runner_client import RunnerAddress, RunnerUnavailable, run
+from sandpod_operator.settings import OperatorSettings
+
+Manifest = dict[str, Any]
+
+logger = logging.getLogger(__name__)
+
+# The runner's first log line is short; more than this is not it.
+CREDENTIAL_LINE_BYTES = 4096
+CREDENTIAL_PATTERN = re.compile(r"^[0-9a-f]{64}$")
+
+STARTS = Counter(
+    "sandpod_operator_executions_started_total",
+    "Executions whose program started, by how: warm (a claimed pool pod) or cold.",
+    ["mode"],
+)
+WAITS = Histogram(
+    "sandpod_operator_execution_wait_seconds",
+    "From an execution's creation to its program's start (creationTimestamp: whole seconds).",
+    ["mode"],
+    buckets=(0.05, 0.1, 0.2, 0.5, 1, 2, 3, 5, 10, 30, 60),
+)
+CLAIM_CONFLICTS = Counter(
+    "sandpod_operator_pool_claim_conflicts_total",
+    "Claims of a pool pod lost to another claimer (409) or to its deletion (404).",
+)
+POOL_MISSES = Counter(
+    "sandpod_operator_pool_misses_total",
+    "Executions that fit a pool but found no free ready pod, and went cold.",
+)
+RUNNER_FAILURES = Counter(
+    "sandpod_operator_runner_failures_total",
+    "Warm runs that ended without the runner's whole answer.",
+    ["why"],
+)
+
+
+# --- pure ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A SandboxPool as matching needs it: its language and its pods' sandbox."""
+
+    name: str
+    language: str
+    sandbox: Sandbox
+
+    def limits(self) -> tuple[Decimal, Decimal, Decimal]:
+        return _limits(self.sandbox)
+
+
+def _limits(sandbox: Sandbox) -> tuple[Decimal, Decimal, Decimal]:
+    quantities = (sandbox.memory, sandbox.cpu, sandbox.ephemeral_storage)
+    return (
+        parse_quantity(quantities[0]),
+        parse_quantity(quantities[1]),
+        parse_quantity(quantities[2]),
+    )
+
+
+def read_pool(pool: Manifest, catalog: Catalog, settings: OperatorSettings) -> Pool | None:
+    """A pool as its controller plans its pods; None when its spec is not one it can."""
+    try:
+        spec = SandboxPoolSpec.model_validate(pool.get("spec") or {})
+        sandbox = plan_pool(spec, catalog, settings)
+    except (ValidationError, InvalidSpecError):
+        return None
+    return Pool(str((pool.get("metadata") or {}).get("name")), spec.language, sandbox)
+
+
+def fits(spec: CodeExecutionSpec, plan: Plan, pool: Pool) -> bool:
+    """Whether an execution may run in a pod of `pool`: a run of the pool's language, no
+    network, the pool's RuntimeClass, and each limit at most the pool's."""
+    return (
+        spec.mode == "run"
+        and spec.language == pool.language
+        and spec.network.egress == "none"
+        and plan.runtime_class_name == pool.sandbox.runtime_class_name
+        and all(own <= most for own, most in zip(_limits(plan), pool.limits(), strict=True))
+    )
+
+
+def fitting_pools(
+    spec: CodeExecutionSpec,
+    plan: Plan,
+    pools: Iterable[Manifest],
+    catalog: Catalog,
+    settings: OperatorSettings,
+) -> list[Pool]:
+    """The pools the execution fits, smallest first (large pods stay for large executions)."""
+    found = [
+        pool
+        for manifest in pools
+        if (pool := read_pool(manifest, catalog, settings)) and fits(spec, plan, pool)
+    ]
+    return sorted(found, key=lambda pool: (pool.limits(), pool.name))
+
+
+def pod_ready(pod: Manifest) -> bool:
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    return ready and not meta.get("deletionTimestamp") and bool(status.get("podIP"))
+
+
+def _labels(pod: Manifest) -> dict[str, str]:
+    return dict((pod.get("metadata") or {}).get("labels") or {})
+
+
+def earlier_claim(pods: Iterable[Manifest], execution_uid: str) -> Manifest | None:
+    """A pod this execution claimed before (its status write may have been lost)."""
+    for pod in pods:
+        gone = (pod.get("metadata") or {}).get("deletionTimestamp")
+        if _labels(pod).get(names.CLAIMED_BY_LABEL) == execution_uid and not gone:
+            return pod
+    return None
+
+
+def candidates(pods: Iterable[Manifest], pools: list[Pool]) -> list[Manifest]:
+    """Free ready pods of `pools`, in the pools' order, oldest first within a pool."""
+    rank = {pool.name: index for index, pool in enumerate(pools)}
+    free = [
+        pod
+        for pod in pods
+        if _labels(pod).get(names.POOL_STATE_LABEL) == names.POOL_FREE
+        and _labels(pod).get(names.POOL_LABEL) in rank
+        and pod_ready(pod)
+    ]
+    return sorted(
+        free,
+        key=lambda pod: (
+            rank[_labels(pod)[names.POOL_LABEL]],
+            str(pod["metadata"].get("creationTimestamp") or ""),
+            str(pod["metadata"].get("name")),
+        ),
+    )
+
+
+def claim_patch(pod: Manifest, execution: Manifest) -> Manifest:
+    """The one patch that claims `pod` for `execution`, only if nobody changed it since it
+    was read: claimed labels, and the execution as its only (controlling) owner, so the pool
+    stops counting it and garbage collection ties it to the execution."""
+    meta = execution["metadata"]
+    owner = kopf.build_owner_reference(kopf.Body(execution))  # type: ignore[arg-type]
+    return {
+        "metadata": {
+            "resourceVersion": pod["metadata"]["resourceVersion"],
+            "labels": {
+                names.POOL_STATE_LABEL: names.POOL_CLAIMED,
+                names.CLAIMED_BY_LABEL: meta["uid"],
+                names.EXECUTION_LABEL: meta["name"],
+            },
+            "ownerReferences": [owner],
+        }
+    }
+
+
+def run_request(
+    execution_uid: str, spec: CodeExecutionSpec, plan: Plan, settings: OperatorSettings
+) -> dict[str, Any]:
+    """The body of POST /v1/run: the same config as config.json, and the inputs."""
+    return {
+        "executionId": execution_uid,
+        "config": build_runner_config(spec, plan, settings),
+        "source": spec.source,
+        "stdin": spec.stdin,
+        "files": [{"path": f.path, "content": f.content} for f in spec.files],
+    }
+
+
+def parse_credential(head: bytes) -> str | None:
+    """The credential from the runner's first log line, `{"serve":{..."credential":...}}`.
+    Only a whole first line counts (the program writes after it, never before)."""
+    end = head.find(b"\n")
+    if end < 0:
+        return None
+    try:
+        line = json.loads(head[:end])
+    except ValueError:
+        return None
+    serve = line.get("serve") if isinstance(line, dict) else None
+    credential = serve.get("credential") if isinstance(serve, dict) else None
+    if isinstance(credential, str) and CREDENTIAL_PATTERN.match(credential):
+        return credential
+    return None
+
+
+def runner_address(pod: Manifest) -> RunnerAddress | None:
+    """Where the pod's runner listens: its IP and the port this operator gave it."""
+    ip = (pod.get("status") or {}).get("podIP")
+    if not ip:
+        return None
+    port = names.RUNNER_PORT
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for declared in container.get("ports") or []:
+            if declared.get("name") == names.RUNNER_PORT_NAME:
+                port = int(declared.get("containerPort") or names.RUNNER_PORT)
+    return RunnerAddress(host=str(ip), port=port)
+
+
+def wait_ms(execution: Manifest, started_at: datetime) -> int:
+    created = (execution.get("metadata") or {}).get("creationTimestamp")
+    try:
+        since = datetime.fromisoformat(str(created))
+    except ValueError:
+        return 0
+    return max(0, int((started_at - since).total_seconds() * 1000))
+
+
+def count_start(previous: Manifest, new: Manifest) -> None:
+    """Metrics, once per execution: the status write that first names how it started."""
+    mode = new.get("startMode")
+    if mode and not previous.get("startMode") and new.get("waitMs") is not None:
+        STARTS.labels(mode=mode).inc()
+        WAITS.labels(mode=mode).observe(new["waitMs"] / 1000)
+
+
+# --- claiming and running -----------------------------------------------------------------
+
+
+@dataclass
+class WarmPath:
+    kube: KubeApi
+    settings: OperatorSettings
+    catalog: Catalog
+    # Per pod uid: the runner's credential (read once from its log).
+    credentials: dict[str, str] = field(default_factory=dict)
+    # Per execution uid: the pod just claimed, handed to its serve daemon (saves a read).
+    claimed: dict[str, Manifest] = field(default_factory=dict)
+    _session: aiohttp.ClientSession | None = None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def claim(
+        self,
+        execution: Manifest,
+        spec: CodeExecutionSpec,
+        plan: Plan,
+        pools: list[Manifest],
+    ) -> Manifest | None:
+        """A pod claimed for `execution` (earlier or now), or None: go cold."""
+        if not pools:
+            return None
+        meta = execution["metadata"]
+        namespace, uid = meta["namespace"], meta["uid"]
+        pods = await self.kube.list_pods(namespace, label_selector=names.POOL_LABEL, uid=uid)
+        earlier = earlier_claim(pods, uid)
+        if earlier is not None:
+            return earlier
+        fitting = fitting_pools(spec, plan, pools, self.catalog, self.settings)
+        if not fitting:
+            return None
+        for pod in candidates(pods, fitting):
+            try:
+                return await self.kube.patch_pod(
+                    namespace, pod["metadata"]["name"], uid=uid, patch=claim_patch(pod, execution)
+                )
+            except KubeError as error:
+                if error.status not in (404, 409):
+                    raise
+                CLAIM_CONFLICTS.inc()
+        POOL_MISSES.inc()
+        return None
+
+    async def credential(self, pod: Manifest) -> str | None:
+        pod_uid = str(pod["metadata"].get("uid"))
+        if pod_uid not in self.credentials:
+            head = await self.kube.read_log_head(
+                pod["metadata"]["namespace"],
+                pod["metadata"]["name"],
+                uid=None,
+                limit_bytes=CREDENTIAL_LINE_BYTES,
+            )
+            credential = parse_credential(head)
+            if credential is None:
+                return None
+            self.credentials[pod_uid] = credential
+        return self.credentials[pod_uid]
+
+    async def pool_pod_changed(self, event_type: str | None, pod: Manifest) -> None:
+        """Read a free pod's credential as soon as it is ready (off a claim's critical path);
+        forget it with the pod."""
+        pod_uid = str((pod.get("metadata") or {}).get("uid"))
+        if event_type == "DELETED" or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            self.credentials.pop(pod_uid, None)
+        elif _labels(pod).get(names.POOL_STATE_LABEL) == names.POOL_FREE and pod_ready(pod):
+            await self.credential(pod)
+
+    async def run(
+        self, pod: Manifest, request: dict[str, Any], *, seconds_left: float
+    ) -> LogSummary:
+        """Run (or re-attach to) the execution in its claimed pod: the verified answer.
+        RunnerUnavailable when there is none; TimeoutError when `seconds_left` ran out."""
+        address = runner_address(pod)
+        credential = await self.credential(pod)
+        if address is None or credential is None:
+            RUNNER_FAILURES.labels(why="no credential").inc()
+            raise RunnerUnavailable("no address or credential")
+        try:
+            async with asyncio.timeout(max(seconds_left, 0)):
+                return await run(
+                    self._client(),
+                    address,
+                    credential,
+                    request,
+                    tail_bytes=self.settings.status_output_bytes,
+                    limit_bytes=self.settings.log_read_limit_bytes,
+                )
+        except RunnerUnavailable as error:
+            RUNNER_FAILURES.labels(why=error.why).inc()
+            logger.warning("runner of pod %s: %s", pod["metadata"]["name"], error.why)
+            raise
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=5)
+            )
+        return self._session

@@ -1,0 +1,189 @@
+"""Warm executions on the cluster: CodeExecutions that claim a ready pod of a SandboxPool
+and run over the serving runner's HTTP API (the warm design, docs/runner-protocol.md).
+
+This module runs an operator of its own, on namespaces of its own (`warm-<id>-*`), whose
+pool pods run the real `sandpod-runner --serve` and whose runner port is open to this
+machine (the operator runs here, its traffic comes from the node's address).
+
+Audits: each execution ends exactly once (one terminal Event, a terminal status), no pod
+serves twice (no two executions name the same pod), and claimed pods are removed.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from executions import TERMINAL, create, events_about, get, status, wait_for
+from kubernetes import client
+from operator_process import e2e_operator
+from sandpod_contract.names import POOL_PLURAL
+from sandpod_testkit.components import OperatorProcess
+from sandpod_testkit.kube import GROUP, VERSION, delete_executions
+from sandpod_testkit.waiting import wait_until
+from test_pools import namespace_with_pools, pods_in_state, pool_counts
+
+FILL_TIMEOUT = 180
+BATCH_TIMEOUT = 600
+POOL = "py"
+
+
+@pytest.fixture(scope="module")
+def warm_operator(
+    sandpod_crd: str,
+    kubeconfig_path: Path,
+    core_v1: client.CoreV1Api,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[OperatorProcess, str]]:
+    """An operator watching `warm-<id>-*` only, with the runner port open to this machine."""
+    prefix = f"warm-{uuid.uuid4().hex[:6]}"
+    operator = e2e_operator(kubeconfig_path, [f"{prefix}-*"], tmp_path_factory.mktemp("warm"))
+    node = core_v1.list_node().items[0]
+    node_ip = next(a.address for a in node.status.addresses if a.type == "InternalIP")
+    assert operator.env is not None
+    operator.env["SANDPOD_RUNNER_INGRESS_FROM"] = json.dumps(
+        [{"ipBlock": {"cidr": f"{node_ip}/32"}}]
+    )
+    operator.start()
+    try:
+        yield operator, prefix
+    finally:
+        operator.stop()
+
+
+@pytest.fixture
+def warm_namespace(
+    warm_operator: tuple[OperatorProcess, str],
+    core_v1: client.CoreV1Api,
+    custom_objects: client.CustomObjectsApi,
+) -> Iterator[str]:
+    name = f"{warm_operator[1]}-{uuid.uuid4().hex[:6]}"
+    with namespace_with_pools(name, core_v1, custom_objects):
+        yield name
+        delete_executions(custom_objects, name, timeout=120)
+
+
+def start_pool(objects: client.CustomObjectsApi, namespace: str, size: int, **spec: Any) -> None:
+    pool = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "SandboxPool",
+        "metadata": {"name": POOL},
+        "spec": {"language": "python", "size": size, **spec},
+    }
+    objects.create_namespaced_custom_object(GROUP, VERSION, namespace, POOL_PLURAL, pool)
+    wait_until(
+        lambda: pool_counts(objects, namespace, POOL) == (size, size),
+        timeout=FILL_TIMEOUT,
+        what=f"the pool to have {size} ready pods",
+        interval=0.5,
+    )
+
+
+def run_batch(objects: client.CustomObjectsApi, namespace: str, indexes: range) -> list[str]:
+    """Execution x<i> prints i."""
+    for index in indexes:
+        create(objects, namespace, f"x{index}", language="python", source=f"print({index})")
+    return [f"x{index}" for index in indexes]
+
+
+def all_ended(objects: client.CustomObjectsApi, namespace: str, names: list[str]) -> bool:
+    return all(
+        status(get(objects, namespace, name) or {}).get("phase") in TERMINAL for name in names
+    )
+
+
+def audit(
+    objects: client.CustomObjectsApi, core: client.CoreV1Api, namespace: str, names: list[str]
+) -> Counter[str]:
+    """Every execution ended once with its own output; no pod served two: the start modes."""
+    wait_until(
+        lambda: all_ended(objects, namespace, names),
+        timeout=BATCH_TIMEOUT,
+        what=f"{len(names)} executions to end",
+        interval=1,
+    )
+    statuses = {name: status(get(objects, namespace, name) or {}) for name in names}
+    problems = [
+        f"{name}: {s.get('phase')} {s.get('reason')} {s.get('stdout')!r}"
+        for index, (name, s) in enumerate(statuses.items())
+        if s.get("phase") != "Succeeded" or s.get("stdout") != f"{index}\n"
+    ]
+    pods = Counter(s.get("podName") for s in statuses.values())
+    problems += [f"pod {pod} served {n} executions" for pod, n in pods.items() if n > 1]
+    for name in names:
+        ends = [
+            e for e in events_about(core, namespace, "CodeExecution", name) if e.reason in TERMINAL
+        ]
+        if sum(e.count or 1 for e in ends) != 1:
+            problems.append(f"{name}: {len(ends)} terminal events")
+    assert not problems, "\n".join(problems[:20])
+    return Counter(str(s.get("startMode")) for s in statuses.values())
+
+
+def test_fifty_executions_through_a_pool_of_four(
+    warm_namespace: str, custom_objects: client.CustomObjectsApi, core_v1: client.CoreV1Api
+) -> None:
+    start_pool(custom_objects, warm_namespace, 4)
+    names = run_batch(custom_objects, warm_namespace, range(50))
+    modes = audit(custom_objects, core_v1, warm_namespace, names)
+    assert modes["warm"] >= 4, modes
+    assert set(modes) <= {"warm", "cold"}, modes
+    wait_until(
+        lambda: not pods_in_state(core_v1, warm_namespace, POOL, "claimed"),
+        timeout=60,
+        what="every claimed pod to be removed",
+    )
+
+
+def test_operator_killed_while_pool_pods_are_claimed(
+    warm_operator: tuple[OperatorProcess, str],
+    warm_namespace: str,
+    custom_objects: client.CustomObjectsApi,
+    core_v1: client.CoreV1Api,
+) -> None:
+    operator = warm_operator[0]
+    start_pool(custom_objects, warm_namespace, 4)
+    names = run_batch(custom_objects, warm_namespace, range(12))
+    wait_until(
+        lambda: pods_in_state(core_v1, warm_namespace, POOL, "claimed"),
+        timeout=60,
+        what="a pool pod to be claimed",
+        interval=0.05,
+    )
+    operator.kill()
+    try:
+        names += run_batch(custom_objects, warm_namespace, range(12, 24))
+    finally:
+        operator.start()
+    audit(custom_objects, core_v1, warm_namespace, names)
+
+
+def test_a_drained_pool_falls_back_to_cold(
+    warm_namespace: str, custom_objects: client.CustomObjectsApi, core_v1: client.CoreV1Api
+) -> None:
+    start_pool(custom_objects, warm_namespace, 1, maxRefillPerMinute=1)
+    names = run_batch(custom_objects, warm_namespace, range(3))
+    modes = audit(custom_objects, core_v1, warm_namespace, names)
+    assert modes["warm"] == 1 and modes["cold"] == 2, modes
+
+
+def test_an_execution_larger_than_the_pool_goes_cold(
+    warm_namespace: str, custom_objects: client.CustomObjectsApi, core_v1: client.CoreV1Api
+) -> None:
+    start_pool(custom_objects, warm_namespace, 1, resources={"memory": "256Mi"})
+    create(
+        custom_objects,
+        warm_namespace,
+        "big",
+        language="python",
+        source="print(0)",
+        resources={"memory": "512Mi"},
+    )
+    done = status(wait_for(custom_objects, warm_namespace, "big"))
+    assert (done["phase"], done["startMode"]) == ("Succeeded", "cold")
+    assert len(pods_in_state(core_v1, warm_namespace, POOL, "free")) == 1

@@ -1,0 +1,517 @@
+"""The warm path: which pool an execution fits (pure), the runner client against a real
+local server speaking the serve protocol, and the Reconciler claiming pool pods in the
+in-memory API server (claim races, earlier claims, drained pools, re-attach, a runner that
+goes away, forged frames)."""
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+import pytest_asyncio
+import runner_wire
+from fake_kube import FakeKube, Manifest, selects
+from sandpod_contract.catalog import load_catalog
+from sandpod_contract.models import CodeExecutionSpec
+from sandpod_contract.names import (
+    CLAIMED_BY_LABEL,
+    EXECUTION_LABEL,
+    POOL_CLAIMED,
+    POOL_STATE_LABEL,
+)
+from sandpod_operator.builders import plan_execution
+from sandpod_operator.kube import KubeError
+from sandpod_operator.reconciler import Reconciler
+from sandpod_operator.runner_client import RunnerAddress, RunnerUnavailable, run
+from sandpod_operator.settings import OperatorSettings
+from sandpod_operator.warm import (
+    candidates,
+    claim_patch,
+    fitting_pools,
+    parse_credential,
+    read_pool,
+    run_request,
+)
+from serve_double import Script, ServeDouble
+
+# clean_environment: autouse, no SANDPOD_* settings from the environment.
+from test_operator_reconciler import clean_environment, latest, status_of, submit
+
+__all__ = ["clean_environment"]
+
+NAMESPACE = "team-a"
+TAIL = 64 * 1024
+LIMIT = 1024 * 1024
+
+
+def settings(**overrides: Any) -> OperatorSettings:
+    return OperatorSettings(**{"deadline_grace_seconds": 0.5, **overrides})
+
+
+def pool(name: str = "py", language: str = "python", **resources: str) -> Manifest:
+    spec = {"language": language, "size": 4, "resources": resources or {"memory": "512Mi"}}
+    return {"metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec}
+
+
+def spec_of(**fields: Any) -> CodeExecutionSpec:
+    return CodeExecutionSpec.model_validate({"language": "python", "source": "print(1)", **fields})
+
+
+def fitting(
+    pools: list[Manifest], config: OperatorSettings | None = None, **fields: Any
+) -> list[str]:
+    config = config or settings()
+    spec = spec_of(**fields)
+    plan = plan_execution(spec, load_catalog(), config)
+    return [p.name for p in fitting_pools(spec, plan, pools, load_catalog(), config)]
+
+
+# --- matching (pure) ----------------------------------------------------------------------
+
+
+def test_a_run_of_the_pools_language_within_its_resources_fits() -> None:
+    assert fitting([pool()]) == ["py"]
+    assert fitting([pool()], resources={"memory": "512Mi", "cpu": "500m"}) == ["py"]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"resources": {"memory": "1Gi"}},
+        {"resources": {"cpu": "1"}},
+        {"resources": {"ephemeralStorage": "512Mi"}},
+        {"language": "bash", "source": "echo"},
+        {"mode": "lint"},
+        {"network": {"egress": "allowlist", "allow": [{"cidr": "203.0.113.0/24"}]}},
+        {"runtimeClassName": "runc"},
+    ],
+)
+def test_anything_beyond_the_pool_does_not_fit(fields: dict[str, Any]) -> None:
+    config = settings(allowed_runtime_classes=["runc"])
+    assert fitting([pool()], config, **fields) == []
+
+
+def test_the_smallest_fitting_pool_comes_first_and_bad_pools_are_skipped() -> None:
+    pools = [
+        pool("big", memory="2Gi"),
+        pool("small", memory="256Mi"),
+        pool("mid", memory="512Mi"),
+        pool("js", language="javascript"),
+        {"metadata": {"name": "broken"}, "spec": {"language": "python", "resources": {"cpu": "x"}}},
+    ]
+    assert fitting(pools) == ["small", "mid", "big"]
+    assert read_pool(pools[-1], load_catalog(), settings()) is None
+
+
+def pool_pod(name: str, pool_name: str, *, ready: bool = True, **labels: str) -> Manifest:
+    kube = FakeKube()
+    pod = kube.add_pool_pod(
+        NAMESPACE, name, pool=pool_name, port=1, credential="0" * 64, ready=ready
+    )
+    pod["metadata"]["labels"].update(labels)
+    return pod
+
+
+def test_candidates_are_free_ready_pods_of_the_fitting_pools_in_their_order() -> None:
+    pools = [p for m in (pool("a"), pool("b")) if (p := read_pool(m, load_catalog(), settings()))]
+    pods = [
+        pool_pod("b-1", "b"),
+        pool_pod("a-1", "a", ready=False),
+        pool_pod("a-2", "a"),
+        pool_pod("c-1", "c"),
+        pool_pod("a-3", "a", **{POOL_STATE_LABEL: POOL_CLAIMED}),
+    ]
+    assert [p["metadata"]["name"] for p in candidates(pods, pools)] == ["a-2", "b-1"]
+
+
+def test_the_claim_is_conditional_and_hands_the_pod_to_the_execution() -> None:
+    pod = pool_pod("a-1", "a")
+    execution = {
+        "apiVersion": "sandpod.dev/v1alpha1",
+        "kind": "CodeExecution",
+        "metadata": {"name": "hello", "namespace": NAMESPACE, "uid": "u-1"},
+    }
+    patch = claim_patch(pod, execution)["metadata"]
+    assert patch["resourceVersion"] == pod["metadata"]["resourceVersion"]
+    assert patch["labels"] == {
+        POOL_STATE_LABEL: POOL_CLAIMED,
+        CLAIMED_BY_LABEL: "u-1",
+        EXECUTION_LABEL: "hello",
+    }
+    (owner,) = patch["ownerReferences"]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == ("CodeExecution", "u-1", True)
+
+
+def test_the_run_request_carries_the_config_and_the_inputs() -> None:
+    spec = spec_of(stdin="x", files=[{"path": "data/a.txt", "content": "a"}], args=["-v"])
+    plan = plan_execution(spec, load_catalog(), settings())
+    body = run_request("u-1", spec, plan, settings())
+    assert body["executionId"] == "u-1"
+    assert (body["source"], body["stdin"]) == ("print(1)", "x")
+    assert body["files"] == [{"path": "data/a.txt", "content": "a"}]
+    assert body["config"]["args"] == ["-v"]
+    assert body["config"]["timeoutSeconds"] == spec.timeout_seconds
+
+
+@pytest.mark.parametrize(
+    ("head", "expected"),
+    [
+        (b'{"serve":{"port":7070,"credential":"' + b"ab" * 32 + b'"}}\nlater', "ab" * 32),
+        (b'{"serve":{"port":7070,"credential":"' + b"ab" * 32 + b'"}}', None),
+        (b'{"serve":{"credential":"AB"}}\n', None),
+        (b'{"seq":1}\n', None),
+        (b"not json\n", None),
+        (b"", None),
+    ],
+)
+def test_only_a_whole_first_line_with_a_credential_gives_one(
+    head: bytes, expected: str | None
+) -> None:
+    assert parse_credential(head) == expected
+
+
+def test_the_fakes_label_selector() -> None:
+    labels = {"a": "1", "b": "2"}
+    assert selects("a", labels) and selects("a=1,b=2", labels)
+    assert not selects("c", labels) and not selects("a=2", labels)
+
+
+# --- the runner client against a local serve-protocol server --------------------------------
+
+
+# Function-scoped loops: the servers must run on the loop of the test that uses them.
+@pytest_asyncio.fixture(loop_scope="function")
+async def served() -> AsyncIterator[ServeDouble]:
+    server = await ServeDouble().start()
+    yield server
+    await server.stop()
+
+
+async def ask(server: ServeDouble, credential: str | None = None, uid: str = "u-1") -> Any:
+    async with aiohttp.ClientSession() as session:
+        return await run(
+            session,
+            RunnerAddress("127.0.0.1", server.port),
+            credential or server.credential,
+            {"executionId": uid},
+            tail_bytes=TAIL,
+            limit_bytes=LIMIT,
+        )
+
+
+async def test_the_client_returns_the_verified_output_and_result(served: ServeDouble) -> None:
+    served.script = Script(outputs=[("stdout", "hi\n"), ("stderr", "warn\n")])
+    log = await ask(served)
+    assert (log.stdout, log.stderr, log.dropped_lines, log.missing_frames) == (
+        "hi\n",
+        "warn\n",
+        0,
+        0,
+    )
+    assert log.result is not None and log.result.exit_code == 0
+
+
+async def test_forged_and_unsigned_frames_are_dropped(served: ServeDouble) -> None:
+    served.script = Script(outputs=[("stdout", "one\n"), ("stdout", "two\n")], forged=True)
+    log = await ask(served)
+    assert (log.stdout, log.dropped_lines) == ("one\ntwo\n", 2)
+
+
+async def test_a_wrong_credential_or_another_execution_is_refused(served: ServeDouble) -> None:
+    with pytest.raises(RunnerUnavailable, match="401"):
+        await ask(served, credential="00" * 32)
+    await ask(served, uid="u-1")
+    with pytest.raises(RunnerUnavailable, match="409"):
+        await ask(served, uid="u-2")
+    assert served.runs == 1
+
+
+async def test_a_second_post_with_the_same_id_replays_the_run(served: ServeDouble) -> None:
+    first, second = await ask(served), await ask(served)
+    assert first == second and served.runs == 1 and len(served.requests) == 2
+
+
+async def test_a_runner_gone_mid_answer_is_unavailable(served: ServeDouble) -> None:
+    served.script = Script(outputs=[("stdout", "a\n"), ("stdout", "b\n")], gone_after_frames=1)
+    with pytest.raises(RunnerUnavailable):
+        await ask(served)
+
+
+async def test_nothing_listening_is_unavailable() -> None:
+    server = await ServeDouble().start()
+    await server.stop()
+    with pytest.raises(RunnerUnavailable):
+        await ask(server)
+
+
+# --- the Reconciler's warm path -------------------------------------------------------------
+
+
+@pytest.fixture
+def kube() -> FakeKube:
+    return FakeKube()
+
+
+def new_reconciler(kube: FakeKube, **overrides: Any) -> Reconciler:
+    """A fresh operator process."""
+    return Reconciler(
+        kube=kube,
+        settings=settings(**overrides),
+        catalog=load_catalog(),
+        post_event=kube.post_event,
+    )
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def runners() -> AsyncIterator[list[ServeDouble]]:
+    started: list[ServeDouble] = []
+    yield started
+    for server in started:
+        await server.stop()
+
+
+async def pool_with(
+    kube: FakeKube, runners: list[ServeDouble], *scripts: Script, name: str = "py"
+) -> list[ServeDouble]:
+    """A pool whose free ready pods each run a local serve-protocol server."""
+    servers = []
+    for index, script in enumerate(scripts):
+        server = await ServeDouble(script).start()
+        runners.append(server)
+        servers.append(server)
+        kube.add_pool_pod(
+            NAMESPACE,
+            f"{name}-{index}",
+            pool=name,
+            port=server.port,
+            credential=server.credential,
+        )
+    return servers
+
+
+async def start(reconciler: Reconciler, kube: FakeKube, name: str = "hello") -> None:
+    await reconciler.start(latest(kube, name), deny_all_present=True, pools=[pool()])
+
+
+async def warm_run(
+    kube: FakeKube, runners: list[ServeDouble], script: Script, **spec: Any
+) -> Manifest:
+    """One execution through a pool of one pod whose runner follows `script`: its status."""
+    await pool_with(kube, runners, script)
+    reconciler = new_reconciler(kube, deadline_grace_seconds=0)
+    submit(kube, **spec)
+    await start(reconciler, kube)
+    await asyncio.wait_for(reconciler.run_warm(latest(kube)), timeout=10)
+    await reconciler.close()
+    return status_of(kube)
+
+
+async def test_a_warm_run_claims_a_pod_records_the_runners_result_and_removes_the_pod(
+    kube: FakeKube, runners: list[ServeDouble]
+) -> None:
+    (server,) = await pool_with(kube, runners, Script(outputs=[("stdout", "hi\n")]))
+    reconciler = new_reconciler(kube)
+    submit(kube)
+    await start(reconciler, kube)
+    status = status_of(kube)
+    assert (status["phase"], status["startMode"], status["podName"]) == ("Running", "warm", "py-0")
+    assert status["waitMs"] >= 0
+    pod = kube.pods[(NAMESPACE, "py-0")]["metadata"]
+    assert pod["labels"][CLAIMED_BY_LABEL] == latest(kube)["metadata"]["uid"]
+    await reconciler.run_warm(latest(kube))
+    status = status_of(kube)
+    assert (status["phase"], status["reason"], status["stdout"]) == (
+        "Succeeded",
+        "Completed",
+        "hi\n",
+    )
+    assert status["startMode"] == "warm" and status["exitCode"] == 0
+    assert (NAMESPACE, "py-0") not in kube.pods
+    assert server.runs == 1 and server.requests[0]["source"] == "print('hi')"
+    assert not [kind for kind, _ in kube.created if kind == "Pod"]
+
+
+async def test_two_executions_racing_for_one_pod_one_warm_one_cold(
+    kube: FakeKube, runners: list[ServeDouble]
+) -> None:
+    await pool_with(kube, runners, Script())
+    reconciler = new_reconciler(kube)
+    submit(kube, "one")
+    submit(kube, "two")
+    await asyncio.gather(start(reconciler, kube, "one"), start(reconciler, kube, "two"))
+    modes = sorted(status_of(kube, name)["startMode"] for name in ("one", "two"))
+    assert modes == ["cold", "warm"]
+    claimed = kube.pods[(NAMESPACE, "py-0")]["metadata"]["labels"][EXECUTION_LABEL]
+    assert status_of(kube, claimed)["podName"] == "py-0"
+    assert kube.calls.count("patch_pod") == 2  # the loser's claim was refused (409)
+
+
+async def test_an_earlier_claim_whose_status_write_was_lost_is_found_again(
+    kube: FakeKube, runners: list[ServeDouble]
+) -> None:
+    await pool_with(kube, runners, Script(), Script())
+    submit(kube)
+    kube.fail("patch_execution_status", KubeError(500, "InternalError", "etcd hiccup"))
+    with pytest.raises(KubeError):
+        await start(new_reconciler(kube), kube)
+    assert "podName" not in status_of(kube)
+    await start(new_reconciler(kube), kube)
+    assert status_of(kube)["podName"] == "py-0"
+    labels = kube.pods[(NAMESPACE, "py-1")]["metadata"]["labels"]
+    assert labels[POOL_STATE_LABEL] == "free"
+    assert kube.calls.count("patch_pod") == 1
+
+
+@pytest.mark.parametrize("drained", ["no pods", "none ready", "all claimed"])
+async def test_a_drained_pool_falls_back_to_cold(
+    kube: FakeKube, runners: list[ServeDouble], drained: str
+) -> None:
+    if drained != "no pods":
+        await pool_with(kube, runners, Script())
+        pod = kube.pods[(NAMESPACE, "py-0")]
+        if drained == "none ready":
+            pod["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+        else:
+            pod["metadata"]["labels"][POOL_STATE_LABEL] = POOL_CLAIMED
+    submit(kube)
+    await start(new_reconciler(kube), kube)
+    status = status_of(kube)
+    assert (status["phase"], status["startMode"]) == ("Pending", "cold")
+    assert status["podName"] != "py-0"
+
+
+async def test_an_execution_beyond_the_pools_resources_goes_cold(
+    kube: FakeKube, runners: list[ServeDouble]
+) -> None:
+    (server,) = await pool_with(kube, runners, Script())
+    submit(kube, resources={"memory": "1Gi"})
+    await start(new_reconciler(kube), kube)
+    assert status_of(kube)["startMode"] == "cold"
+    assert kube.pods[(NAMESPACE, "py-0")]["metadata"]["labels"][POOL_STATE_LABEL] == "free"
+    assert server.runs == 0
+
+
+async def test_after_a_restart_the_run_is_re_attached_not_run_again(
+    kube: FakeKube, runners: list[ServeDouble]
+) -> None:
+    hold = asyncio.Event()
+    (server,) = await pool_with(kube, runners, Script(hold=hold))
+    submit(kube)
+    first = new_reconciler(kube)
+    await start(first, kube)
+    serving = asyncio.create_task(first.run_warm(latest(kube)))
+    while not server.requests:
+        await asyncio.sleep(0.01)
+    serving.cancel()  # the operator process dies mid-run
+    with pytest.raises(asyncio.CancelledError):
+        await serving
+    second = new_reconciler(kube)
+    await start(second, kube)  # on.resume: the status says warm, nothing to start
+    resumed = asyncio.create_task(second.run_warm(latest(kube)))
+    while len(server.requests) < 2:
+        await asyncio.sleep(0.01)
+    hold.set()
+    await resumed
+    assert status_of(kube)["phase"] == "Succeeded"
+    assert server.runs == 1 and server.answered >= 1
+    assert [r["executionId"] for r in server.requests] == [latest(kube)["metadata"]["uid"]] * 2
+    await first.close()
+    await second.close()
+
+
+async def test_a_runner_gone_mid_run_ends_in_error_and_nothing_runs_again(
+    kube: FakeKube, runners: list[ServeDouble]
+) -> None:
+    script = Script(outputs=[("stdout", "a\n"), ("stdout", "b\n")], gone_after_frames=1)
+    (server, spare) = await pool_with(kube, runners, script, Script())
+    reconciler = new_reconciler(kube)
+    submit(kube)
+    await start(reconciler, kube)
+    await reconciler.run_warm(latest(kube))
+    status = status_of(kube)
+    assert (status["phase"], status["reason"], status["retryable"]) == (
+        "Error",
+        "RunnerUnavailable",
+        True,
+    )
+    assert "a\n" not in status.get("message", "")
+    await start(reconciler, kube)
+    await reconciler.run_warm(latest(kube))
+    assert (NAMESPACE, "py-0") not in kube.pods
+    assert (spare.runs, len(server.requests)) == (0, 1)
+    assert not [kind for kind, _ in kube.created if kind == "Pod"]
+
+
+@pytest.mark.parametrize("refusal", ["wrong credential", "claimed by another"])
+async def test_a_runner_that_refuses_ends_in_error(
+    kube: FakeKube, runners: list[ServeDouble], refusal: str
+) -> None:
+    (server,) = await pool_with(kube, runners, Script())
+    if refusal == "wrong credential":
+        server.credential = "ff" * 32
+    else:
+        server.execution_id = "someone-else"
+    reconciler = new_reconciler(kube)
+    submit(kube)
+    await start(reconciler, kube)
+    await reconciler.run_warm(latest(kube))
+    assert (status_of(kube)["phase"], status_of(kube)["reason"]) == ("Error", "RunnerUnavailable")
+    if refusal == "wrong credential":
+        assert server.runs == 0
+    else:
+        assert server.execution_id == "someone-else"
+
+
+async def test_forged_frames_never_reach_the_status(
+    kube: FakeKube, runners: list[ServeDouble]
+) -> None:
+    status = await warm_run(kube, runners, Script(outputs=[("stdout", "real\n")], forged=True))
+    assert (status["phase"], status["stdout"]) == ("Succeeded", "real\n")
+
+
+async def test_the_operators_deadline_ends_a_run_that_does_not_answer(
+    kube: FakeKube, runners: list[ServeDouble]
+) -> None:
+    status = await warm_run(kube, runners, Script(hold=asyncio.Event()), timeoutSeconds=1)
+    assert (status["phase"], status["reason"]) == ("TimedOut", "DeadlineExceeded")
+    assert (NAMESPACE, "py-0") not in kube.pods
+
+
+async def test_a_non_zero_exit_comes_from_the_runners_summary(
+    kube: FakeKube, runners: list[ServeDouble]
+) -> None:
+    status = await warm_run(kube, runners, Script(result=runner_wire.result(exitCode=3)))
+    assert (status["phase"], status["exitCode"]) == ("Failed", 3)
+
+
+async def test_pool_pod_events_read_the_credential_once_and_never_follow_the_pod(
+    kube: FakeKube, runners: list[ServeDouble]
+) -> None:
+    (server,) = await pool_with(kube, runners, Script())
+    reconciler = new_reconciler(kube)
+    pod = copy.deepcopy(kube.pods[(NAMESPACE, "py-0")])
+    await reconciler.on_pod_event("MODIFIED", pod)
+    await reconciler.on_pod_event("MODIFIED", pod)
+    assert reconciler.warm.credentials == {pod["metadata"]["uid"]: server.credential}
+    assert kube.calls.count("read_log_head") == 1
+    await reconciler.on_pod_event("DELETED", pod)
+    assert reconciler.warm.credentials == {}
+    assert "get_execution" not in kube.calls
+
+
+async def test_the_watchdog_ends_a_warm_run_left_past_its_deadline(
+    kube: FakeKube, runners: list[ServeDouble]
+) -> None:
+    await pool_with(kube, runners, Script())
+    reconciler = new_reconciler(kube)
+    submit(kube, timeoutSeconds=1)
+    await start(reconciler, kube)
+    await reconciler.watch(latest(kube), [])
+    assert status_of(kube)["phase"] == "Running"
+    long_ago = "2020-01-01T00:00:00Z"
+    kube.write_status(NAMESPACE, "hello", {"startedAt": long_ago})
+    await reconciler.watch(latest(kube), [])
+    assert (status_of(kube)["phase"], status_of(kube)["reason"]) == ("TimedOut", "DeadlineExceeded")
+    assert (NAMESPACE, "py-0") not in kube.pods
