@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from sandpod_contract.catalog import Catalog
-from sandpod_contract.models import SandboxPoolSpec
+from sandpod_contract.models import DEFAULT_OUTPUT_BYTES, SandboxPoolSpec
 from sandpod_contract.names import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
@@ -64,9 +64,18 @@ def pool_labels(pool_name: str, template: str) -> dict[str, str]:
 def build_pool_configmap(
     *, namespace: str, pool_name: str, sandbox: Sandbox, settings: OperatorSettings
 ) -> Manifest:
-    """The serve config: what config.json holds for every execution of this language (the
-    per-execution fields come with each request)."""
-    config = language_config(sandbox.language, settings)
+    """The serve config: a complete config.json for this language, which the runner checks as
+    it checks any; the per-execution fields (args, timeout, output cap, files, stdin) come with
+    each request and replace these placeholders."""
+    config = {
+        "mode": "run",
+        **language_config(sandbox.language, settings),
+        "args": [],
+        "timeoutSeconds": settings.max_timeout_seconds,
+        "maxOutputBytes": DEFAULT_OUTPUT_BYTES,
+        "files": [],
+        "hasStdin": False,
+    }
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
+from kubernetes import client
 from sandpod_testkit.components import OperatorProcess
+from sandpod_testkit.kube import cluster_ranges
 from sandpod_testkit.paths import REPO_ROOT
 
 # Settings the operator's own e2e tests rely on: a RuntimeClass that the operator allows but
@@ -44,13 +49,31 @@ def e2e_operator(
         "SANDPOD_CATALOG_PATH": str(catalog_path),
         "SANDPOD_ALLOWED_RUNTIME_CLASSES": json.dumps([MISSING_RUNTIME_CLASS]),
         "SANDPOD_MAX_MEMORY": "64Gi",
-        "SANDPOD_UNSCHEDULABLE_GRACE_SECONDS": "2",
         "SANDPOD_EGRESS_OPEN_CIDRS": json.dumps([OPENED_TEST_NETWORK]),
         "SANDPOD_EGRESS_NODE_CIDRS": json.dumps(cluster_ranges["nodes"]),
         "SANDPOD_EGRESS_POD_CIDRS": json.dumps(cluster_ranges["pods"]),
         "SANDPOD_EGRESS_SERVICE_CIDRS": json.dumps(cluster_ranges["services"]),
         "SANDPOD_EGRESS_API_SERVER_CIDRS": json.dumps(cluster_ranges["apiServer"]),
+        # The operator runs on the node: pool and session pods' runners admit the node.
+        "SANDPOD_RUNNER_INGRESS_FROM": json.dumps(
+            [{"ipBlock": {"cidr": cidr}} for cidr in cluster_ranges["nodes"]]
+        ),
     }
     return OperatorProcess(
         env=env, namespaces=namespace_patterns, log_path=workdir / "operator.log"
     )
+
+
+@contextmanager
+def dedicated_operator(
+    kubeconfig_path: Path, api_client: client.ApiClient, workdir: Path, name: str
+) -> Iterator[tuple[OperatorProcess, str]]:
+    """An operator of a test module's own, watching `<name>-<id>-*` only (so that the module
+    may kill it), and that namespace prefix."""
+    prefix = f"{name}-{uuid.uuid4().hex[:6]}"
+    operator = e2e_operator(kubeconfig_path, [f"{prefix}-*"], workdir, cluster_ranges(api_client))
+    operator.start()
+    try:
+        yield operator, prefix
+    finally:
+        operator.stop()

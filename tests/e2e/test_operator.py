@@ -247,6 +247,8 @@ def test_more_executions_than_the_node_holds_queue_and_all_finish(
             language="bash",
             source="sleep 1; echo ok",
             resources={"memory": "512Mi", "cpu": "100m"},
+            # 45 gVisor sandboxes starting at once on 2 cores are slow: time is not the point.
+            timeoutSeconds=120,
         )
 
     def all_finished() -> list[Any] | None:

@@ -11,7 +11,6 @@ serves twice (no two executions name the same pod), and claimed pods are removed
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ from typing import Any
 import pytest
 from executions import TERMINAL, create, events_about, get, status, wait_for
 from kubernetes import client
-from operator_process import e2e_operator
+from operator_process import dedicated_operator
 from sandpod_contract.names import POOL_PLURAL
 from sandpod_testkit.components import OperatorProcess
 from sandpod_testkit.kube import GROUP, VERSION, delete_executions
@@ -37,23 +36,13 @@ POOL = "py"
 def warm_operator(
     sandpod_crd: str,
     kubeconfig_path: Path,
-    core_v1: client.CoreV1Api,
+    api_client: client.ApiClient,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[OperatorProcess, str]]:
-    """An operator watching `warm-<id>-*` only, with the runner port open to this machine."""
-    prefix = f"warm-{uuid.uuid4().hex[:6]}"
-    operator = e2e_operator(kubeconfig_path, [f"{prefix}-*"], tmp_path_factory.mktemp("warm"))
-    node = core_v1.list_node().items[0]
-    node_ip = next(a.address for a in node.status.addresses if a.type == "InternalIP")
-    assert operator.env is not None
-    operator.env["SANDPOD_RUNNER_INGRESS_FROM"] = json.dumps(
-        [{"ipBlock": {"cidr": f"{node_ip}/32"}}]
-    )
-    operator.start()
-    try:
+    """An operator of this module's own (a test kills it), watching `warm-<id>-*` only."""
+    workdir = tmp_path_factory.mktemp("warm")
+    with dedicated_operator(kubeconfig_path, api_client, workdir, "warm") as (operator, prefix):
         yield operator, prefix
-    finally:
-        operator.stop()
 
 
 @pytest.fixture
