@@ -76,7 +76,15 @@ def start_pool(objects: client.CustomObjectsApi, namespace: str, size: int, **sp
 def run_batch(objects: client.CustomObjectsApi, namespace: str, indexes: range) -> list[str]:
     """Execution x<i> prints i."""
     for index in indexes:
-        create(objects, namespace, f"x{index}", language="python", source=f"print({index})")
+        # Exactly once is the point, not speed: cold fallbacks on a busy node may start slowly.
+        create(
+            objects,
+            namespace,
+            f"x{index}",
+            language="python",
+            source=f"print({index})",
+            timeoutSeconds=60,
+        )
     return [f"x{index}" for index in indexes]
 
 
