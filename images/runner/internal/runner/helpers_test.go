@@ -223,23 +223,12 @@ func assertExit(t *testing.T, output runnerOutput, exitCode *int, signal *int) {
 	assertSameJSON(t, "signal", signal, output.result.Signal)
 }
 
-// processGone reports whether pid has exited (a zombie counts: it runs no code).
-func processGone(pid int) bool {
-	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return true
-	}
-	// The state follows the parenthesised command name.
-	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-	return len(fields) > 0 && (fields[0] == "Z" || fields[0] == "X")
-}
-
 // waitGone waits until every pid is gone, failing at the deadline.
 func waitGone(t *testing.T, pids []int, deadline time.Duration) {
 	t.Helper()
 	limit := time.Now().Add(deadline)
 	for _, pid := range pids {
-		for !processGone(pid) {
+		for !processGoneOrZombie(pid) {
 			if time.Now().After(limit) {
 				t.Fatalf("process %d from the run is still alive", pid)
 			}
@@ -262,7 +251,7 @@ func processesIn(t *testing.T, dir string) []int {
 			continue
 		}
 		cwd, err := os.Readlink(filepath.Join("/proc", entry.Name(), "cwd"))
-		if err == nil && cwd == dir && !processGone(pid) {
+		if err == nil && cwd == dir && !processGoneOrZombie(pid) {
 			pids = append(pids, pid)
 		}
 	}
