@@ -240,14 +240,14 @@ func (k *kernel) run(ctx context.Context, cfg Config, request runRequest, number
 	result := runCaptured(cfg, frames, func(stdout, stderr io.Writer) processOutcome {
 		var readers sync.WaitGroup
 		readers.Add(2)
-		go func() { defer readers.Done(); drain(pipes.stdoutRead, stdout) }()
-		go func() { defer readers.Done(); drain(pipes.stderrRead, stderr) }()
-		go feedStdin(pipes.stdinWrite, request.Stdin)
+		go func() { defer readers.Done(); drain(pipes.stdout[0], stdout) }()
+		go func() { defer readers.Done(); drain(pipes.stderr[0], stderr) }()
+		go feedStdin(pipes.stdin[1], request.Stdin)
 		message := kernelRequest{Run: number, Source: request.Source, Argv: append([]string{cfg.SourceFile}, cfg.Args...)}
 		var outcome processOutcome
 		outcome, value, alive = k.await(ctx, number, time.Duration(cfg.TimeoutSeconds)*time.Second, k.send(message, pipes))
-		waitOrClose(&readers, drainGrace, pipes.stdoutRead, pipes.stderrRead)
-		closeAll(pipes.stdoutRead, pipes.stderrRead)
+		waitOrClose(&readers, drainGrace, pipes.stdout[0], pipes.stderr[0])
+		closeAll(pipes.stdout[0], pipes.stderr[0])
 		return outcome
 	})
 	return result, value, alive
@@ -267,7 +267,7 @@ func (k *kernel) send(message kernelRequest, pipes *runPipes) <-chan error {
 	go func() {
 		defer pipes.closeChildEnds()
 		header := binary.BigEndian.AppendUint32(nil, uint32(len(body)))
-		rights := syscall.UnixRights(int(pipes.stdinRead.Fd()), int(pipes.stdoutWrite.Fd()), int(pipes.stderrWrite.Fd()))
+		rights := syscall.UnixRights(int(pipes.stdin[0].Fd()), int(pipes.stdout[1].Fd()), int(pipes.stderr[1].Fd()))
 		if _, _, err := k.conn.WriteMsgUnix(header, rights, nil); err != nil {
 			sent <- err
 			return
@@ -334,32 +334,22 @@ func (k *kernel) kill() processOutcome {
 	return outcome
 }
 
-// runPipes are one run's stdin, stdout and stderr.
+// runPipes are one run's stdin, stdout and stderr: read and write ends.
 type runPipes struct {
-	stdinRead, stdinWrite   *os.File
-	stdoutRead, stdoutWrite *os.File
-	stderrRead, stderrWrite *os.File
+	stdin, stdout, stderr [2]*os.File
 }
 
 func newRunPipes() (*runPipes, error) {
-	var p runPipes
-	var err error
-	if p.stdinRead, p.stdinWrite, err = os.Pipe(); err == nil {
-		if p.stdoutRead, p.stdoutWrite, err = os.Pipe(); err == nil {
-			p.stderrRead, p.stderrWrite, err = os.Pipe()
-		}
-	}
+	pipes, err := newPipes(3)
 	if err != nil {
-		p.closeChildEnds()
-		closeAll(p.stdinWrite, p.stdoutRead, p.stderrRead)
 		return nil, fmt.Errorf("creating the run's pipes: %w", err)
 	}
-	return &p, nil
+	return &runPipes{stdin: pipes[0], stdout: pipes[1], stderr: pipes[2]}, nil
 }
 
 // closeChildEnds closes the ends the kernel gets.
 func (p *runPipes) closeChildEnds() {
-	closeAll(p.stdinRead, p.stdoutWrite, p.stderrWrite)
+	closeAll(p.stdin[0], p.stdout[1], p.stderr[1])
 }
 
 // killOthers kills, except the runner and keep, every process the runner can
