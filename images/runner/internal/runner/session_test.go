@@ -3,6 +3,7 @@ package runner
 import (
 	"bufio"
 	"bytes"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -238,5 +239,15 @@ func TestSessionStopsAtSIGTERMWithTheKernel(t *testing.T) {
 	s.terminate()
 	if pids := processesIn(t, f.opts.WorkDir); len(pids) != 0 {
 		t.Errorf("the kernel outlived the runner: %v", pids)
+	}
+}
+
+func TestSessionNeedsServe(t *testing.T) {
+	if _, err := ParseOptions([]string{"--session"}, io.Discard); err == nil {
+		t.Error("--session without --serve was accepted")
+	}
+	opts, err := ParseOptions([]string{"--serve", "c.json", "--session"}, io.Discard)
+	if err != nil || !opts.Session {
+		t.Errorf("--serve c.json --session: %+v, %v", opts, err)
 	}
 }
