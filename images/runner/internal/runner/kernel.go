@@ -186,7 +186,6 @@ func startKernel(served Config, opts Options) (*kernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	child.released = true
 	conn, err := net.FileConn(child.release)
 	_ = child.release.Close()
 	if err != nil {
