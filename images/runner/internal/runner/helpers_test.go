@@ -159,6 +159,31 @@ func (f *fixture) execRunner(configure func(*exec.Cmd)) ([]byte, *os.ProcessStat
 // summary last, the same summary in the termination log.
 func (f *fixture) decodeLog(log []byte) runnerOutput {
 	f.t.Helper()
+	output := f.decodeRecords(log)
+	terminationLog, err := os.ReadFile(f.opts.TerminationLogPath)
+	if err != nil {
+		f.t.Fatalf("reading the termination log: %v", err)
+	}
+	if len(terminationLog) > MaxTerminationMessageBytes {
+		f.t.Errorf("termination log has %d bytes, more than %d", len(terminationLog), MaxTerminationMessageBytes)
+	}
+	var terminationSummary summaryRecord
+	if err := json.Unmarshal(terminationLog, &terminationSummary); err != nil {
+		f.t.Fatalf("termination log is not a summary: %q (%v)", terminationLog, err)
+	}
+	// What the termination message holds: the summary, shortened to fit.
+	var wantTermination summaryRecord
+	if err := json.Unmarshal(TerminationMessage(output.summary), &wantTermination); err != nil {
+		f.t.Fatal(err)
+	}
+	assertSameJSON(f.t, "termination log summary", wantTermination, terminationSummary)
+	return output
+}
+
+// decodeRecords decodes one run's records: output frames numbered from 1
+// whose MACs verify under the summary's key, the summary last.
+func (f *fixture) decodeRecords(log []byte) runnerOutput {
+	f.t.Helper()
 	lines := bytes.Split(bytes.TrimSuffix(log, []byte("\n")), []byte("\n"))
 	var output runnerOutput
 	summaryDecoder := json.NewDecoder(bytes.NewReader(lines[len(lines)-1]))
@@ -189,20 +214,6 @@ func (f *fixture) decodeLog(log []byte) runnerOutput {
 	if output.summary.Frames != uint64(len(output.frames)) {
 		f.t.Errorf("summary counts %d frames, the log has %d", output.summary.Frames, len(output.frames))
 	}
-	terminationLog, err := os.ReadFile(f.opts.TerminationLogPath)
-	if err != nil {
-		f.t.Fatalf("reading the termination log: %v", err)
-	}
-	if len(terminationLog) > MaxTerminationMessageBytes {
-		f.t.Errorf("termination log has %d bytes, more than %d", len(terminationLog), MaxTerminationMessageBytes)
-	}
-	var terminationSummary summaryRecord
-	if err := json.Unmarshal(terminationLog, &terminationSummary); err != nil {
-		f.t.Fatalf("termination log is not a summary: %q (%v)", terminationLog, err)
-	}
-	if len(TerminationMessage(output.summary)) <= MaxTerminationMessageBytes || output.result.Diagnostics == nil {
-		assertSameJSON(f.t, "termination log summary", output.summary, terminationSummary)
-	}
 	return output
 }
 
@@ -223,23 +234,12 @@ func assertExit(t *testing.T, output runnerOutput, exitCode *int, signal *int) {
 	assertSameJSON(t, "signal", signal, output.result.Signal)
 }
 
-// processGone reports whether pid has exited (a zombie counts: it runs no code).
-func processGone(pid int) bool {
-	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return true
-	}
-	// The state follows the parenthesised command name.
-	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-	return len(fields) > 0 && (fields[0] == "Z" || fields[0] == "X")
-}
-
 // waitGone waits until every pid is gone, failing at the deadline.
 func waitGone(t *testing.T, pids []int, deadline time.Duration) {
 	t.Helper()
 	limit := time.Now().Add(deadline)
 	for _, pid := range pids {
-		for !processGone(pid) {
+		for !processGoneOrZombie(pid) {
 			if time.Now().After(limit) {
 				t.Fatalf("process %d from the run is still alive", pid)
 			}
@@ -262,7 +262,7 @@ func processesIn(t *testing.T, dir string) []int {
 			continue
 		}
 		cwd, err := os.Readlink(filepath.Join("/proc", entry.Name(), "cwd"))
-		if err == nil && cwd == dir && !processGone(pid) {
+		if err == nil && cwd == dir && !processGoneOrZombie(pid) {
 			pids = append(pids, pid)
 		}
 	}

@@ -268,22 +268,31 @@ type childPipes struct {
 }
 
 func newChildPipes() (*childPipes, error) {
-	var p childPipes
-	var err error
-	if p.stdoutRead, p.stdoutWrite, err = os.Pipe(); err != nil {
-		return nil, fmt.Errorf("creating stdout pipe: %w", err)
+	pipes, err := newPipes(3)
+	if err != nil {
+		return nil, fmt.Errorf("creating the program's pipes: %w", err)
 	}
-	if p.stderrRead, p.stderrWrite, err = os.Pipe(); err != nil {
-		p.closeChildEnds()
-		p.closeParentEnds()
-		return nil, fmt.Errorf("creating stderr pipe: %w", err)
+	return &childPipes{
+		stdoutRead: pipes[0][0], stdoutWrite: pipes[0][1],
+		stderrRead: pipes[1][0], stderrWrite: pipes[1][1],
+		errorRead: pipes[2][0], errorWrite: pipes[2][1],
+	}, nil
+}
+
+// newPipes creates count pipes, each as its read and write end, or none.
+func newPipes(count int) ([][2]*os.File, error) {
+	pipes := make([][2]*os.File, 0, count)
+	for range count {
+		read, write, err := os.Pipe()
+		if err != nil {
+			for _, pipe := range pipes {
+				closeAll(pipe[:]...)
+			}
+			return nil, err
+		}
+		pipes = append(pipes, [2]*os.File{read, write})
 	}
-	if p.errorRead, p.errorWrite, err = os.Pipe(); err != nil {
-		p.closeChildEnds()
-		p.closeParentEnds()
-		return nil, fmt.Errorf("creating shim error pipe: %w", err)
-	}
-	return &p, nil
+	return pipes, nil
 }
 
 func (p *childPipes) closeChildEnds() {

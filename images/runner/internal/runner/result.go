@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"encoding/json"
 	"os"
 	"unicode/utf8"
 )
@@ -39,6 +40,24 @@ type Result struct {
 	Diagnostics     []Diagnostic `json:"diagnostics"`
 	// Error says why the runner could not run the program; ExitCode is then null.
 	Error *string `json:"error"`
+	// Value and StateLost are there in session mode only (session.go): the
+	// repr of the trailing expression's value (or null), and whether the
+	// interpreter's state was lost by or before this run.
+	Value     *sessionValue `json:"value,omitempty"`
+	StateLost *bool         `json:"stateLost,omitempty"`
+}
+
+// sessionValue is text or null, present in session mode only.
+type sessionValue struct {
+	Text *string
+}
+
+func (v sessionValue) MarshalJSON() ([]byte, error) {
+	return json.Marshal(v.Text)
+}
+
+func (v *sessionValue) UnmarshalJSON(data []byte) error {
+	return json.Unmarshal(data, &v.Text)
 }
 
 // Diagnostic is one lint finding, with 1-based line and column.
@@ -55,7 +74,8 @@ func failedResult(err error) Result {
 }
 
 // TerminationMessage encodes the summary in at most MaxTerminationMessageBytes,
-// dropping the diagnostics, then shortening the error, when it does not fit.
+// dropping the diagnostics and a session value, then shortening the error,
+// when it does not fit.
 func TerminationMessage(summary summaryRecord) []byte {
 	message := marshalJSONLine(summary)
 	if len(message) <= MaxTerminationMessageBytes {
@@ -63,6 +83,9 @@ func TerminationMessage(summary summaryRecord) []byte {
 	}
 	result := &summary.Result
 	result.Diagnostics = nil
+	if result.Value != nil {
+		result.Value = &sessionValue{}
+	}
 	message = marshalJSONLine(summary)
 	if len(message) <= MaxTerminationMessageBytes || result.Error == nil {
 		return message

@@ -36,6 +36,9 @@ type Options struct {
 	// the program is pre-started from; Listen is the HTTP address.
 	ServeConfigPath string
 	Listen          string
+	// Session (with ServeConfigPath) serves many runs, one at a time, that
+	// share the work dir and, for python, one interpreter (session.go).
+	Session bool
 }
 
 // ParseOptions parses the command line: [flags] [config.json].
@@ -56,6 +59,7 @@ func ParseOptions(args []string, usageOutput io.Writer) (Options, error) {
 	flags.StringVar(&opts.TerminationLogPath, "termination-log", opts.TerminationLogPath, "file the result summary is written to")
 	flags.StringVar(&opts.ServeConfigPath, "serve", "", "serve mode: pre-start the program from this config and serve one run over HTTP")
 	flags.StringVar(&opts.Listen, "listen", DefaultListenAddress, "serve mode: the HTTP address")
+	flags.BoolVar(&opts.Session, "session", false, "with -serve: serve many runs, one at a time, sharing the work dir and state")
 	if err := flags.Parse(args); err != nil {
 		return opts, err
 	}
@@ -68,6 +72,9 @@ func ParseOptions(args []string, usageOutput io.Writer) (Options, error) {
 		opts.ConfigPath = flags.Arg(0)
 	default:
 		return opts, fmt.Errorf("expected at most one config path, got %q", flags.Args())
+	}
+	if opts.Session && opts.ServeConfigPath == "" {
+		return opts, errors.New("-session needs -serve")
 	}
 	if opts.InputDir == "" {
 		opts.InputDir = filepath.Dir(opts.ConfigPath)
@@ -147,6 +154,12 @@ func execute(ctx context.Context, opts Options, frames *frameWriter) Result {
 		spec.argv = cfg.LintCommand
 		return lint(ctx, spec, cfg, frames)
 	}
+	return runProgram(ctx, spec, cfg, frames)
+}
+
+// runProgram starts cfg's command with its args as spec says and runs it to
+// its end, framing its output.
+func runProgram(ctx context.Context, spec processSpec, cfg Config, frames *frameWriter) Result {
 	spec.argv = append(slices.Clone(cfg.Command), cfg.Args...)
 	return runCaptured(cfg, frames, func(stdout, stderr io.Writer) processOutcome {
 		return runProcess(ctx, spec, stdout, stderr)

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -65,9 +66,19 @@ func serveMain(opts Options, stdout, stderr io.Writer) int {
 	return ExitCodeReported
 }
 
-// Serve announces the credential, pre-starts the program and serves one run
-// over HTTP until ctx is done; a run in progress then is killed and reports
-// first. The error says it could not serve at all.
+// executor runs the requests of a serving runner: the one pre-started child
+// (serve mode), or a session's runs (session.go).
+type executor interface {
+	// run runs one request to its end; frames get its output.
+	run(ctx context.Context, cfg Config, request runRequest, frames *frameWriter) Result
+	// close kills what still waits to run; no run is in progress.
+	close()
+}
+
+// Serve announces the credential, prepares the executor and serves runs over
+// HTTP until ctx is done: one run in serve mode, one at a time in session
+// mode. A run in progress at the end is killed and reports first. The error
+// says it could not serve at all.
 func Serve(ctx context.Context, opts Options, stdout, stderr io.Writer) error {
 	if err := makeNonDumpable(); err != nil {
 		return err
@@ -89,14 +100,18 @@ func Serve(ctx context.Context, opts Options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	child, err := prestart(served, opts)
+	var runs executor
+	if opts.Session {
+		runs, err = newSession(served, opts)
+	} else {
+		runs, err = prestart(served, opts)
+	}
 	if err != nil {
 		return err
 	}
-	journal := newJournal()
 	s := &server{
-		opts: opts, stderr: stderr, credential: []byte(credential), served: served, child: child, runCtx: ctx,
-		journal: journal, frames: newFrameWriter(io.MultiWriter(journal, stdout), newFrameKey()), done: make(chan struct{}),
+		opts: opts, stdout: stdout, stderr: stderr, credential: []byte(credential), served: served,
+		executor: runs, session: opts.Session, runCtx: ctx,
 	}
 	httpServer := &http.Server{Handler: s.routes(), ReadHeaderTimeout: readHeaderTimeout}
 	go func() { _ = httpServer.Serve(listener) }()
@@ -110,22 +125,39 @@ func Serve(ctx context.Context, opts Options, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// server serves the one run of a pre-started child.
+const (
+	// keptRuns bounds the runs whose records a re-attach can replay.
+	keptRuns = 4
+	// rememberedRuns bounds the older runs whose ids get 404 rather than
+	// starting anew.
+	rememberedRuns = 1024
+)
+
+// server serves the runs of one pod.
 type server struct {
 	opts       Options
+	stdout     io.Writer
 	stderr     io.Writer
 	credential []byte
 	served     Config
-	child      *warmChild
+	executor   executor
+	session    bool
 	runCtx     context.Context
-	journal    *journal
-	frames     *frameWriter
 
-	mu          sync.Mutex
+	mu sync.Mutex
+	// runs are the kept records, oldest first; forgotten the ids of older runs.
+	runs      []*runRecord
+	forgotten []string
+	busy      bool
+	stopping  bool
+	// active counts the runs that have not reported yet.
+	active sync.WaitGroup
+}
+
+// runRecord is one run: its execution id and every record it wrote.
+type runRecord struct {
 	executionID string
-	stopping    bool
-	// done is closed once the run has reported.
-	done chan struct{}
+	journal     *journal
 }
 
 func (s *server) routes() http.Handler {
@@ -153,11 +185,12 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "invalid request body: "+err.Error(), status)
 		return
 	}
-	if status, err := s.claim(request); err != nil {
+	record, status, err := s.claim(request)
+	if err != nil {
 		http.Error(w, err.Error(), status)
 		return
 	}
-	s.stream(w, r)
+	stream(w, r, record.journal)
 }
 
 func (s *server) authorized(header string) bool {
@@ -165,62 +198,89 @@ func (s *server) authorized(header string) bool {
 	return found && subtle.ConstantTimeCompare([]byte(token), s.credential) == 1
 }
 
-// claim binds the pod to request's execution and starts it, or accepts a
-// re-attach of the execution already bound.
-func (s *server) claim(request runRequest) (int, error) {
+// claim starts request's run, or finds the run of the same execution for a
+// re-attach.
+func (s *server) claim(request runRequest) (*runRecord, int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	id := request.ExecutionID
+	if index := slices.IndexFunc(s.runs, func(r *runRecord) bool { return r.executionID == id }); index >= 0 {
+		return s.runs[index], http.StatusOK, nil
+	}
 	switch {
-	case request.ExecutionID == "":
-		return http.StatusBadRequest, errors.New("executionId must not be empty")
-	case s.executionID == request.ExecutionID:
-		return http.StatusOK, nil
-	case s.executionID != "":
-		return http.StatusConflict, errors.New("this sandbox serves another execution")
+	case id == "":
+		return nil, http.StatusBadRequest, errors.New("executionId must not be empty")
+	case slices.Contains(s.forgotten, id):
+		return nil, http.StatusNotFound, errors.New("this run is no longer kept")
+	case !s.session && len(s.runs) > 0:
+		return nil, http.StatusConflict, errors.New("this sandbox serves another execution")
+	case s.busy:
+		return nil, http.StatusConflict, errors.New("another execution is running in this session")
 	case s.stopping:
-		return http.StatusServiceUnavailable, errors.New("the runner is stopping")
+		return nil, http.StatusServiceUnavailable, errors.New("the runner is stopping")
 	}
 	cfg, err := ParseConfig(request.Config)
 	if err == nil {
 		err = checkServable(s.served, cfg)
 	}
 	if err != nil {
-		return http.StatusBadRequest, err
+		return nil, http.StatusBadRequest, err
 	}
-	s.executionID = request.ExecutionID
-	go s.execute(cfg, request)
-	return http.StatusOK, nil
+	record := &runRecord{executionID: id, journal: newJournal()}
+	s.keep(record)
+	s.busy = true
+	s.active.Add(1)
+	go s.execute(record, cfg, request)
+	return record, http.StatusOK, nil
 }
 
-func (s *server) execute(cfg Config, request runRequest) {
-	defer close(s.done)
-	defer s.journal.close()
-	result := s.child.run(s.runCtx, cfg, request, s.frames)
-	summary := s.frames.summary(result)
+// keep adds record, forgetting the oldest kept run's records beyond keptRuns.
+func (s *server) keep(record *runRecord) {
+	s.runs = append(s.runs, record)
+	if len(s.runs) > keptRuns {
+		s.forgotten = append(s.forgotten, s.runs[0].executionID)
+		s.runs = slices.Delete(s.runs, 0, 1)
+	}
+	if len(s.forgotten) > rememberedRuns {
+		s.forgotten = slices.Delete(s.forgotten, 0, 1)
+	}
+}
+
+// execute runs the request under its own frame key and reports its summary.
+func (s *server) execute(record *runRecord, cfg Config, request runRequest) {
+	defer s.active.Done()
+	frames := newFrameWriter(io.MultiWriter(record.journal, s.stdout), newFrameKey())
+	result := s.executor.run(s.runCtx, cfg, request, frames)
+	summary := frames.summary(result)
 	// The HTTP answer is the result; the termination log is a courtesy.
 	if err := writeTerminationLog(s.opts.TerminationLogPath, summary); err != nil {
 		fmt.Fprintf(s.stderr, "sandpod-runner: writing the termination log: %v\n", err)
 	}
-	if err := s.frames.writeSummary(summary); err != nil {
+	if err := frames.writeSummary(summary); err != nil {
 		fmt.Fprintf(s.stderr, "sandpod-runner: writing the summary to the log: %v\n", err)
 	}
+	// Free before the answer ends: whoever read the summary may post the next run.
+	s.mu.Lock()
+	s.busy = false
+	s.mu.Unlock()
+	record.journal.close()
 }
 
 // stream answers with every record of the run from the first, then follows
 // until the summary.
-func (s *server) stream(w http.ResponseWriter, r *http.Request) {
+func stream(w http.ResponseWriter, r *http.Request, records *journal) {
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
 	flusher := http.NewResponseController(w)
 	offset := 0
 	for {
-		records, changed, complete := s.journal.since(offset)
-		if len(records) > 0 {
-			if _, err := w.Write(records); err != nil {
+		pending, changed, complete := records.since(offset)
+		if len(pending) > 0 {
+			if _, err := w.Write(pending); err != nil {
 				return
 			}
 			_ = flusher.Flush()
-			offset += len(records)
+			offset += len(pending)
 		}
 		if complete {
 			return
@@ -234,17 +294,13 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request) {
 }
 
 // stop ends serving: no run starts any more; a run in progress (killed by
-// the cancelled runCtx) reports first; an unused child is killed.
+// the cancelled runCtx) reports first; then what waits to run is killed.
 func (s *server) stop() {
 	s.mu.Lock()
 	s.stopping = true
-	started := s.executionID != ""
 	s.mu.Unlock()
-	if started {
-		<-s.done
-	} else {
-		s.child.abandon()
-	}
+	s.active.Wait()
+	s.executor.close()
 }
 
 // journal keeps every record of the run, for responses that start late.

@@ -32,13 +32,14 @@ type servingRunner struct {
 }
 
 // serve starts the runner in serve mode with the fixture's config as the
-// serve config and waits until it answers GET /ready.
-func (f *fixture) serve() *servingRunner {
+// serve config and waits until it answers GET /ready; flags are added.
+func (f *fixture) serve(flags ...string) *servingRunner {
 	f.t.Helper()
 	f.writeInputs()
 	s := &servingRunner{f: f, logDone: make(chan struct{})}
-	s.cmd = exec.Command(os.Args[0], "--serve", f.opts.ConfigPath, "-listen", "127.0.0.1:0",
-		"-work-dir", f.opts.WorkDir, "-termination-log", f.opts.TerminationLogPath)
+	args := append([]string{"--serve", f.opts.ConfigPath, "-listen", "127.0.0.1:0",
+		"-work-dir", f.opts.WorkDir, "-termination-log", f.opts.TerminationLogPath}, flags...)
+	s.cmd = exec.Command(os.Args[0], args...)
 	s.cmd.Env = []string{runAsRunnerEnv + "=1"}
 	s.cmd.Stderr = &s.stderr
 	stdout, err := s.cmd.StdoutPipe()

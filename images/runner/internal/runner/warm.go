@@ -2,8 +2,10 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -81,6 +83,8 @@ type warmChild struct {
 	python  bool
 	release *os.File
 	stdin   *os.File
+	// released is set once the child was given its program.
+	released bool
 }
 
 // usesPythonBootstrap reports whether cfg runs its source with a python
@@ -93,6 +97,21 @@ func usesPythonBootstrap(cfg Config) bool {
 // prestart starts the program's process for cfg in the work dir and waits
 // until it is ready to be released.
 func prestart(cfg Config, opts Options) (*warmChild, error) {
+	var interpreter []string
+	if usesPythonBootstrap(cfg) {
+		interpreter = []string{cfg.Command[0], "-c", pythonBootstrap}
+	}
+	child, err := startWaiting(cfg, opts, interpreter)
+	if err == nil {
+		child.python = interpreter != nil
+	}
+	return child, err
+}
+
+// startWaiting starts the waiting shim for cfg in the work dir, which execs
+// argv (an interpreter that waits on the release socket itself) or else
+// waits there, and returns once the child said it is ready.
+func startWaiting(cfg Config, opts Options, argv []string) (*warmChild, error) {
 	if err := createWorkDir(opts.WorkDir); err != nil {
 		return nil, err
 	}
@@ -109,11 +128,7 @@ func prestart(cfg Config, opts Options) (*warmChild, error) {
 	}
 	defer stdinRead.Close()
 
-	child := &warmChild{spec: newProcessSpec(cfg, opts, stdinRead), python: usesPythonBootstrap(cfg), release: release, stdin: stdinWrite}
-	var argv []string
-	if child.python {
-		argv = []string{cfg.Command[0], "-c", pythonBootstrap}
-	}
+	child := &warmChild{spec: newProcessSpec(cfg, opts, stdinRead), release: release, stdin: stdinWrite}
 	shim := shimArgv(selfExePath, cfg.Limits, child.spec.guard, shimWait, argv)
 	if child.process, err = startProcess(child.spec, shim, childRelease); err != nil {
 		closeAll(release, stdinWrite)
@@ -134,7 +149,8 @@ func prestart(cfg Config, opts Options) (*warmChild, error) {
 // run writes the request's files, releases the child with cfg's argv and
 // stdin, and runs it to its end; the timeout counts from the release.
 func (c *warmChild) run(ctx context.Context, cfg Config, request runRequest, frames *frameWriter) Result {
-	if err := writeRequestFiles(cfg, request, c.spec.dir); err != nil {
+	c.released = true
+	if err := writeRequestFiles(c.spec.dir, withSource(cfg, request), false); err != nil {
 		c.abandon()
 		return failedResult(err)
 	}
@@ -153,6 +169,13 @@ func (c *warmChild) run(ctx context.Context, cfg Config, request runRequest, fra
 	})
 }
 
+// close kills the child if it was never released.
+func (c *warmChild) close() {
+	if !c.released {
+		c.abandon()
+	}
+}
+
 // abandon kills the child that will not run, and everything it started.
 func (c *warmChild) abandon() processOutcome {
 	closeAll(c.release, c.stdin)
@@ -169,16 +192,31 @@ func feedStdin(stdin *os.File, content *string) {
 	_ = stdin.Close()
 }
 
-// writeRequestFiles places the source and the extra files in the work dir.
-func writeRequestFiles(cfg Config, request runRequest, workDir string) error {
-	if err := writeWorkFile(filepath.Join(workDir, cfg.SourceFile), strings.NewReader(request.Source), "source"); err != nil {
-		return err
-	}
-	for _, file := range request.Files {
+// withSource is the request's files with its source as cfg's source file first.
+func withSource(cfg Config, request runRequest) []inlineFile {
+	return append([]inlineFile{{Path: cfg.SourceFile, Content: request.Source}}, request.Files...)
+}
+
+// writeRequestFiles places files in the work dir. With replace (session
+// mode) a file left there by an earlier run is replaced; without, it is an
+// error, as is a path given twice.
+func writeRequestFiles(workDir string, files []inlineFile, replace bool) error {
+	seen := make(map[string]bool, len(files))
+	for _, file := range files {
 		if !filepath.IsLocal(file.Path) {
 			return fmt.Errorf("file path %q is not a relative path inside the work dir", file.Path)
 		}
-		if err := writeWorkFile(filepath.Join(workDir, file.Path), strings.NewReader(file.Content), file.Path); err != nil {
+		path := filepath.Join(workDir, file.Path)
+		if seen[path] {
+			return fmt.Errorf("file path %q is given twice", file.Path)
+		}
+		seen[path] = true
+		if replace {
+			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("replacing %s: %w", path, err)
+			}
+		}
+		if err := writeWorkFile(path, strings.NewReader(file.Content), file.Path); err != nil {
 			return err
 		}
 	}
