@@ -38,13 +38,13 @@ from sandpod_operator.builders import (
     build_network_policy,
 )
 from sandpod_operator.kube import PoolKubeApi
+from sandpod_operator.owners import as_body
 from sandpod_operator.pool_builders import (
     build_pool_configmap,
     build_pool_pod,
     build_runner_ingress_policy,
     plan_pool,
 )
-from sandpod_operator.reconciler import as_body
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import pod_finished, set_condition, status_patch
 
@@ -214,6 +214,7 @@ class PoolController:
             sandbox=sandbox,
             configmap=configmap,
             settings=self.settings,
+            sessions=SandboxPoolSpec.model_validate(pool["spec"]).sessions,
         )
         template = pod["metadata"]["labels"][POOL_TEMPLATE_LABEL]
         if self.configs.get(uid) != template:
