@@ -206,7 +206,7 @@ async def test_a_session_gets_its_own_serving_pod_and_becomes_ready(
 
 
 async def test_a_session_starts_from_a_session_pool_and_executions_never_take_those(
-    kube: FakeKube, runners: list[ServeDouble]
+    kube: FakeKube, runners: list[ServeDouble], reconciler: Reconciler
 ) -> None:
     server = await ServeDouble(session=True).start()
     runners.append(server)
@@ -219,7 +219,6 @@ async def test_a_session_starts_from_a_session_pool_and_executions_never_take_th
             "spec": {"language": "python", "size": 1, "sessions": True},
         }
     ]
-    reconciler = new_reconciler(kube)
     submit(kube, "one-off")
     await reconciler.start(latest(kube, "one-off"), deny_all_present=True, pools=pools)
     assert status_of(kube, "one-off")["startMode"] == "cold"
