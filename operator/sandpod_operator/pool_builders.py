@@ -141,16 +141,9 @@ def build_pool_pod(
     spec = serve_pod_spec(
         sandbox, settings, sessions=sessions, config_name=configmap["metadata"]["name"]
     )
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "generateName": f"{pool_name}-",
-            "namespace": namespace,
-            "labels": pool_labels(pool_name, template_hash(spec, configmap)),
-        },
-        "spec": spec,
-    }
+    labels = pool_labels(pool_name, template_hash(spec, configmap))
+    metadata = {"generateName": f"{pool_name}-", "namespace": namespace, "labels": labels}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
 def build_session_configmap(
@@ -178,17 +171,10 @@ def build_session_pod(
     spec = serve_pod_spec(
         sandbox, settings, sessions=True, config_name=configmap["metadata"]["name"]
     )
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": child_name(session_name, uid),
-            "namespace": namespace,
-            # A sandbox (the deny-all policy selects it) of this session.
-            "labels": sandbox_labels(session_name, SESSION_LABEL),
-        },
-        "spec": spec,
-    }
+    # A sandbox (the deny-all policy selects it) of this session.
+    labels = sandbox_labels(session_name, SESSION_LABEL)
+    metadata = {"name": child_name(session_name, uid), "namespace": namespace, "labels": labels}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
 def build_runner_ingress_policy(

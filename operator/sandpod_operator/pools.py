@@ -11,7 +11,6 @@ ownerReference moved to the execution) is never deleted here. Free pods are dele
 their resourceVersion as a precondition, so a pod claimed meanwhile survives the deletion.
 """
 
-import asyncio
 import copy
 import logging
 import time
@@ -47,6 +46,7 @@ from sandpod_operator.pool_builders import (
 )
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import pod_finished, set_condition, status_patch
+from sandpod_operator.wakeups import Wakeups
 
 logger = logging.getLogger(__name__)
 
@@ -141,26 +141,18 @@ class PoolController:
     configs: dict[str, str] = field(default_factory=dict)
     # Namespaces whose NetworkPolicies this process has ensured.
     protected: set[str] = field(default_factory=set)
-    wakeups: dict[PoolKey, asyncio.Event] = field(default_factory=dict)
+    wakeups: Wakeups = field(default_factory=Wakeups)
 
     # --- waking -----------------------------------------------------------------------
 
     def poke(self, key: PoolKey) -> None:
-        """Something about the pool changed: run its next pass now."""
-        self.wakeups.setdefault(key, asyncio.Event()).set()
+        self.wakeups.poke(key)
 
     async def wait(self, key: PoolKey, timeout: float) -> None:
-        """Until the pool is poked, or `timeout` seconds."""
-        wakeup = self.wakeups.setdefault(key, asyncio.Event())
-        try:
-            await asyncio.wait_for(wakeup.wait(), timeout)
-        except TimeoutError:
-            return
-        finally:
-            wakeup.clear()
+        await self.wakeups.wait(key, timeout)
 
     def forget(self, key: PoolKey, uid: str) -> None:
-        self.wakeups.pop(key, None)
+        self.wakeups.forget(key)
         self.starts.pop(uid, None)
         self.configs.pop(uid, None)
 

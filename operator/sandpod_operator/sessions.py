@@ -66,6 +66,7 @@ from sandpod_operator.status import (
     set_condition,
     status_patch,
 )
+from sandpod_operator.wakeups import Wakeups
 from sandpod_operator.warm import Wanted, WarmPath, pod_ready, run_request, wait_ms
 
 Manifest = dict[str, Any]
@@ -258,7 +259,7 @@ class SessionController:
     catalog: Catalog
     warm: WarmPath
     record: Recording
-    wakeups: dict[Key, asyncio.Event] = field(default_factory=dict)
+    wakeups: Wakeups = field(default_factory=Wakeups)
     # Per session uid: its status as this process last wrote it (watch events lag behind).
     written: dict[str, Manifest] = field(default_factory=dict)
     # Executions this process ended (the index may still show them unfinished for a moment).
@@ -269,19 +270,13 @@ class SessionController:
     # --- waking -------------------------------------------------------------------------
 
     def poke(self, key: Key) -> None:
-        self.wakeups.setdefault(key, asyncio.Event()).set()
+        self.wakeups.poke(key)
 
     async def wait(self, key: Key, timeout: float) -> None:
-        wakeup = self.wakeups.setdefault(key, asyncio.Event())
-        try:
-            await asyncio.wait_for(wakeup.wait(), max(timeout, 0))
-        except TimeoutError:
-            return
-        finally:
-            wakeup.clear()
+        await self.wakeups.wait(key, timeout)
 
     def forget(self, key: Key, uid: str) -> None:
-        self.wakeups.pop(key, None)
+        self.wakeups.forget(key)
         self.written.pop(uid, None)
 
     def freshest(self, session: Manifest) -> Manifest:
@@ -349,16 +344,9 @@ class SessionController:
             bounds=self.settings.egress_bounds,
             owner_label=SESSION_LABEL,
         )
-        if egress is not None:
-            kopf.adopt(egress, owner=as_body(session))
-            await self._own(
-                session, egress, await self.kube.create_network_policy(egress, uid=None)
-            )
         configmap = build_session_configmap(
             namespace=namespace, session_name=name, uid=uid, sandbox=sandbox, settings=self.settings
         )
-        kopf.adopt(configmap, owner=as_body(session))
-        await self._own(session, configmap, await self.kube.create_configmap(configmap, uid=uid))
         pod = build_session_pod(
             namespace=namespace,
             session_name=name,
@@ -367,8 +355,16 @@ class SessionController:
             configmap=configmap,
             settings=self.settings,
         )
-        kopf.adopt(pod, owner=as_body(session))
-        return await self._own(session, pod, await self.kube.create_pod(pod, uid=uid))
+        children: list[tuple[Manifest, Any]] = [
+            (configmap, self.kube.create_configmap),
+            (pod, self.kube.create_pod),
+        ]
+        if egress is not None:
+            children.insert(0, (egress, self.kube.create_network_policy))
+        for child, create in children:  # each the session's, so removed with it
+            kopf.adopt(child, owner=as_body(session))
+            found = await self._own(session, child, await create(child, uid=uid))
+        return found
 
     async def _own(self, session: Manifest, wanted: Manifest, found: Manifest | None) -> Manifest:
         """The child as the cluster has it, if it is this session's; a namesake that is not

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
+from kubernetes import client
 from sandpod_testkit.components import OperatorProcess
+from sandpod_testkit.kube import cluster_ranges
 from sandpod_testkit.paths import REPO_ROOT
 
 # Settings the operator's own e2e tests rely on: a RuntimeClass that the operator allows but
@@ -54,3 +59,25 @@ def e2e_operator(
     return OperatorProcess(
         env=env, namespaces=namespace_patterns, log_path=workdir / "operator.log"
     )
+
+
+@contextmanager
+def operator_reaching_runners(
+    kind: str, kubeconfig_path: Path, core_v1: client.CoreV1Api, workdir: Path
+) -> Iterator[tuple[OperatorProcess, str]]:
+    """A started operator of its own, watching `<kind>-<id>-*` only (the prefix it yields),
+    which lets this machine (the node's address) reach the serving runners' port."""
+    prefix = f"{kind}-{uuid.uuid4().hex[:6]}"
+    ranges = cluster_ranges(core_v1.api_client)
+    operator = e2e_operator(kubeconfig_path, [f"{prefix}-*"], workdir, ranges)
+    node = core_v1.list_node().items[0]
+    node_ip = next(a.address for a in node.status.addresses if a.type == "InternalIP")
+    assert operator.env is not None
+    operator.env["SANDPOD_RUNNER_INGRESS_FROM"] = json.dumps(
+        [{"ipBlock": {"cidr": f"{node_ip}/32"}}]
+    )
+    operator.start()
+    try:
+        yield operator, prefix
+    finally:
+        operator.stop()

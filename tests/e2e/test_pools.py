@@ -6,7 +6,6 @@ kubelet's probe of its runner port answers, i.e. its program's process is pre-st
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,7 +15,7 @@ from typing import Any
 import pytest
 from executions import kubectl
 from kubernetes import client
-from operator_process import e2e_operator
+from operator_process import operator_reaching_runners
 from sandpod_contract.names import (
     CLAIMED_BY_LABEL,
     EXECUTION_LABEL,
@@ -38,19 +37,9 @@ def pool_namespace_prefix(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[str]:
     """An operator watching `pool-<id>-*` only, which lets the node reach pool pods' runners."""
-    prefix = f"pool-{uuid.uuid4().hex[:6]}"
-    operator = e2e_operator(kubeconfig_path, [f"{prefix}-*"], tmp_path_factory.mktemp("pools"))
-    node = core_v1.list_node().items[0]
-    node_ip = next(a.address for a in node.status.addresses if a.type == "InternalIP")
-    assert operator.env is not None
-    operator.env["SANDPOD_RUNNER_INGRESS_FROM"] = json.dumps(
-        [{"ipBlock": {"cidr": f"{node_ip}/32"}}]
-    )
-    operator.start()
-    try:
+    workdir = tmp_path_factory.mktemp("pools")
+    with operator_reaching_runners("pool", kubeconfig_path, core_v1, workdir) as (_, prefix):
         yield prefix
-    finally:
-        operator.stop()
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ mode (`--serve CONFIG --session`) in the sandbox images.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 from executions import TERMINAL, create, events_about, get, status, wait_for
 from kubernetes import client
-from operator_process import e2e_operator
+from operator_process import operator_reaching_runners
 from sandpod_contract.names import SESSION_PLURAL
 from sandpod_testkit.components import OperatorProcess
 from sandpod_testkit.kube import GROUP, VERSION, delete_executions, is_gone
@@ -38,19 +37,9 @@ def session_operator(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[OperatorProcess, str]]:
     """An operator watching `sess-<id>-*` only, with the runner port open to this machine."""
-    prefix = f"sess-{uuid.uuid4().hex[:6]}"
-    operator = e2e_operator(kubeconfig_path, [f"{prefix}-*"], tmp_path_factory.mktemp("sess"))
-    node = core_v1.list_node().items[0]
-    node_ip = next(a.address for a in node.status.addresses if a.type == "InternalIP")
-    assert operator.env is not None
-    operator.env["SANDPOD_RUNNER_INGRESS_FROM"] = json.dumps(
-        [{"ipBlock": {"cidr": f"{node_ip}/32"}}]
-    )
-    operator.start()
-    try:
-        yield operator, prefix
-    finally:
-        operator.stop()
+    workdir = tmp_path_factory.mktemp("sess")
+    with operator_reaching_runners("sess", kubeconfig_path, core_v1, workdir) as started:
+        yield started
 
 
 @pytest.fixture

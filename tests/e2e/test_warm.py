@@ -11,7 +11,6 @@ serves twice (no two executions name the same pod), and claimed pods are removed
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ from typing import Any
 import pytest
 from executions import TERMINAL, create, events_about, get, status, wait_for
 from kubernetes import client
-from operator_process import e2e_operator
+from operator_process import operator_reaching_runners
 from sandpod_contract.names import POOL_PLURAL
 from sandpod_testkit.components import OperatorProcess
 from sandpod_testkit.kube import GROUP, VERSION, delete_executions
@@ -41,19 +40,9 @@ def warm_operator(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[OperatorProcess, str]]:
     """An operator watching `warm-<id>-*` only, with the runner port open to this machine."""
-    prefix = f"warm-{uuid.uuid4().hex[:6]}"
-    operator = e2e_operator(kubeconfig_path, [f"{prefix}-*"], tmp_path_factory.mktemp("warm"))
-    node = core_v1.list_node().items[0]
-    node_ip = next(a.address for a in node.status.addresses if a.type == "InternalIP")
-    assert operator.env is not None
-    operator.env["SANDPOD_RUNNER_INGRESS_FROM"] = json.dumps(
-        [{"ipBlock": {"cidr": f"{node_ip}/32"}}]
-    )
-    operator.start()
-    try:
-        yield operator, prefix
-    finally:
-        operator.stop()
+    workdir = tmp_path_factory.mktemp("warm")
+    with operator_reaching_runners("warm", kubeconfig_path, core_v1, workdir) as started:
+        yield started
 
 
 @pytest.fixture

@@ -29,7 +29,10 @@ from serve_double import Script, ServeDouble
 # clean_environment: autouse, no SANDPOD_* settings from the environment.
 from test_operator_reconciler import clean_environment, latest, status_of, submit
 
-__all__ = ["clean_environment"]
+# runners: the local runners a test started, stopped after it.
+from test_operator_warm import runners
+
+__all__ = ["clean_environment", "runners"]
 
 NAMESPACE = "team-a"
 SESSION = "notebook"
@@ -85,14 +88,6 @@ def serve_from(kube: FakeKube, key: Key, server: ServeDouble) -> None:
     status["podIP"] = "127.0.0.1"
     kube.set_pod_status(*key, status)
     kube.logs[key] = b'{"serve":{"port":7070,"credential":"' + server.credential.encode() + b'"}}\n'
-
-
-@pytest_asyncio.fixture(loop_scope="function")
-async def runners() -> AsyncIterator[list[ServeDouble]]:
-    started: list[ServeDouble] = []
-    yield started
-    for server in started:
-        await server.stop()
 
 
 @pytest.fixture
