@@ -159,21 +159,15 @@ def build_session_configmap(
 
 
 def build_session_pod(
-    *,
-    namespace: str,
-    session_name: str,
-    uid: str,
-    sandbox: Sandbox,
-    configmap: Manifest,
-    settings: OperatorSettings,
+    configmap: Manifest, sandbox: Sandbox, settings: OperatorSettings
 ) -> Manifest:
-    """A session's own serving pod (no pool had one free), named after the session."""
-    spec = serve_pod_spec(
-        sandbox, settings, sessions=True, config_name=configmap["metadata"]["name"]
-    )
+    """A session's own serving pod (no pool had one free), named and labelled like its serve
+    config (build_session_configmap)."""
+    meta = configmap["metadata"]
+    spec = serve_pod_spec(sandbox, settings, sessions=True, config_name=meta["name"])
     # A sandbox (the deny-all policy selects it) of this session.
-    labels = sandbox_labels(session_name, SESSION_LABEL)
-    metadata = {"name": child_name(session_name, uid), "namespace": namespace, "labels": labels}
+    labels = sandbox_labels(meta["labels"][SESSION_LABEL], SESSION_LABEL)
+    metadata = {"name": meta["name"], "namespace": meta["namespace"], "labels": labels}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 

@@ -281,7 +281,7 @@ class Reconciler:
         session = (meta.get("labels") or {}).get(SESSION_LABEL)
         if session:
             # A session's pod: its daemon looks at it (ready, or gone).
-            self.sessions.poke((str(meta.get("namespace")), session))
+            self.sessions.wakeups.poke((str(meta.get("namespace")), session))
             self.warm.forget_if_gone(event_type, pod)
             return
         if POOL_LABEL in (meta.get("labels") or {}):

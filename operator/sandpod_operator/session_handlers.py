@@ -78,7 +78,7 @@ async def start_session(
 async def session_execution_changed(
     namespace: str | None, spec: kopf.Spec, memo: kopf.Memo, **_: Any
 ) -> None:
-    sessions_of(memo).poke((namespace or "", str(spec["session"])))
+    sessions_of(memo).wakeups.poke((namespace or "", str(spec["session"])))
 
 
 @kopf.on.delete(*SESSIONS)
@@ -111,4 +111,4 @@ async def serve_session(
             kopf_logger.warning("session step failed, retrying: %s", error)
             wait = TRANSIENT_DELAY_SECONDS
         if wait > 0:
-            await sessions.wait(key, min(wait, RESYNC_SECONDS))
+            await sessions.wakeups.wait(key, min(wait, RESYNC_SECONDS))

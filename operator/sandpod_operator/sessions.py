@@ -269,12 +269,6 @@ class SessionController:
 
     # --- waking -------------------------------------------------------------------------
 
-    def poke(self, key: Key) -> None:
-        self.wakeups.poke(key)
-
-    async def wait(self, key: Key, timeout: float) -> None:
-        await self.wakeups.wait(key, timeout)
-
     def forget(self, key: Key, uid: str) -> None:
         self.wakeups.forget(key)
         self.written.pop(uid, None)
@@ -317,7 +311,7 @@ class SessionController:
                 start_mode=mode,
             ),
         )
-        self.poke((meta["namespace"], meta["name"]))
+        self.wakeups.poke((meta["namespace"], meta["name"]))
 
     async def _create_own_pod(
         self, session: Manifest, spec: CodeSessionSpec, sandbox: Sandbox, deny_all: bool
@@ -337,24 +331,17 @@ class SessionController:
                 await self.kube.create_network_policy(ingress, uid=None)
             self.protected.add(namespace)
         egress = build_egress_policy(
-            namespace=namespace,
-            execution_name=name,
-            uid=uid,
-            network=spec.network,
-            bounds=self.settings.egress_bounds,
             owner_label=SESSION_LABEL,
+            execution_name=name,
+            namespace=namespace,
+            uid=uid,
+            bounds=self.settings.egress_bounds,
+            network=spec.network,
         )
         configmap = build_session_configmap(
             namespace=namespace, session_name=name, uid=uid, sandbox=sandbox, settings=self.settings
         )
-        pod = build_session_pod(
-            namespace=namespace,
-            session_name=name,
-            uid=uid,
-            sandbox=sandbox,
-            configmap=configmap,
-            settings=self.settings,
-        )
+        pod = build_session_pod(configmap, sandbox, self.settings)
         children: list[tuple[Manifest, Any]] = [
             (configmap, self.kube.create_configmap),
             (pod, self.kube.create_pod),
@@ -578,7 +565,7 @@ class SessionController:
                 session=name,
             )
             await self.record(execution, waiting)
-        self.poke((meta["namespace"], name))
+        self.wakeups.poke((meta["namespace"], name))
 
     async def check(self, execution: Manifest, known: Manifest | None) -> None:
         """Watchdog tick of an unfinished execution in a session: its session gone or ended

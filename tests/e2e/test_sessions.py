@@ -1,71 +1,33 @@
 """CodeSessions on the cluster: executions that name a session run in its one sandbox, in
 order, keeping files and the Python interpreter's state (the session design).
 
-This module runs an operator of its own, on namespaces of its own (`sess-<id>-*`), whose
-runner port is open to this machine (the operator runs here). It needs the runner's session
-mode (`--serve CONFIG --session`) in the sandbox images.
+This module runs an operator of its own (test_warm's fixture), on namespaces of its own
+(`warm-<id>-*`), whose runner port is open to this machine (the operator runs here). It
+needs the runner's session mode (`--serve CONFIG --session`) in the sandbox images.
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from executions import TERMINAL, create, events_about, get, status, wait_for
 from kubernetes import client
-from operator_process import operator_reaching_runners
 from sandpod_contract.names import SESSION_PLURAL
 from sandpod_testkit.components import OperatorProcess
-from sandpod_testkit.kube import GROUP, VERSION, delete_executions, is_gone
+from sandpod_testkit.kube import GROUP, VERSION, is_gone
 from sandpod_testkit.waiting import wait_until
-from test_pools import namespace_with_pools, pool_counts
-from test_warm import start_pool
+from test_pools import pool_counts
+
+# warm_operator, warm_namespace: an operator of this module's own that reaches the runners,
+# and a fresh namespace it watches per test.
+from test_warm import start_pool, warm_namespace, warm_operator
+
+__all__ = ["warm_namespace", "warm_operator"]
 
 READY_TIMEOUT = 120
 RUN_TIMEOUT = 120
 Session = dict[str, Any]
-
-
-@pytest.fixture(scope="module")
-def session_operator(
-    sandpod_crd: str,
-    kubeconfig_path: Path,
-    core_v1: client.CoreV1Api,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[OperatorProcess, str]]:
-    """An operator watching `sess-<id>-*` only, with the runner port open to this machine."""
-    workdir = tmp_path_factory.mktemp("sess")
-    with operator_reaching_runners("sess", kubeconfig_path, core_v1, workdir) as started:
-        yield started
-
-
-@pytest.fixture
-def session_namespace(
-    session_operator: tuple[OperatorProcess, str],
-    core_v1: client.CoreV1Api,
-    custom_objects: client.CustomObjectsApi,
-) -> Iterator[str]:
-    name = f"{session_operator[1]}-{uuid.uuid4().hex[:6]}"
-    with namespace_with_pools(name, core_v1, custom_objects):
-        yield name
-        delete_executions(custom_objects, name, timeout=120)
-        # Sessions carry the operator's finalizer: delete them while the operator runs.
-        custom_objects.delete_collection_namespaced_custom_object(
-            GROUP, VERSION, name, SESSION_PLURAL
-        )
-        wait_until(
-            lambda: not sessions_in(custom_objects, name),
-            timeout=60,
-            what=f"the sessions in {name} to be deleted",
-        )
-
-
-def sessions_in(objects: client.CustomObjectsApi, namespace: str) -> list[Any]:
-    listed: Any = objects.list_namespaced_custom_object(GROUP, VERSION, namespace, SESSION_PLURAL)
-    return list(listed["items"])
 
 
 def session_of(objects: client.CustomObjectsApi, namespace: str, name: str) -> Session:
@@ -104,37 +66,37 @@ def run(
 
 
 def test_two_executions_share_a_variable_and_a_file(
-    session_namespace: str, custom_objects: client.CustomObjectsApi
+    warm_namespace: str, custom_objects: client.CustomObjectsApi
 ) -> None:
-    open_session(custom_objects, session_namespace)
-    first = run(custom_objects, session_namespace, "x1", "x = 41\nopen('f.txt', 'w').write('hi')")
+    open_session(custom_objects, warm_namespace)
+    first = run(custom_objects, warm_namespace, "x1", "x = 41\nopen('f.txt', 'w').write('hi')")
     assert first["phase"] == "Succeeded", first
-    second = run(custom_objects, session_namespace, "x2", "print(x + 1, open('f.txt').read())")
+    second = run(custom_objects, warm_namespace, "x2", "print(x + 1, open('f.txt').read())")
     assert (second["phase"], second["stdout"]) == ("Succeeded", "42 hi\n"), second
-    assert session_of(custom_objects, session_namespace, "nb")["executionCount"] == 2
+    assert session_of(custom_objects, warm_namespace, "nb")["executionCount"] == 2
 
 
 def test_a_trailing_expressions_value_is_returned(
-    session_namespace: str, custom_objects: client.CustomObjectsApi
+    warm_namespace: str, custom_objects: client.CustomObjectsApi
 ) -> None:
-    open_session(custom_objects, session_namespace)
-    done = run(custom_objects, session_namespace, "x1", "answer = 6 * 7\nanswer")
+    open_session(custom_objects, warm_namespace)
+    done = run(custom_objects, warm_namespace, "x1", "answer = 6 * 7\nanswer")
     assert (done["phase"], done.get("result")) == ("Succeeded", "42"), done
 
 
 def test_a_timeout_then_a_working_execution_that_reports_the_lost_state(
-    session_namespace: str, custom_objects: client.CustomObjectsApi
+    warm_namespace: str, custom_objects: client.CustomObjectsApi
 ) -> None:
-    open_session(custom_objects, session_namespace)
+    open_session(custom_objects, warm_namespace)
     slow = run(
         custom_objects,
-        session_namespace,
+        warm_namespace,
         "x1",
         "import time\ny = 1\ntime.sleep(60)",
         timeoutSeconds=2,
     )
     assert slow["phase"] == "TimedOut", slow
-    after = run(custom_objects, session_namespace, "x2", "print('y' in globals())")
+    after = run(custom_objects, warm_namespace, "x2", "print('y' in globals())")
     assert (after["phase"], after["stdout"], after.get("stateLost")) == (
         "Succeeded",
         "False\n",
@@ -150,53 +112,51 @@ def test_a_timeout_then_a_working_execution_that_reports_the_lost_state(
     ],
 )
 def test_a_session_ends_after_its_idle_timeout_or_lifetime(
-    session_namespace: str,
+    warm_namespace: str,
     custom_objects: client.CustomObjectsApi,
     core_v1: client.CoreV1Api,
     spec: dict[str, int],
     reason: str,
 ) -> None:
-    pod = open_session(custom_objects, session_namespace, **spec)["podName"]
+    pod = open_session(custom_objects, warm_namespace, **spec)["podName"]
     wait_until(
-        lambda: session_of(custom_objects, session_namespace, "nb").get("phase") == "Ended",
+        lambda: session_of(custom_objects, warm_namespace, "nb").get("phase") == "Ended",
         timeout=120,
         what="the session to end",
         interval=1,
     )
-    assert session_of(custom_objects, session_namespace, "nb")["reason"] == reason
+    assert session_of(custom_objects, warm_namespace, "nb")["reason"] == reason
     wait_until(
-        lambda: is_gone(lambda: core_v1.read_namespaced_pod(pod, session_namespace)),
+        lambda: is_gone(lambda: core_v1.read_namespaced_pod(pod, warm_namespace)),
         timeout=60,
         what="the session pod to be deleted",
     )
-    late = run(custom_objects, session_namespace, "late", "print(1)")
+    late = run(custom_objects, warm_namespace, "late", "print(1)")
     assert (late["phase"], late["reason"]) == ("Error", "SessionEnded"), late
 
 
 def test_operator_killed_while_executions_wait_each_ends_once_in_order(
-    session_namespace: str,
+    warm_namespace: str,
     custom_objects: client.CustomObjectsApi,
     core_v1: client.CoreV1Api,
-    session_operator: tuple[OperatorProcess, str],
+    warm_operator: tuple[OperatorProcess, str],
 ) -> None:
-    operator = session_operator[0]
-    open_session(custom_objects, session_namespace)
+    operator = warm_operator[0]
+    open_session(custom_objects, warm_namespace)
     source = "import time\ntime.sleep(3)\nn = 0"
-    create(custom_objects, session_namespace, "x0", language="python", source=source, session="nb")
+    create(custom_objects, warm_namespace, "x0", language="python", source=source, session="nb")
     names = [f"x{index}" for index in range(1, 5)]
     for name in names:
         create(
             custom_objects,
-            session_namespace,
+            warm_namespace,
             name,
             language="python",
             source="n += 1\nprint(n)",
             session="nb",
         )
     wait_until(
-        lambda: (
-            status(get(custom_objects, session_namespace, "x0") or {}).get("phase") == "Running"
-        ),
+        lambda: status(get(custom_objects, warm_namespace, "x0") or {}).get("phase") == "Running",
         timeout=RUN_TIMEOUT,
         what="the first execution to run",
         interval=0.2,
@@ -204,28 +164,28 @@ def test_operator_killed_while_executions_wait_each_ends_once_in_order(
     operator.kill()
     operator.start()
     for index, name in enumerate(names, 1):
-        done = status(wait_for(custom_objects, session_namespace, name, timeout=RUN_TIMEOUT))
+        done = status(wait_for(custom_objects, warm_namespace, name, timeout=RUN_TIMEOUT))
         assert (done["phase"], done["stdout"]) == ("Succeeded", f"{index}\n"), done
     for name in ["x0", *names]:
         ended = [
             e.reason
-            for e in events_about(core_v1, session_namespace, "CodeExecution", name)
+            for e in events_about(core_v1, warm_namespace, "CodeExecution", name)
             if e.reason in TERMINAL
         ]
         assert ended == ["Succeeded"], (name, ended, operator.log_tail())
-    assert session_of(custom_objects, session_namespace, "nb")["executionCount"] == 5
+    assert session_of(custom_objects, warm_namespace, "nb")["executionCount"] == 5
 
 
 def test_a_session_starts_from_a_pool(
-    session_namespace: str, custom_objects: client.CustomObjectsApi
+    warm_namespace: str, custom_objects: client.CustomObjectsApi
 ) -> None:
-    start_pool(custom_objects, session_namespace, 1, sessions=True)
-    started = open_session(custom_objects, session_namespace, pool="py")
+    start_pool(custom_objects, warm_namespace, 1, sessions=True)
+    started = open_session(custom_objects, warm_namespace, pool="py")
     assert started["startMode"] == "warm"
-    done = run(custom_objects, session_namespace, "x1", "print(1)")
+    done = run(custom_objects, warm_namespace, "x1", "print(1)")
     assert (done["phase"], done["stdout"]) == ("Succeeded", "1\n"), done
     wait_until(
-        lambda: pool_counts(custom_objects, session_namespace, "py") == (1, 1),
+        lambda: pool_counts(custom_objects, warm_namespace, "py") == (1, 1),
         timeout=120,
         what="the pool to refill",
         interval=0.5,
