@@ -322,6 +322,14 @@ class CodeExecutionSpec(_Model):
         description="RuntimeClass of the sandbox pod. Defaults to the operator's setting "
         "(gvisor); only classes the operator allows are accepted.",
     )
+    session: str | None = Field(
+        default=None,
+        max_length=MAX_NAME_LENGTH,
+        pattern=DNS_LABEL_PATTERN,
+        description="Name of a CodeSession in this namespace to run in: its sandbox, files and "
+        "interpreter state. Executions of one session run one at a time, in creation order; "
+        "resources and network come from the session.",
+    )
 
     @field_validator("files")
     @classmethod
@@ -414,9 +422,22 @@ class CodeExecutionStatus(_Model):
     wait_ms: int | None = Field(
         default=None, ge=0, description="Milliseconds from creation to the program's start."
     )
+    session: str | None = Field(
+        default=None, description="The CodeSession the execution ran (or waits to run) in."
+    )
+    result: str | None = Field(
+        default=None,
+        description="In a session: the repr of the program's trailing expression, as text "
+        "(Python, like a notebook cell); absent when there is none.",
+    )
+    state_lost: bool | None = Field(
+        default=None,
+        description="In a session: true when the session's interpreter was restarted (by "
+        "this execution or one before it), so earlier variables are gone; message says why.",
+    )
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Standard conditions: Accepted, Started, Completed, Succeeded.",
+        description="Standard conditions: Accepted, Started, Completed, Succeeded, Queued.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     observed_generation: int | None = Field(
@@ -446,6 +467,11 @@ class SandboxPoolSpec(_Model):
     size: int = Field(
         ge=0, le=MAX_POOL_SIZE, description="How many free, started sandbox pods to keep."
     )
+    sessions: bool = Field(
+        default=False,
+        description="true: the pods serve CodeSessions (many executions each, state kept) and "
+        "only sessions claim them; false: each pod serves one execution.",
+    )
     max_refill_per_minute: int | None = Field(
         default=None,
         description="At most this many pods started per minute (refills and the first "
@@ -464,6 +490,90 @@ class SandboxPoolStatus(_Model):
         default_factory=list,
         description="Ready: True when `size` free pods are ready; False with reason Filling, "
         "RefillLimited (maxRefillPerMinute) or InvalidSpec.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    observed_generation: int | None = Field(
+        default=None, description="metadata.generation the status was written for."
+    )
+
+
+SessionPhase = Literal["Starting", "Ready", "Busy", "Ended"]
+DEFAULT_IDLE_TIMEOUT_SECONDS = 600
+MIN_IDLE_TIMEOUT_SECONDS = 10
+DEFAULT_MAX_LIFETIME_SECONDS = 3600
+MIN_MAX_LIFETIME_SECONDS = 60
+MAX_SESSION_SECONDS = 86400
+
+
+class CodeSessionSpec(_Model):
+    """One sandbox kept for one user: executions that name the session run in it, in order,
+    and keep its files and (Python) its interpreter's state. Immutable once created."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [IMMUTABLE_RULE]})
+
+    language: LanguageName
+    resources: Resources = Field(
+        default_factory=Resources,
+        description="cpu, memory and ephemeral-storage limits of the session's sandbox.",
+    )
+    network: Network = Field(
+        default_factory=Network, description="Network access of the sandbox; none by default."
+    )
+    idle_timeout_seconds: int = Field(
+        default=DEFAULT_IDLE_TIMEOUT_SECONDS,
+        ge=MIN_IDLE_TIMEOUT_SECONDS,
+        le=MAX_SESSION_SECONDS,
+        description="The session ends this long after its last execution ended (or after it "
+        "started, before any).",
+    )
+    max_lifetime_seconds: int = Field(
+        default=DEFAULT_MAX_LIFETIME_SECONDS,
+        ge=MIN_MAX_LIFETIME_SECONDS,
+        le=MAX_SESSION_SECONDS,
+        description="The session ends this long after its creation, whatever it is doing "
+        "between executions.",
+    )
+    pool: str | None = Field(
+        default=None,
+        max_length=MAX_NAME_LENGTH,
+        pattern=DNS_LABEL_PATTERN,
+        description="A SandboxPool (sessions: true) to take the sandbox from. Omitted: any "
+        "fitting session pool of the namespace; none free: a sandbox of its own.",
+    )
+
+
+class CodeSessionStatus(_Model):
+    """The session's sandbox and where it stands, written by the operator."""
+
+    phase: SessionPhase = Field(
+        description="Starting (its sandbox is starting), Ready (waiting for an execution), "
+        "Busy (running one), Ended (for good: see reason)."
+    )
+    reason: str | None = Field(
+        default=None,
+        description="CamelCase cause of the phase: Started, IdleTimeout, LifetimeExceeded, "
+        "Deleted, SandboxLost, StartupTimeout, InvalidSpec.",
+    )
+    message: str | None = Field(default=None, description="Human-readable explanation.")
+    pod_name: str | None = Field(default=None, description="Name of the session's sandbox pod.")
+    start_mode: Literal["warm", "cold"] | None = Field(
+        default=None, description="warm: its pod came from a SandboxPool; cold: its own pod."
+    )
+    started_at: Timestamp | None = Field(
+        default=None, description="When the session's sandbox was ready."
+    )
+    last_activity_at: Timestamp | None = Field(
+        default=None, description="When its last execution ended."
+    )
+    expires_at: Timestamp | None = Field(
+        default=None,
+        description="When the session ends unless an execution comes first: the earlier of "
+        "the idle and the lifetime deadlines.",
+    )
+    execution_count: int = Field(default=0, ge=0, description="Executions run in the session.")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Ready: True while the session can run executions.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     observed_generation: int | None = Field(

@@ -29,9 +29,19 @@ POOL_PLURAL = "sandboxpools"
 POOL_SINGULAR = "sandboxpool"
 POOL_SHORT_NAMES = ("sbp",)
 
+SESSION_KIND = "CodeSession"
+SESSION_PLURAL = "codesessions"
+SESSION_SINGULAR = "codesession"
+SESSION_SHORT_NAMES = ("cxs",)
+
 # (kind, plural, singular, short names) of each custom resource.
 EXECUTION_NAMES = (KIND, PLURAL, SINGULAR, SHORT_NAMES)
 POOL_NAMES = (POOL_KIND, POOL_PLURAL, POOL_SINGULAR, POOL_SHORT_NAMES)
+SESSION_NAMES = (SESSION_KIND, SESSION_PLURAL, SESSION_SINGULAR, SESSION_SHORT_NAMES)
+# A session's pod (cold or claimed from a pool) carries the session's name here.
+SESSION_LABEL = f"{GROUP}/session"
+# Appended to the serving runner's argv: many executions, one at a time, state kept.
+SESSION_RUNNER_FLAG = "--session"
 # Pool pods: which pool made them, whether they are still free, and (once claimed) by whom.
 POOL_LABEL = f"{GROUP}/pool"
 POOL_STATE_LABEL = f"{GROUP}/pool-state"

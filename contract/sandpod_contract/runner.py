@@ -30,6 +30,8 @@ FRAME_MAC_DOMAIN = b"sandpod-frame-v1"
 FRAME_MAC_BYTES = 16
 # The runner's own error text is short (the termination message holds at most 4 KiB).
 MAX_ERROR_CHARS = 16 * 1024
+# A session run's trailing value is bounded by the runner (64 KiB); more is not its own.
+MAX_VALUE_CHARS = 128 * 1024
 # Escaped as \u003c etc. by the API server's JSON encoder (Python's escapes neither).
 _HTML_ESCAPED = ("<", ">", "&")
 
@@ -52,6 +54,10 @@ class RunnerResult(BaseModel):
     peak_memory_bytes: int | None = Field(ge=0)
     diagnostics: list[dict[str, Any]] | None
     error: str | None = Field(max_length=MAX_ERROR_CHARS)
+    # Session mode only: the trailing expression's repr, and whether the interpreter was
+    # restarted (state lost) by or before this run.
+    value: str | None = Field(default=None, max_length=MAX_VALUE_CHARS)
+    state_lost: bool = False
 
     def agrees_with(self, shortened: "RunnerResult") -> bool:
         """The log's copy against the termination message's (whose diagnostics may have been

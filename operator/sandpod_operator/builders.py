@@ -67,10 +67,10 @@ def content_size_bytes(spec: CodeExecutionSpec) -> int:
     return sum(len(text.encode()) for text in texts)
 
 
-def sandbox_labels(execution_name: str) -> dict[str, str]:
+def sandbox_labels(owner_name: str, owner_label: str = EXECUTION_LABEL) -> dict[str, str]:
     return {
         MANAGED_BY_LABEL: MANAGED_BY,
-        EXECUTION_LABEL: execution_name,
+        owner_label: owner_name,
         ROLE_LABEL: SANDBOX_ROLE,
     }
 
@@ -344,9 +344,16 @@ def namespace_policy(namespace: str, name: str, spec: Manifest) -> Manifest:
 
 
 def build_egress_policy(
-    *, namespace: str, execution_name: str, uid: str, network: Network, bounds: EgressBounds
+    *,
+    namespace: str,
+    execution_name: str,
+    uid: str,
+    network: Network,
+    bounds: EgressBounds,
+    owner_label: str = EXECUTION_LABEL,
 ) -> Manifest | None:
-    """For egress: allowlist, a policy that adds the allowed destinations (policies add up).
+    """For egress: allowlist, a policy that adds the allowed destinations (policies add up)
+    to the pod labelled `owner_label`=`execution_name` (an execution's, or a session's).
     Each block leaves out the excluded ranges inside it, should a check ever be skipped."""
     if network.egress != "allowlist":
         return None
@@ -365,12 +372,10 @@ def build_egress_policy(
         "metadata": {
             "name": child_name(execution_name, uid),
             "namespace": namespace,
-            "labels": sandbox_labels(execution_name),
+            "labels": sandbox_labels(execution_name, owner_label),
         },
         "spec": {
-            "podSelector": {
-                "matchLabels": {EXECUTION_LABEL: execution_name, ROLE_LABEL: SANDBOX_ROLE}
-            },
+            "podSelector": {"matchLabels": {owner_label: execution_name, ROLE_LABEL: SANDBOX_ROLE}},
             "policyTypes": ["Egress"],
             "egress": rules,
         },

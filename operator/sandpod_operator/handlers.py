@@ -27,7 +27,10 @@ from sandpod_contract.names import (
     VERSION,
 )
 
-from sandpod_operator import pool_handlers  # noqa: F401  (registers the pool handlers)
+from sandpod_operator import (  # noqa: F401  (registers their handlers)
+    pool_handlers,
+    session_handlers,
+)
 from sandpod_operator.builders import DENY_ALL_POLICY_NAME
 from sandpod_operator.kube import Kube, RequestCounter
 from sandpod_operator.pools import PoolController
@@ -60,6 +63,16 @@ def reconciler_of(memo: kopf.Memo) -> Reconciler:
 def index_of(handler_kwargs: Mapping[str, Any], name: str) -> kopf.Index[Any, Any]:
     """kopf hands every index to every handler as a keyword argument named after it."""
     return cast(kopf.Index[Any, Any], handler_kwargs[name])
+
+
+def session_of(handler_kwargs: Mapping[str, Any], execution: dict[str, Any]) -> Any:
+    """The session an execution names, as last seen (None: none named, or not seen)."""
+    name = (execution.get("spec") or {}).get("session")
+    if not name:
+        return None
+    key = (execution["metadata"]["namespace"], name)
+    found: Any = index_of(handler_kwargs, "code_sessions").get(key, [])
+    return plain(next(iter(found))) if found else None
 
 
 def unfinished(status: kopf.Status, **_: Any) -> bool:
@@ -136,8 +149,9 @@ async def start_execution(
     execution = plain(body)
     protected = bool(index_of(kwargs, "deny_all_policies").get(namespace or ""))
     pools = list(index_of(kwargs, "sandbox_pools").get(namespace or "", []))
+    session = session_of(kwargs, execution)
     try:
-        await reconciler.start(execution, deny_all_present=protected, pools=pools)
+        await reconciler.start(execution, deny_all_present=protected, pools=pools, session=session)
     except API_ERRORS as error:
         if is_transient(error) and retry < START_RETRIES:
             raise kopf.TemporaryError(str(error), delay=TRANSIENT_DELAY_SECONDS) from error
@@ -160,7 +174,8 @@ async def stop_deleted_execution(
     """Remove a deleted execution's pod at once instead of waiting for garbage collection."""
     kube = reconciler_of(memo).kube
     kube.counter.forget(uid)
-    if namespace and status.get("podName"):
+    # A session's pod is the session's: it stays for the session's other executions.
+    if namespace and status.get("podName") and not status.get("session"):
         await kube.delete_pod(namespace, status["podName"], uid=None)
 
 
@@ -202,7 +217,9 @@ async def watchdog(
         execution = plain(body)
         key = (execution["metadata"]["namespace"], execution["metadata"]["name"])
         try:
-            await reconciler.watch(execution, list(sandbox_pods.get(key, [])))
+            await reconciler.watch(
+                execution, list(sandbox_pods.get(key, [])), session_of(kwargs, execution)
+            )
         except (*API_ERRORS, kopf.TemporaryError) as error:
             logger.warning("watchdog check failed, retrying: %s", error)
 

@@ -14,7 +14,15 @@ from typing import Any, Protocol
 
 from kubernetes_asyncio import client as k8s
 from prometheus_client import Counter, Histogram
-from sandpod_contract.names import FINISHED_LABEL, GROUP, PLURAL, POOL_LABEL, POOL_PLURAL, VERSION
+from sandpod_contract.names import (
+    FINISHED_LABEL,
+    GROUP,
+    PLURAL,
+    POOL_LABEL,
+    POOL_PLURAL,
+    SESSION_PLURAL,
+    VERSION,
+)
 from sandpod_contract.runner import LogReader, LogSummary, Summary
 
 Manifest = dict[str, Any]
@@ -131,6 +139,10 @@ class KubeApi(Protocol):
     ) -> Manifest: ...
     async def label_finished(self, namespace: str, name: str, *, uid: str) -> None: ...
     async def delete_execution(self, namespace: str, name: str, *, uid: str) -> None: ...
+    async def get_session(self, namespace: str, name: str) -> Manifest | None: ...
+    async def patch_session_status(
+        self, namespace: str, name: str, *, resource_version: str, status: Manifest
+    ) -> Manifest: ...
 
 
 class PoolKubeApi(Protocol):
@@ -332,16 +344,21 @@ class Kube:
         return f"{newest.get('reason')}: {newest.get('message')}"
 
     async def get_execution(self, namespace: str, name: str, *, uid: str | None) -> Manifest | None:
+        return await self._get_custom(PLURAL, namespace, name, uid)
+
+    async def _get_custom(
+        self, plural: str, namespace: str, name: str, uid: str | None
+    ) -> Manifest | None:
         try:
             return await self._call(
                 "get",
-                PLURAL,
+                plural,
                 uid,
                 self._custom.get_namespaced_custom_object,
                 GROUP,
                 VERSION,
                 namespace,
-                PLURAL,
+                plural,
                 name,
             )
         except KubeError as error:
@@ -352,20 +369,41 @@ class Kube:
     async def patch_execution_status(
         self, namespace: str, name: str, *, uid: str | None, resource_version: str, status: Manifest
     ) -> Manifest:
+        return await self._patch_status(PLURAL, namespace, name, uid, resource_version, status)
+
+    async def _patch_status(
+        self,
+        plural: str,
+        namespace: str,
+        name: str,
+        uid: str | None,
+        resource_version: str,
+        status: Manifest,
+    ) -> Manifest:
         """Merge-patch status, only if the object is still at `resource_version` (else 409)."""
         body = {"metadata": {"resourceVersion": resource_version}, "status": status}
         return await self._call(
             "patch",
-            f"{PLURAL}/status",
+            f"{plural}/status",
             uid,
             self._custom.patch_namespaced_custom_object_status,
             GROUP,
             VERSION,
             namespace,
-            PLURAL,
+            plural,
             name,
             body,
             _content_type=MERGE_PATCH,
+        )
+
+    async def get_session(self, namespace: str, name: str) -> Manifest | None:
+        return await self._get_custom(SESSION_PLURAL, namespace, name, None)
+
+    async def patch_session_status(
+        self, namespace: str, name: str, *, resource_version: str, status: Manifest
+    ) -> Manifest:
+        return await self._patch_status(
+            SESSION_PLURAL, namespace, name, None, resource_version, status
         )
 
     async def label_finished(self, namespace: str, name: str, *, uid: str) -> None:

@@ -1,5 +1,6 @@
-"""Pure builders of what a SandboxPool needs: its pods, its serve-config ConfigMap, and the
-namespace's NetworkPolicy that lets the operator (alone) reach the serving runners.
+"""Pure builders of serving sandboxes: a SandboxPool's pods and serve-config ConfigMap, a
+CodeSession's own pod and ConfigMap, and the namespace's NetworkPolicies that let the
+operator (alone) reach the serving runners.
 
 No I/O here. The pool controller adds ownerReferences (kopf.adopt) and creates these.
 """
@@ -21,6 +22,9 @@ from sandpod_contract.names import (
     RUNNER_PORT,
     RUNNER_PORT_NAME,
     SANDBOX_ROLE,
+    SESSION_LABEL,
+    SESSION_RUNNER_FLAG,
+    child_name,
     pool_runner_config_name,
 )
 
@@ -31,11 +35,13 @@ from sandpod_operator.builders import (
     language_config,
     limits_within,
     namespace_policy,
+    sandbox_labels,
     sandbox_pod_spec,
 )
 from sandpod_operator.settings import CONFIG_KEY, OperatorSettings
 
 RUNNER_INGRESS_POLICY_NAME = "sandpod-runner-ingress"
+SESSION_RUNNER_INGRESS_POLICY_NAME = "sandpod-session-runner-ingress"
 READY_PATH = "/ready"
 TEMPLATE_HASH_CHARS = 16
 
@@ -61,8 +67,13 @@ def pool_labels(pool_name: str, template: str) -> dict[str, str]:
     }
 
 
-def build_pool_configmap(
-    *, namespace: str, pool_name: str, sandbox: Sandbox, settings: OperatorSettings
+def build_serve_configmap(
+    *,
+    namespace: str,
+    name: str,
+    labels: dict[str, str],
+    sandbox: Sandbox,
+    settings: OperatorSettings,
 ) -> Manifest:
     """The serve config: a complete config.json for this language, which the runner checks as
     it checks any; the per-execution fields (args, timeout, output cap, files, stdin) come with
@@ -79,13 +90,21 @@ def build_pool_configmap(
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {
-            "name": pool_runner_config_name(pool_name),
-            "namespace": namespace,
-            "labels": {MANAGED_BY_LABEL: MANAGED_BY, POOL_LABEL: pool_name},
-        },
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "data": {CONFIG_KEY: json.dumps(config, indent=2) + "\n"},
     }
+
+
+def build_pool_configmap(
+    *, namespace: str, pool_name: str, sandbox: Sandbox, settings: OperatorSettings
+) -> Manifest:
+    return build_serve_configmap(
+        namespace=namespace,
+        name=pool_runner_config_name(pool_name),
+        labels={MANAGED_BY_LABEL: MANAGED_BY, POOL_LABEL: pool_name},
+        sandbox=sandbox,
+        settings=settings,
+    )
 
 
 def template_hash(pod_spec: Manifest, configmap: Manifest) -> str:
@@ -94,21 +113,18 @@ def template_hash(pod_spec: Manifest, configmap: Manifest) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:TEMPLATE_HASH_CHARS]
 
 
-def build_pool_pod(
-    *,
-    namespace: str,
-    pool_name: str,
-    sandbox: Sandbox,
-    configmap: Manifest,
-    settings: OperatorSettings,
+def serve_pod_spec(
+    sandbox: Sandbox, settings: OperatorSettings, *, sessions: bool, config_name: str
 ) -> Manifest:
-    """A hardened sandbox pod whose runner serves one execution: no deadline of its own (the
-    operator enforces each execution's), ready once the runner is."""
+    """A hardened sandbox pod whose runner serves executions (one, or a session's, one at a
+    time): no deadline of its own (the operator enforces each execution's), ready once the
+    runner is."""
+    flags = [SESSION_RUNNER_FLAG] if sessions else []
     spec = sandbox_pod_spec(
         sandbox,
         settings,
-        command=settings.pool_runner_command,
-        config_name=configmap["metadata"]["name"],
+        command=[*settings.pool_runner_command, *flags],
+        config_name=config_name,
     )
     container = spec["containers"][0]
     container["ports"] = [
@@ -118,25 +134,66 @@ def build_pool_pod(
         "httpGet": {"path": READY_PATH, "port": RUNNER_PORT_NAME},
         "periodSeconds": 1,
     }
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "generateName": f"{pool_name}-",
-            "namespace": namespace,
-            "labels": pool_labels(pool_name, template_hash(spec, configmap)),
-        },
-        "spec": spec,
-    }
+    return spec
 
 
-def build_runner_ingress_policy(namespace: str, peers: list[dict[str, Any]]) -> Manifest | None:
-    """Ingress to the runner port of every pool pod, from `peers` only (the operator); None
-    without peers (an empty `from` would admit everyone). Egress stays denied."""
+def build_pool_pod(
+    *,
+    namespace: str,
+    pool_name: str,
+    sandbox: Sandbox,
+    configmap: Manifest,
+    settings: OperatorSettings,
+    sessions: bool = False,
+) -> Manifest:
+    """A free pod of the pool (sessions: its runner serves a whole session)."""
+    spec = serve_pod_spec(
+        sandbox, settings, sessions=sessions, config_name=configmap["metadata"]["name"]
+    )
+    labels = pool_labels(pool_name, template_hash(spec, configmap))
+    metadata = {"generateName": f"{pool_name}-", "namespace": namespace, "labels": labels}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def build_session_configmap(
+    *, namespace: str, session_name: str, uid: str, sandbox: Sandbox, settings: OperatorSettings
+) -> Manifest:
+    return build_serve_configmap(
+        namespace=namespace,
+        name=child_name(session_name, uid),
+        labels={MANAGED_BY_LABEL: MANAGED_BY, SESSION_LABEL: session_name},
+        sandbox=sandbox,
+        settings=settings,
+    )
+
+
+def build_session_pod(
+    configmap: Manifest, sandbox: Sandbox, settings: OperatorSettings
+) -> Manifest:
+    """A session's own serving pod (no pool had one free), named and labelled like its serve
+    config (build_session_configmap)."""
+    meta = configmap["metadata"]
+    spec = serve_pod_spec(sandbox, settings, sessions=True, config_name=meta["name"])
+    # A sandbox (the deny-all policy selects it) of this session.
+    labels = sandbox_labels(meta["labels"][SESSION_LABEL], SESSION_LABEL)
+    metadata = {"name": meta["name"], "namespace": meta["namespace"], "labels": labels}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def build_runner_ingress_policy(
+    namespace: str,
+    peers: list[dict[str, Any]],
+    *,
+    name: str = RUNNER_INGRESS_POLICY_NAME,
+    selector_label: str = POOL_LABEL,
+) -> Manifest | None:
+    """Ingress to the runner port of every pod with `selector_label` (pool pods, or session
+    pods), from `peers` only (the operator); None without peers (an empty `from` would admit
+    everyone). Egress stays denied."""
     if not peers:
         return None
     spec = {
-        "podSelector": {"matchExpressions": [{"key": POOL_LABEL, "operator": "Exists"}]},
+        "podSelector": {"matchExpressions": [{"key": selector_label, "operator": "Exists"}]},
         "policyTypes": ["Ingress"],
         "ingress": [
             {
@@ -145,4 +202,4 @@ def build_runner_ingress_policy(namespace: str, peers: list[dict[str, Any]]) -> 
             }
         ],
     }
-    return namespace_policy(namespace, RUNNER_INGRESS_POLICY_NAME, spec)
+    return namespace_policy(namespace, name, spec)

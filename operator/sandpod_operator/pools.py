@@ -11,7 +11,6 @@ ownerReference moved to the execution) is never deleted here. Free pods are dele
 their resourceVersion as a precondition, so a pod claimed meanwhile survives the deletion.
 """
 
-import asyncio
 import copy
 import logging
 import time
@@ -38,15 +37,16 @@ from sandpod_operator.builders import (
     build_network_policy,
 )
 from sandpod_operator.kube import PoolKubeApi
+from sandpod_operator.owners import as_body
 from sandpod_operator.pool_builders import (
     build_pool_configmap,
     build_pool_pod,
     build_runner_ingress_policy,
     plan_pool,
 )
-from sandpod_operator.reconciler import as_body
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import pod_finished, set_condition, status_patch
+from sandpod_operator.wakeups import Wakeups
 
 logger = logging.getLogger(__name__)
 
@@ -141,26 +141,18 @@ class PoolController:
     configs: dict[str, str] = field(default_factory=dict)
     # Namespaces whose NetworkPolicies this process has ensured.
     protected: set[str] = field(default_factory=set)
-    wakeups: dict[PoolKey, asyncio.Event] = field(default_factory=dict)
+    wakeups: Wakeups = field(default_factory=Wakeups)
 
     # --- waking -----------------------------------------------------------------------
 
     def poke(self, key: PoolKey) -> None:
-        """Something about the pool changed: run its next pass now."""
-        self.wakeups.setdefault(key, asyncio.Event()).set()
+        self.wakeups.poke(key)
 
     async def wait(self, key: PoolKey, timeout: float) -> None:
-        """Until the pool is poked, or `timeout` seconds."""
-        wakeup = self.wakeups.setdefault(key, asyncio.Event())
-        try:
-            await asyncio.wait_for(wakeup.wait(), timeout)
-        except TimeoutError:
-            return
-        finally:
-            wakeup.clear()
+        await self.wakeups.wait(key, timeout)
 
     def forget(self, key: PoolKey, uid: str) -> None:
-        self.wakeups.pop(key, None)
+        self.wakeups.forget(key)
         self.starts.pop(uid, None)
         self.configs.pop(uid, None)
 
@@ -214,6 +206,7 @@ class PoolController:
             sandbox=sandbox,
             configmap=configmap,
             settings=self.settings,
+            sessions=SandboxPoolSpec.model_validate(pool["spec"]).sessions,
         )
         template = pod["metadata"]["labels"][POOL_TEMPLATE_LABEL]
         if self.configs.get(uid) != template:

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import aiohttp
 import kopf
@@ -27,6 +27,7 @@ from sandpod_contract.names import (
     FINISHED_LABEL,
     KIND,
     POOL_LABEL,
+    SESSION_LABEL,
     child_name,
 )
 
@@ -41,7 +42,9 @@ from sandpod_operator.builders import (
     plan_execution,
 )
 from sandpod_operator.kube import KubeApi, KubeError
+from sandpod_operator.owners import as_body, owned_by
 from sandpod_operator.runner_client import RunnerUnavailable
+from sandpod_operator.sessions import SessionController
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import (
     NodeRoom,
@@ -51,15 +54,16 @@ from sandpod_operator.status import (
     observe_pod,
     observe_served,
     parse_time,
+    past_deadline,
     pod_finished,
     pod_state_key,
     run_deadline,
+    runner_unavailable,
     status_patch,
     supersedes,
     terminated_state,
-    timed_out_by_platform,
 )
-from sandpod_operator.warm import WarmPath, count_start, run_request, wait_ms
+from sandpod_operator.warm import WarmPath, count_start, execution_wants, run_request, wait_ms
 
 Manifest = dict[str, Any]
 
@@ -87,11 +91,6 @@ class EventPoster(Protocol):
     def __call__(self, objs: kopf.Body, *, type: str, reason: str, message: str = "") -> None: ...
 
 
-def as_body(manifest: Manifest) -> kopf.Body:
-    """A kopf view of a plain object, for kopf.adopt and kopf.event."""
-    return kopf.Body(cast(kopf.RawBody, manifest))
-
-
 def now() -> datetime:
     return datetime.now(UTC)
 
@@ -103,17 +102,6 @@ def is_transient(error: Exception) -> bool:
 def cancel_requested(execution: Mapping[str, Any]) -> bool:
     annotations = (execution.get("metadata") or {}).get("annotations") or {}
     return annotations.get(CANCEL_ANNOTATION) == "true"
-
-
-def owned_by(child: Mapping[str, Any], uid: str) -> bool:
-    """Whether a child carries this execution's ownerReference."""
-    owners = (child.get("metadata") or {}).get("ownerReferences") or []
-    return any(
-        owner.get("kind") == KIND
-        and owner.get("apiVersion") == API_VERSION
-        and owner.get("uid") == uid
-        for owner in owners
-    )
 
 
 def timeout_of(execution: Mapping[str, Any]) -> int:
@@ -147,6 +135,7 @@ class Reconciler:
     # Per node name, its allocatable resources: a sandbox larger than every node never queues.
     node_allocatable: dict[str, Manifest] = field(default_factory=dict)
     warm: WarmPath = field(init=False)
+    sessions: SessionController = field(init=False)
 
     def on_node_event(self, event_type: str | None, node: Manifest) -> None:
         name = str((node.get("metadata") or {}).get("name"))
@@ -157,6 +146,9 @@ class Reconciler:
 
     def __post_init__(self) -> None:
         self.warm = WarmPath(self.kube, self.settings, self.catalog)
+        self.sessions = SessionController(
+            self.kube, self.settings, self.catalog, self.warm, self.record
+        )
 
     async def close(self) -> None:
         await self.warm.close()
@@ -165,10 +157,16 @@ class Reconciler:
     # --- starting -------------------------------------------------------------------------
 
     async def start(
-        self, execution: Manifest, *, deny_all_present: bool, pools: list[Manifest] | None = None
+        self,
+        execution: Manifest,
+        *,
+        deny_all_present: bool,
+        pools: list[Manifest] | None = None,
+        session: Manifest | None = None,
     ) -> None:
         """on.create / on.resume: make sure an unfinished execution has its pod, once: one
-        claimed from a fitting pool of its namespace (`pools`), else one of its own."""
+        claimed from a fitting pool of its namespace (`pools`), else one of its own. One
+        that names a session (`session`: as last seen, if at all) waits for its turn there."""
         status = execution.get("status") or {}
         if is_terminal(status.get("phase")):
             return
@@ -188,6 +186,9 @@ class Reconciler:
                 Verdict("Error", "InvalidSpec", message, retryable=False, finished_at=now()),
             )
             raise kopf.PermanentError(message) from error
+        if spec.session is not None:
+            await self.sessions.accept(execution, spec, session)
+            return
         pod_name = child_name(name, uid)
         if status.get("startMode") == "warm":
             return  # the serve daemon runs it, and re-attaches after a restart
@@ -200,7 +201,9 @@ class Reconciler:
             else:
                 await self.follow(execution, pod)
             return
-        claimed = await self.warm.claim(execution, spec, plan, pools or [])
+        claimed = await self.warm.claim(
+            execution, EXECUTION_LABEL, execution_wants(spec, plan), pools or []
+        )
         if claimed is not None:
             await self._record_claim(execution, claimed)
             return
@@ -275,6 +278,12 @@ class Reconciler:
     async def on_pod_event(self, event_type: str | None, pod: Manifest) -> None:
         """A sandbox pod changed (or is gone): bring its execution's status up to date."""
         meta = pod.get("metadata") or {}
+        session = (meta.get("labels") or {}).get(SESSION_LABEL)
+        if session:
+            # A session's pod: its daemon looks at it (ready, or gone).
+            self.sessions.wakeups.poke((str(meta.get("namespace")), session))
+            self.warm.forget_if_gone(event_type, pod)
+            return
         if POOL_LABEL in (meta.get("labels") or {}):
             # A pool pod: its run is the serve daemon's; its kubelet status says nothing.
             await self.warm.pool_pod_changed(event_type, pod)
@@ -368,10 +377,19 @@ class Reconciler:
                 verdict = replace(verdict, message=f"{verdict.message}; {warning}")
         return verdict
 
-    async def watch(self, execution: Manifest, pods: list[Manifest]) -> None:
+    async def watch(
+        self, execution: Manifest, pods: list[Manifest], session: Manifest | None = None
+    ) -> None:
         """Watchdog tick for an unfinished execution: time-based verdicts and lost pods."""
         status = execution.get("status") or {}
-        if is_terminal(status.get("phase")) or not status.get("podName"):
+        if is_terminal(status.get("phase")):
+            return
+        if (execution.get("spec") or {}).get("session"):
+            # Its session's daemon runs it; this only ends what that daemon cannot.
+            await self.sessions.check(execution, session)
+            await self._warm_backstop(execution)
+            return
+        if not status.get("podName"):
             return  # not started yet: the create handler (with kopf's retries) owns that
         if status.get("startMode") == "warm":
             await self._warm_backstop(execution)
@@ -466,9 +484,9 @@ class Reconciler:
                 seconds_left=(deadline - now()).total_seconds(),
             )
         except TimeoutError:
-            verdict = _past_deadline(started, plan.timeout_seconds)
+            verdict = past_deadline(started, plan.timeout_seconds, now())
         except RunnerUnavailable:
-            verdict = _runner_unavailable(started)
+            verdict = runner_unavailable(started, now())
         else:
             verdict = observe_served(
                 pod, log, mode=spec.mode, started_at=started, now=now(), settings=self.settings
@@ -485,7 +503,8 @@ class Reconciler:
         timeout = timeout_of(execution)
         if now() < run_deadline(started, timeout, self.settings) + WARM_BACKSTOP:
             return
-        if await self.record(execution, _past_deadline(started, timeout)):
+        moved = await self.record(execution, past_deadline(started, timeout, now()))
+        if moved and not status.get("session"):  # a session's pod stays with the session
             await self.kube.delete_pod(meta["namespace"], status["podName"], uid=meta["uid"])
 
     # --- ending ---------------------------------------------------------------------------
@@ -507,7 +526,7 @@ class Reconciler:
             duration_ms=duration,
         )
         await self.record(execution, verdict)
-        if status.get("podName"):
+        if status.get("podName") and not status.get("session"):
             await self.kube.delete_pod(meta["namespace"], status["podName"], uid=meta["uid"])
 
     async def record_lost(self, execution: Manifest) -> None:
@@ -646,26 +665,6 @@ def _started_cold(execution: Manifest, verdict: Verdict) -> Verdict:
     if verdict.started_at is not None and status.get("waitMs") is None:
         waited = wait_ms(execution, verdict.started_at)
     return replace(verdict, start_mode="cold", wait_ms=waited)
-
-
-def _past_deadline(started: datetime, timeout_seconds: int) -> Verdict:
-    finished = now()
-    duration = int((finished - started).total_seconds() * 1000)
-    base = {"started_at": started, "finished_at": finished, "duration_ms": duration}
-    return timed_out_by_platform(timeout_seconds, base)
-
-
-def _runner_unavailable(started: datetime) -> Verdict:
-    """The runner gave no whole answer: the run is over, without a result (never re-run)."""
-    return Verdict(
-        "Error",
-        "RunnerUnavailable",
-        "the sandbox's runner could not be reached or stopped answering before it reported "
-        "a result; the program was not run again",
-        retryable=True,
-        started_at=started,
-        finished_at=now(),
-    )
 
 
 def _spec_error_message(error: ValidationError | InvalidSpecError) -> str:

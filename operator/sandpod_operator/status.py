@@ -42,6 +42,8 @@ IMAGE_ERRORS = frozenset(
 CONFIG_ERRORS = frozenset({"CreateContainerConfigError"})
 START_ERRORS = frozenset({"StartError", "ContainerCannotRun"})
 QUEUED = "Queued"
+# An execution waiting for its session (executions before it run first); Queued as well.
+WAITING_FOR_SESSION = "WaitingForSession"
 TIMEOUT_EXIT_CODE = 124
 SIGKILL = 9
 # A process killed by signal N exits (as seen by its parent, here the kubelet) with 128 + N.
@@ -78,6 +80,9 @@ class Verdict:
     diagnostics: list[dict[str, Any]] | None = field(default=None)
     start_mode: StartMode | None = None
     wait_ms: int | None = None
+    session: str | None = None
+    result: str | None = None
+    state_lost: bool | None = None
 
     @property
     def terminal(self) -> bool:
@@ -489,6 +494,26 @@ def timed_out_by_platform(timeout_seconds: int, base: dict[str, Any]) -> Verdict
     )
 
 
+def past_deadline(started: datetime, timeout_seconds: int, now: datetime) -> Verdict:
+    """The operator's own deadline passed while it waited for the runner's answer."""
+    duration = int((now - started).total_seconds() * 1000)
+    base = {"started_at": started, "finished_at": now, "duration_ms": duration}
+    return timed_out_by_platform(timeout_seconds, base)
+
+
+def runner_unavailable(started: datetime, now: datetime) -> Verdict:
+    """The runner gave no whole answer: the run is over, without a result (never re-run)."""
+    return Verdict(
+        "Error",
+        "RunnerUnavailable",
+        "the sandbox's runner could not be reached or stopped answering before it reported "
+        "a result; the program was not run again",
+        retryable=True,
+        started_at=started,
+        finished_at=now,
+    )
+
+
 def _runner_verdict(
     result: RunnerResult, mode: str, base: dict[str, Any], max_diagnostics: int
 ) -> Verdict:
@@ -685,8 +710,9 @@ def _conditions(
         )
     else:
         set_condition(conditions, "Completed", "False", verdict.phase, "", stamp, gen)
-    if verdict.reason == QUEUED:
-        set_condition(conditions, QUEUED, "True", "Unschedulable", verdict.message, stamp, gen)
+    if verdict.reason in (QUEUED, WAITING_FOR_SESSION):
+        why = "Unschedulable" if verdict.reason == QUEUED else WAITING_FOR_SESSION
+        set_condition(conditions, QUEUED, "True", why, verdict.message, stamp, gen)
     elif QUEUED in conditions:
         set_condition(conditions, QUEUED, "False", verdict.reason, "", stamp, gen)
     return [Condition.model_validate(conditions[k]) for k in sorted(conditions)]
@@ -724,6 +750,9 @@ def next_status(
         pod_name=pod_name,
         start_mode=verdict.start_mode or previous.get("startMode"),
         wait_ms=verdict.wait_ms if verdict.wait_ms is not None else previous.get("waitMs"),
+        session=verdict.session or previous.get("session"),
+        result=verdict.result,
+        state_lost=verdict.state_lost,
         conditions=_conditions(
             previous, verdict, started_at is not None, refused, format_time(now), generation
         ),

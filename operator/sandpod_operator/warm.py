@@ -77,14 +77,26 @@ RUNNER_FAILURES = Counter(
 
 @dataclass(frozen=True)
 class Pool:
-    """A SandboxPool as matching needs it: its language and its pods' sandbox."""
+    """A SandboxPool as matching needs it: its language, its pods' sandbox, and whether they
+    serve sessions."""
 
     name: str
     language: str
     sandbox: Sandbox
+    sessions: bool = False
 
     def limits(self) -> tuple[Decimal, Decimal, Decimal]:
         return _limits(self.sandbox)
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """What an execution or a session needs of a pool pod."""
+
+    language: str
+    egress: str
+    sandbox: Sandbox
+    sessions: bool = False
 
 
 def _limits(sandbox: Sandbox) -> tuple[Decimal, Decimal, Decimal]:
@@ -103,33 +115,44 @@ def read_pool(pool: Manifest, catalog: Catalog, settings: OperatorSettings) -> P
         sandbox = plan_pool(spec, catalog, settings)
     except (ValidationError, InvalidSpecError):
         return None
-    return Pool(str((pool.get("metadata") or {}).get("name")), spec.language, sandbox)
+    name = str((pool.get("metadata") or {}).get("name"))
+    return Pool(name, spec.language, sandbox, spec.sessions)
 
 
-def fits(spec: CodeExecutionSpec, plan: Plan, pool: Pool) -> bool:
-    """Whether an execution may run in a pod of `pool`: a run of the pool's language, no
-    network, the pool's RuntimeClass, and each limit at most the pool's."""
+def fits(wanted: Wanted, pool: Pool) -> bool:
+    """Whether a pod of `pool` serves what is wanted: the pool's language and kind (sessions
+    or single executions), no network, the pool's RuntimeClass, each limit at most the pool's."""
     return (
-        spec.mode == "run"
-        and spec.language == pool.language
-        and spec.network.egress == "none"
-        and plan.runtime_class_name == pool.sandbox.runtime_class_name
-        and all(own <= most for own, most in zip(_limits(plan), pool.limits(), strict=True))
+        wanted.sessions == pool.sessions
+        and wanted.language == pool.language
+        and wanted.egress == "none"
+        and wanted.sandbox.runtime_class_name == pool.sandbox.runtime_class_name
+        and all(
+            own <= most for own, most in zip(_limits(wanted.sandbox), pool.limits(), strict=True)
+        )
     )
 
 
+def execution_wants(spec: CodeExecutionSpec, plan: Plan) -> Wanted | None:
+    """What a one-off execution needs of a pool pod; None: only runs use pools."""
+    if spec.mode != "run":
+        return None
+    return Wanted(spec.language, spec.network.egress, plan)
+
+
 def fitting_pools(
-    spec: CodeExecutionSpec,
-    plan: Plan,
+    wanted: Wanted | None,
     pools: Iterable[Manifest],
     catalog: Catalog,
     settings: OperatorSettings,
 ) -> list[Pool]:
-    """The pools the execution fits, smallest first (large pods stay for large executions)."""
+    """The pools that fit, smallest first (large pods stay for large executions)."""
+    if wanted is None:
+        return []
     found = [
         pool
         for manifest in pools
-        if (pool := read_pool(manifest, catalog, settings)) and fits(spec, plan, pool)
+        if (pool := read_pool(manifest, catalog, settings)) and fits(wanted, pool)
     ]
     return sorted(found, key=lambda pool: (pool.limits(), pool.name))
 
@@ -176,21 +199,22 @@ def candidates(pods: Iterable[Manifest], pools: list[Pool]) -> list[Manifest]:
     )
 
 
-def claim_patch(pod: Manifest, execution: Manifest) -> Manifest:
-    """The one patch that claims `pod` for `execution`, only if nobody changed it since it
-    was read: claimed labels, and the execution as its only (controlling) owner, so the pool
-    stops counting it and garbage collection ties it to the execution."""
-    meta = execution["metadata"]
-    owner = kopf.build_owner_reference(kopf.Body(execution))  # type: ignore[arg-type]
+def claim_patch(pod: Manifest, owner: Manifest, owner_label: str) -> Manifest:
+    """The one patch that claims `pod` for `owner` (an execution or a session), only if
+    nobody changed it since it was read: claimed labels (`owner_label` names the owner), and
+    the owner as its only (controlling) owner, so the pool stops counting it and garbage
+    collection ties it to the owner."""
+    meta = owner["metadata"]
+    reference = kopf.build_owner_reference(kopf.Body(owner))  # type: ignore[arg-type]
     return {
         "metadata": {
             "resourceVersion": pod["metadata"]["resourceVersion"],
             "labels": {
                 names.POOL_STATE_LABEL: names.POOL_CLAIMED,
                 names.CLAIMED_BY_LABEL: meta["uid"],
-                names.EXECUTION_LABEL: meta["name"],
+                owner_label: meta["name"],
             },
-            "ownerReferences": [owner],
+            "ownerReferences": [reference],
         }
     }
 
@@ -275,27 +299,28 @@ class WarmPath:
 
     async def claim(
         self,
-        execution: Manifest,
-        spec: CodeExecutionSpec,
-        plan: Plan,
+        owner: Manifest,
+        owner_label: str,
+        wanted: Wanted | None,
         pools: list[Manifest],
     ) -> Manifest | None:
-        """A pod claimed for `execution` (earlier or now), or None: go cold."""
+        """A pod claimed for `owner` (earlier or now), or None: go cold."""
         if not pools:
             return None
-        meta = execution["metadata"]
+        meta = owner["metadata"]
         namespace, uid = meta["namespace"], meta["uid"]
         pods = await self.kube.list_pods(namespace, label_selector=names.POOL_LABEL, uid=uid)
         earlier = earlier_claim(pods, uid)
         if earlier is not None:
             return earlier
-        fitting = fitting_pools(spec, plan, pools, self.catalog, self.settings)
+        fitting = fitting_pools(wanted, pools, self.catalog, self.settings)
         if not fitting:
             return None
         for pod in candidates(pods, fitting):
+            patch = claim_patch(pod, owner, owner_label)
             try:
                 return await self.kube.patch_pod(
-                    namespace, pod["metadata"]["name"], uid=uid, patch=claim_patch(pod, execution)
+                    namespace, pod["metadata"]["name"], uid=uid, patch=patch
                 )
             except KubeError as error:
                 if error.status not in (404, 409):
@@ -319,13 +344,19 @@ class WarmPath:
             self.credentials[pod_uid] = credential
         return self.credentials[pod_uid]
 
+    def forget_if_gone(self, event_type: str | None, pod: Manifest) -> bool:
+        """Forget a pod's credential with the pod; whether it is gone."""
+        if event_type == "DELETED" or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            self.credentials.pop(str((pod.get("metadata") or {}).get("uid")), None)
+            return True
+        return False
+
     async def pool_pod_changed(self, event_type: str | None, pod: Manifest) -> None:
         """Read a free pod's credential as soon as it is ready (off a claim's critical path);
         forget it with the pod."""
-        pod_uid = str((pod.get("metadata") or {}).get("uid"))
-        if event_type == "DELETED" or (pod.get("metadata") or {}).get("deletionTimestamp"):
-            self.credentials.pop(pod_uid, None)
-        elif _labels(pod).get(names.POOL_STATE_LABEL) == names.POOL_FREE and pod_ready(pod):
+        if self.forget_if_gone(event_type, pod):
+            return
+        if _labels(pod).get(names.POOL_STATE_LABEL) == names.POOL_FREE and pod_ready(pod):
             await self.credential(pod)
 
     async def run(

@@ -22,6 +22,7 @@ from sandpod_contract.names import (
     POOL_LABEL,
     POOL_PLURAL,
     POOL_STATE_LABEL,
+    SESSION_PLURAL,
 )
 from sandpod_testkit.kube import GROUP, VERSION, create_namespace, is_gone
 from sandpod_testkit.waiting import wait_until
@@ -55,21 +56,22 @@ def pool_namespace(
 def namespace_with_pools(
     name: str, core_v1: client.CoreV1Api, custom_objects: client.CustomObjectsApi
 ) -> Iterator[None]:
-    """A fresh namespace; its pools are deleted (while the operator runs) before it."""
+    """A fresh namespace; its pools and sessions are deleted (while the operator runs, as
+    they carry its finalizer) before it."""
     create_namespace(core_v1, name)
     yield
-    # Pools carry the operator's finalizer: delete them while the operator runs.
-    custom_objects.delete_collection_namespaced_custom_object(GROUP, VERSION, name, POOL_PLURAL)
-    wait_until(
-        lambda: not pools_in(custom_objects, name),
-        timeout=60,
-        what=f"the pools in {name} to be deleted",
-    )
+    for plural in (SESSION_PLURAL, POOL_PLURAL):
+        custom_objects.delete_collection_namespaced_custom_object(GROUP, VERSION, name, plural)
+        wait_until(
+            lambda plural=plural: not objects_in(custom_objects, name, plural),
+            timeout=60,
+            what=f"the {plural} in {name} to be deleted",
+        )
     core_v1.delete_namespace(name, propagation_policy="Background", grace_period_seconds=0)
 
 
-def pools_in(objects: client.CustomObjectsApi, namespace: str) -> list[Any]:
-    listed: Any = objects.list_namespaced_custom_object(GROUP, VERSION, namespace, POOL_PLURAL)
+def objects_in(objects: client.CustomObjectsApi, namespace: str, plural: str) -> list[Any]:
+    listed: Any = objects.list_namespaced_custom_object(GROUP, VERSION, namespace, plural)
     return list(listed["items"])
 
 

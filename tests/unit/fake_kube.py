@@ -92,6 +92,7 @@ class FakeKube:
         self.counter = RequestCounter()
         self.executions: dict[Key, Manifest] = {}
         self.pools: dict[Key, Manifest] = {}
+        self.sessions: dict[Key, Manifest] = {}
         self.pods: dict[Key, Manifest] = {}
         self.configmaps: dict[Key, Manifest] = {}
         self.network_policies: dict[Key, Manifest] = {}
@@ -144,6 +145,10 @@ class FakeKube:
     def add_execution(self, body: Manifest) -> Manifest:
         """A CodeExecution as the API server stores it (the user's create)."""
         return copy.deepcopy(self._store(self.executions, body))
+
+    def add_session(self, body: Manifest) -> Manifest:
+        """A CodeSession as the API server stores it (the user's create)."""
+        return copy.deepcopy(self._store(self.sessions, body))
 
     def add_pool(self, body: Manifest) -> Manifest:
         """A SandboxPool as the API server stores it (the user's create)."""
@@ -382,6 +387,22 @@ class FakeKube:
         # As `Kube`: the uid precondition's 409 and a 404 are both "nothing to do".
         if stored is not None and stored["metadata"]["uid"] == uid:
             del self.executions[(namespace, name)]
+
+    async def get_session(self, namespace: str, name: str) -> Manifest | None:
+        await self._enter("get_session")
+        return copy.deepcopy(self.sessions.get((namespace, name)))
+
+    async def patch_session_status(
+        self, namespace: str, name: str, *, resource_version: str, status: Manifest
+    ) -> Manifest:
+        await self._enter("patch_session_status")
+        stored = self.sessions.get((namespace, name))
+        if stored is None:
+            raise KubeError(404, "NotFound", f'codesessions "{name}" not found')
+        if stored["metadata"]["resourceVersion"] != resource_version:
+            raise conflict()
+        merge_patch(stored.setdefault("status", {}), status)
+        return self._bump(stored)
 
     # --- PoolKubeApi --------------------------------------------------------------------
 

@@ -1,8 +1,10 @@
 """A local HTTP server that speaks the serving runner's protocol (the warm design, "The
-runner in serve mode"), for tests of the operator's runner client: bearer credential, one
-execution per server ever (another executionId is 409), a re-attach replays every frame
-from seq 1, the answer is NDJSON frames then the summary (runner_wire's, MAC'd as the
-runner does). A `Script` says how this run goes: its output, its result, and faults."""
+runner in serve mode", and the session design's `--session`), for tests of the operator's
+runner client: bearer credential, a re-attach replays every frame from seq 1, the answer is
+NDJSON frames then the summary (runner_wire's, MAC'd as the runner does). Serve mode: one
+execution per server ever (another executionId is 409). Session mode: many, one at a time
+(another executionId while one runs is 409). A `Script` says how a run goes: its output,
+its result, and faults; in session mode each new run takes the next of `scripts`."""
 
 import asyncio
 import json
@@ -33,14 +35,35 @@ FORGED_LINES = (
 
 
 class ServeDouble:
-    def __init__(self, script: Script | None = None) -> None:
+    def __init__(
+        self,
+        script: Script | None = None,
+        *,
+        session: bool = False,
+        scripts: list[Script] | None = None,
+    ) -> None:
         self.script = script or Script()
+        self.session = session
+        self.scripts = list(scripts or [])
         self.credential = secrets.token_hex(32)
-        self.execution_id: str | None = None
+        # The executionIds it ran, in order, and the script each followed.
+        self.executions: list[str] = []
+        self.followed: dict[str, Script] = {}
+        self.running: str | None = None
         self.requests: list[dict[str, Any]] = []
         self.answered = 0
         self._runner: web.AppRunner | None = None
         self.port = 0
+
+    @property
+    def execution_id(self) -> str | None:
+        return self.executions[0] if self.executions else None
+
+    @execution_id.setter
+    def execution_id(self, value: str) -> None:
+        """Someone else's run was bound to this runner."""
+        self.executions = [value]
+        self.followed[value] = self.script
 
     async def start(self) -> "ServeDouble":
         app = web.Application()
@@ -54,15 +77,16 @@ class ServeDouble:
         return self
 
     async def stop(self) -> None:
-        if self.script.hold is not None:
-            self.script.hold.set()  # a run still held would keep the server's shutdown waiting
+        for script in [self.script, *self.scripts, *self.followed.values()]:
+            if script.hold is not None:
+                script.hold.set()  # a run still held would keep the server's shutdown waiting
         if self._runner is not None:
             await self._runner.cleanup()
 
     @property
     def runs(self) -> int:
-        """How many programs this runner started (never more than one)."""
-        return 0 if self.execution_id is None else 1
+        """How many programs this runner started (never more than one in serve mode)."""
+        return len(self.executions)
 
     async def _ready(self, _: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -72,17 +96,26 @@ class ServeDouble:
             return web.Response(status=401)
         body = await request.json()
         self.requests.append(body)
-        if self.execution_id is None:
-            self.execution_id = body["executionId"]
-        elif body["executionId"] != self.execution_id:
-            return web.Response(status=409)
+        execution_id = body["executionId"]
+        if execution_id not in self.followed:
+            busy = self.running is not None if self.session else bool(self.executions)
+            if busy:
+                return web.Response(status=409)
+            self.executions.append(execution_id)
+            self.followed[execution_id] = self.scripts.pop(0) if self.scripts else self.script
+        self.running = execution_id
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await response.prepare(request)
-        await self._answer(request, response)
+        try:
+            await self._answer(request, response, self.followed[execution_id])
+        finally:
+            if self.running == execution_id:
+                self.running = None
         return response
 
-    async def _answer(self, request: web.Request, response: web.StreamResponse) -> None:
-        script = self.script
+    async def _answer(
+        self, request: web.Request, response: web.StreamResponse, script: Script
+    ) -> None:
         for seq, (stream, data) in enumerate(script.outputs, 1):
             if script.gone_after_frames is not None and seq > script.gone_after_frames:
                 assert request.transport is not None

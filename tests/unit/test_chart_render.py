@@ -589,6 +589,9 @@ def test_rbac_is_least_privilege(rendered: dict[str, list[Manifest]]) -> None:
         "sandboxpools",
         "sandboxpools/status",
         "sandboxpools/finalizers",
+        "codesessions",
+        "codesessions/status",
+        "codesessions/finalizers",
         "pods",
         "pods/log",
         "configmaps",
@@ -986,7 +989,7 @@ def test_egress_admission_policy(rendered: dict[str, list[Manifest]]) -> None:
     # No parameter object: everything the policy needs is in it.
     assert "paramKind" not in policy["spec"]
     (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
-    assert (rule["apiGroups"], rule["resources"]) == ([GROUP], ["codeexecutions"])
+    assert (rule["apiGroups"], rule["resources"]) == ([GROUP], ["codeexecutions", "codesessions"])
     assert set(rule["operations"]) == {"CREATE", "UPDATE"}
     variables = policy_variables(policy)
     assert cel_list(variables["opened"]) == ["203.0.113.0/24"]

@@ -60,6 +60,7 @@ def test_check_reports_drift(tmp_path: Path) -> None:
     assert crd.main(["--check", "--output", str(tmp_path)]) == 0
     assert sorted(path.name for path in tmp_path.iterdir()) == [
         "codeexecutions.sandpod.dev.yaml",
+        "codesessions.sandpod.dev.yaml",
         "sandboxpools.sandpod.dev.yaml",
     ]
 
@@ -160,3 +161,28 @@ def test_pool_schema_names_and_columns() -> None:
     assert "quantity(" in cpu["x-kubernetes-validations"][0]["rule"]
     root_rules = [r["rule"] for r in schema["x-kubernetes-validations"]]
     assert any("self.metadata.name" in rule for rule in root_rules)
+
+
+def test_session_schema_names_columns_and_immutable_spec() -> None:
+    generated = crd.build_crd(crd.CODE_SESSION)
+    assert generated["metadata"]["name"] == "codesessions.sandpod.dev"
+    names = generated["spec"]["names"]
+    assert (names["kind"], names["shortNames"]) == ("CodeSession", ["cxs"])
+    version = generated["spec"]["versions"][0]
+    columns = [c["name"] for c in version["additionalPrinterColumns"] if "priority" not in c]
+    assert columns == ["Language", "Phase", "Executions", "Expires", "Age"]
+    spec = schema_of(generated)["properties"]["spec"]
+    assert spec["x-kubernetes-validations"][0]["rule"] == "self == oldSelf"
+    idle = spec["properties"]["idleTimeoutSeconds"]
+    lifetime = spec["properties"]["maxLifetimeSeconds"]
+    assert (idle["default"], idle["minimum"], idle["maximum"]) == (600, 10, 86400)
+    assert (lifetime["default"], lifetime["minimum"], lifetime["maximum"]) == (3600, 60, 86400)
+    status = schema_of(generated)["properties"]["status"]["properties"]
+    assert status["phase"]["enum"] == ["Starting", "Ready", "Busy", "Ended"]
+
+
+def test_executions_name_a_session_and_report_its_result() -> None:
+    schema = schema_of(crd.build_crd(crd.CODE_EXECUTION))
+    assert "session" in schema["properties"]["spec"]["properties"]
+    status = schema["properties"]["status"]["properties"]
+    assert {"session", "result", "stateLost"} <= set(status)

@@ -29,6 +29,7 @@ from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.warm import (
     candidates,
     claim_patch,
+    execution_wants,
     fitting_pools,
     parse_credential,
     read_pool,
@@ -65,7 +66,8 @@ def fitting(
     config = config or settings()
     spec = spec_of(**fields)
     plan = plan_execution(spec, load_catalog(), config)
-    return [p.name for p in fitting_pools(spec, plan, pools, load_catalog(), config)]
+    wanted = execution_wants(spec, plan)
+    return [p.name for p in fitting_pools(wanted, pools, load_catalog(), config)]
 
 
 # --- matching (pure) ----------------------------------------------------------------------
@@ -133,7 +135,7 @@ def test_the_claim_is_conditional_and_hands_the_pod_to_the_execution() -> None:
         "kind": "CodeExecution",
         "metadata": {"name": "hello", "namespace": NAMESPACE, "uid": "u-1"},
     }
-    patch = claim_patch(pod, execution)["metadata"]
+    patch = claim_patch(pod, execution, EXECUTION_LABEL)["metadata"]
     assert patch["resourceVersion"] == pod["metadata"]["resourceVersion"]
     assert patch["labels"] == {
         POOL_STATE_LABEL: POOL_CLAIMED,

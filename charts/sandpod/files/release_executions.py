@@ -24,7 +24,7 @@ EXECUTIONS = "/apis/sandpod.dev/v1alpha1"
 MERGE_PATCH = "application/merge-patch+json"
 PATCH_ATTEMPTS = 5
 # What carries the operator's finalizer.
-PLURALS = ("codeexecutions", "sandboxpools")
+PLURALS = ("codeexecutions", "sandboxpools", "codesessions")
 
 
 class ApiError(Exception):

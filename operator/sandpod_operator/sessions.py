@@ -1,0 +1,615 @@
+"""CodeSessions (docs: the session design): one serving sandbox kept for one user, and the
+executions that name the session, run there one at a time in creation order.
+
+Pure parts first (the session's sandbox, its deadlines, whether an execution may run in it,
+the queue's order, the session's status), then `SessionController`: it starts a session's pod
+(claimed from a pool of session pods with the warm path's exactly-once claim, else its own),
+and one daemon per live session runs its queue. Each run is the warm path's: the execution's
+status names the pod first (Running), then POST /v1/run with the execution's uid, so after an
+operator restart the head of the queue is re-attached, never run twice; the result comes
+from the runner's verified summary. The pod stays after a run; it goes with the session.
+"""
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+import kopf
+from pydantic import ValidationError
+from sandpod_contract.catalog import Catalog
+from sandpod_contract.models import (
+    CodeExecutionSpec,
+    CodeSessionSpec,
+    CodeSessionStatus,
+    Condition,
+    Network,
+    Resources,
+    format_time,
+    is_terminal,
+)
+from sandpod_contract.names import SESSION_KIND, SESSION_LABEL
+from sandpod_contract.runner import LogSummary
+
+from sandpod_operator.builders import (
+    InvalidSpecError,
+    Sandbox,
+    build_egress_policy,
+    build_network_policy,
+    catalog_language,
+    check_egress,
+    limits_within,
+    plan_execution,
+)
+from sandpod_operator.kube import KubeApi, KubeError
+from sandpod_operator.owners import as_body, owned_by
+from sandpod_operator.pool_builders import (
+    SESSION_RUNNER_INGRESS_POLICY_NAME,
+    build_runner_ingress_policy,
+    build_session_configmap,
+    build_session_pod,
+)
+from sandpod_operator.runner_client import RunnerUnavailable
+from sandpod_operator.settings import OperatorSettings
+from sandpod_operator.status import (
+    WAITING_FOR_SESSION,
+    Verdict,
+    clip_message,
+    observe_served,
+    parse_time,
+    past_deadline,
+    pod_finished,
+    run_deadline,
+    runner_unavailable,
+    set_condition,
+    status_patch,
+)
+from sandpod_operator.wakeups import Wakeups
+from sandpod_operator.warm import Wanted, WarmPath, pod_ready, run_request, wait_ms
+
+Manifest = dict[str, Any]
+Key = tuple[str, str]
+
+logger = logging.getLogger(__name__)
+
+SESSION_ENDED = "SessionEnded"
+SESSION_NOT_FOUND = "SessionNotFound"
+SESSION_ENDED_MESSAGE = "the session this execution names has ended; nothing was run"
+SESSION_NOT_FOUND_MESSAGE = "no CodeSession of that name exists in this namespace; nothing was run"
+STATE_LOST_MESSAGE = (
+    "; the session's interpreter was restarted (by this execution or one before it): "
+    "variables and imports from earlier executions are gone, files remain"
+)
+SANDBOX_LOST_MESSAGE = "the session's sandbox pod stopped or disappeared; its state is gone"
+MAX_WRITE_ATTEMPTS = 5
+# How often a live session is looked at without events (pod, executions) waking it.
+RESYNC_SECONDS = 30.0
+STARTING_POLL_SECONDS = 1.0
+DEADLINE_SLACK_SECONDS = 0.05
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+# --- pure ---------------------------------------------------------------------------------
+
+
+def plan_session(spec: CodeSessionSpec, catalog: Catalog, settings: OperatorSettings) -> Sandbox:
+    """The session's sandbox, or InvalidSpecError naming the field."""
+    return Sandbox(
+        language=catalog_language(spec.language, catalog),
+        runtime_class_name=settings.runtime_class_name,
+        **limits_within(spec.resources, settings),
+    )
+
+
+def session_wants(spec: CodeSessionSpec, sandbox: Sandbox) -> Wanted:
+    return Wanted(spec.language, spec.network.egress, sandbox, sessions=True)
+
+
+def pools_for(spec: CodeSessionSpec, pools: Iterable[Manifest]) -> list[Manifest]:
+    """The pools a session may start from: the one it names, else every one."""
+    return [
+        pool
+        for pool in pools
+        if spec.pool is None or (pool.get("metadata") or {}).get("name") == spec.pool
+    ]
+
+
+def created_at(manifest: Manifest) -> datetime:
+    return parse_time((manifest.get("metadata") or {}).get("creationTimestamp")) or now()
+
+
+def deadlines(spec: CodeSessionSpec, status: Manifest, created: datetime) -> dict[str, datetime]:
+    """When the session ends unless something happens: idle counts from its last execution's
+    end (or from when it was ready), the lifetime from its creation."""
+    idle_since = (
+        parse_time(status.get("lastActivityAt")) or parse_time(status.get("startedAt")) or created
+    )
+    return {
+        "IdleTimeout": idle_since + timedelta(seconds=spec.idle_timeout_seconds),
+        "LifetimeExceeded": created + timedelta(seconds=spec.max_lifetime_seconds),
+    }
+
+
+def expiry_reason(spec: CodeSessionSpec, status: Manifest, created: datetime, at: datetime) -> str:
+    """IdleTimeout or LifetimeExceeded once due, else ''."""
+    due = [reason for reason, when in deadlines(spec, status, created).items() if at >= when]
+    return "LifetimeExceeded" if "LifetimeExceeded" in due else (due[0] if due else "")
+
+
+def expiry_message(reason: str, spec: CodeSessionSpec) -> str:
+    if reason == "IdleTimeout":
+        return f"no execution for {spec.idle_timeout_seconds}s (idle timeout)"
+    return f"the session reached its maximum lifetime of {spec.max_lifetime_seconds}s"
+
+
+def execution_problem(spec: CodeExecutionSpec, session: str, session_spec: CodeSessionSpec) -> str:
+    """Why an execution cannot run in its session (the field named), or ''."""
+    if spec.language != session_spec.language:
+        return (
+            f"spec.language: {spec.language!r} differs from session {session!r}'s language "
+            f"{session_spec.language!r}"
+        )
+    if spec.mode != "run":
+        return "spec.mode: only mode run is possible in a session"
+    for field_name, value, default in (
+        ("resources", spec.resources, Resources()),
+        ("network", spec.network, Network()),
+        ("runtimeClassName", spec.runtime_class_name, None),
+    ):
+        if value != default:
+            return f"spec.{field_name}: comes from the session {session!r}; leave it out"
+    return ""
+
+
+def queue_order(executions: Iterable[Manifest]) -> list[Manifest]:
+    """A session's unfinished executions in the order they run: creation, then name."""
+    waiting = [e for e in executions if not is_terminal((e.get("status") or {}).get("phase"))]
+    return sorted(
+        waiting,
+        key=lambda e: (str(e["metadata"].get("creationTimestamp") or ""), e["metadata"]["name"]),
+    )
+
+
+def session_status(
+    session: Manifest, phase: str, reason: str, message: str, at: datetime, **fields: Any
+) -> Manifest:
+    """The session's whole status after a change (fields: the model's, by name), built
+    through its model, with the Ready condition and expiresAt kept in step."""
+    previous = session.get("status") or {}
+    generation = session["metadata"].get("generation")
+    values = CodeSessionStatus.model_validate({"phase": phase, **previous}).model_dump()
+    values.update(fields, phase=phase, reason=reason, message=message or None)
+    spec = CodeSessionSpec.model_validate(session.get("spec") or {})
+    if phase == "Ended":
+        values["expires_at"] = None
+    elif phase != "Starting":
+        values["expires_at"] = min(deadlines(spec, _camel(values), created_at(session)).values())
+    conditions = {c["type"]: c for c in previous.get("conditions") or [] if "type" in c}
+    live = "True" if phase in ("Ready", "Busy") else "False"
+    set_condition(conditions, "Ready", live, reason, message, format_time(at), generation)
+    values["conditions"] = [Condition.model_validate(conditions[k]) for k in sorted(conditions)]
+    values["observed_generation"] = generation
+    status = CodeSessionStatus.model_validate(values)
+    return status.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _camel(values: Manifest) -> Manifest:
+    """The few status fields `deadlines` reads, as the API has them."""
+    return {
+        "lastActivityAt": _text(values.get("last_activity_at")),
+        "startedAt": _text(values.get("started_at")),
+    }
+
+
+def _text(value: Any) -> str | None:
+    return format_time(value) if isinstance(value, datetime) else value
+
+
+def served_verdict(verdict: Verdict, log: LogSummary, session: str, tail_chars: int) -> Verdict:
+    """A run's verdict with what the session's runner adds: the trailing value (bounded like
+    the output tails) and whether the interpreter's state was lost."""
+    result = log.result
+    if result is None:
+        return replace(verdict, session=session)
+    value = result.value[-tail_chars:] if result.value is not None and tail_chars else None
+    lost = result.state_lost or None
+    message = verdict.message + (STATE_LOST_MESSAGE if lost else "")
+    return replace(verdict, session=session, result=value, state_lost=lost, message=message)
+
+
+def sandbox_lost(pod: Manifest | None, session_uid: str) -> bool:
+    if pod is None or not owned_by(pod, session_uid, SESSION_KIND):
+        return True
+    return bool(pod["metadata"].get("deletionTimestamp")) or pod_finished(pod)
+
+
+def newer(first: Manifest, second: Manifest | None) -> Manifest:
+    """The later of two copies of one object (by resourceVersion, etcd's counter)."""
+    if second is None:
+        return first
+    try:
+        ahead = int(second["metadata"]["resourceVersion"]) > int(
+            first["metadata"]["resourceVersion"]
+        )
+    except (KeyError, TypeError, ValueError):
+        return first
+    return second if ahead else first
+
+
+# --- the controller -----------------------------------------------------------------------
+
+
+class Recording(Protocol):
+    """The Reconciler's status write of an execution (compare-and-swap)."""
+
+    async def __call__(
+        self, execution: Manifest, verdict: Verdict, *, pod_name: str | None = None
+    ) -> bool: ...
+
+
+@dataclass
+class SessionController:
+    kube: KubeApi
+    settings: OperatorSettings
+    catalog: Catalog
+    warm: WarmPath
+    record: Recording
+    wakeups: Wakeups = field(default_factory=Wakeups)
+    # Per session uid: its status as this process last wrote it (watch events lag behind).
+    written: dict[str, Manifest] = field(default_factory=dict)
+    # Executions this process ended (the index may still show them unfinished for a moment).
+    finished: set[str] = field(default_factory=set)
+    # Namespaces whose session runner-ingress policy this process has ensured.
+    protected: set[str] = field(default_factory=set)
+
+    # --- waking -------------------------------------------------------------------------
+
+    def forget(self, key: Key, uid: str) -> None:
+        self.wakeups.forget(key)
+        self.written.pop(uid, None)
+
+    def freshest(self, session: Manifest) -> Manifest:
+        return newer(session, self.written.get(session["metadata"]["uid"]))
+
+    # --- starting -----------------------------------------------------------------------
+
+    async def start(self, session: Manifest, *, pools: list[Manifest], deny_all: bool) -> None:
+        """on.create / on.resume: give the session its pod, once (claimed, else its own)."""
+        session = self.freshest(session)
+        status, meta = session.get("status") or {}, session["metadata"]
+        if status.get("phase") == "Ended" or status.get("podName"):
+            return
+        try:
+            spec = CodeSessionSpec.model_validate(session.get("spec") or {})
+            sandbox = plan_session(spec, self.catalog, self.settings)
+            check_egress(spec.network, self.settings.egress_bounds, meta["namespace"])
+        except (ValidationError, InvalidSpecError) as error:
+            message = clip_message(str(error))
+            await self._end(session, "InvalidSpec", message, [])
+            raise kopf.PermanentError(message) from error
+        pod = await self.warm.claim(
+            session, SESSION_LABEL, session_wants(spec, sandbox), pools_for(spec, pools)
+        )
+        mode = "warm" if pod is not None else "cold"
+        if pod is None:
+            pod = await self._create_own_pod(session, spec, sandbox, deny_all)
+        message = "its sandbox is starting" if mode == "cold" else "it claimed a ready sandbox"
+        await self._write(
+            session,
+            lambda current: session_status(
+                current,
+                "Starting",
+                "Starting",
+                message,
+                now(),
+                pod_name=pod["metadata"]["name"],
+                start_mode=mode,
+            ),
+        )
+        self.wakeups.poke((meta["namespace"], meta["name"]))
+
+    async def _create_own_pod(
+        self, session: Manifest, spec: CodeSessionSpec, sandbox: Sandbox, deny_all: bool
+    ) -> Manifest:
+        meta = session["metadata"]
+        namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
+        if not deny_all:
+            await self.kube.create_network_policy(build_network_policy(namespace), uid=None)
+        if namespace not in self.protected:
+            ingress = build_runner_ingress_policy(
+                namespace,
+                self.settings.runner_ingress_from,
+                name=SESSION_RUNNER_INGRESS_POLICY_NAME,
+                selector_label=SESSION_LABEL,
+            )
+            if ingress is not None:
+                await self.kube.create_network_policy(ingress, uid=None)
+            self.protected.add(namespace)
+        egress = build_egress_policy(
+            owner_label=SESSION_LABEL,
+            execution_name=name,
+            namespace=namespace,
+            uid=uid,
+            bounds=self.settings.egress_bounds,
+            network=spec.network,
+        )
+        configmap = build_session_configmap(
+            namespace=namespace, session_name=name, uid=uid, sandbox=sandbox, settings=self.settings
+        )
+        pod = build_session_pod(configmap, sandbox, self.settings)
+        children: list[tuple[Manifest, Any]] = [
+            (configmap, self.kube.create_configmap),
+            (pod, self.kube.create_pod),
+        ]
+        if egress is not None:
+            children.insert(0, (egress, self.kube.create_network_policy))
+        for child, create in children:  # each the session's, so removed with it
+            kopf.adopt(child, owner=as_body(session))
+            found = await self._own(session, child, await create(child, uid=uid))
+        return found
+
+    async def _own(self, session: Manifest, wanted: Manifest, found: Manifest | None) -> Manifest:
+        """The child as the cluster has it, if it is this session's; a namesake that is not
+        ends the session and is left alone."""
+        kind, name = wanted["kind"], wanted["metadata"]["name"]
+        if found is None:
+            raise kopf.TemporaryError(f"{kind} {name} vanished while being created", delay=1)
+        if owned_by(found, session["metadata"]["uid"], SESSION_KIND):
+            return found
+        message = f"a {kind} named {name} already exists and does not belong to this session"
+        await self._end(session, "ChildConflict", message, [])
+        raise kopf.PermanentError(message)
+
+    # --- the daemon: one pass -----------------------------------------------------------
+
+    async def tick(self, session: Manifest, executions: list[Manifest]) -> float:
+        """Bring a live session forward by one step (its pod ready, its next execution run,
+        its end when due); seconds until the next step is due without events."""
+        session = self.freshest(session)
+        status, meta = session.get("status") or {}, session["metadata"]
+        if status.get("phase") == "Ended" or not status.get("podName"):
+            return RESYNC_SECONDS
+        pod = await self.kube.read_pod(meta["namespace"], status["podName"], uid=None)
+        if pod is None or sandbox_lost(pod, meta["uid"]):
+            await self._end(session, "SandboxLost", SANDBOX_LOST_MESSAGE, executions)
+            return RESYNC_SECONDS
+        spec = CodeSessionSpec.model_validate(session["spec"])
+        if status.get("phase") == "Starting":
+            return await self._starting(session, spec, pod, executions)
+        queue = [e for e in queue_order(executions) if e["metadata"]["uid"] not in self.finished]
+        reason = expiry_reason(spec, status, created_at(session), now())
+        if queue and reason != "LifetimeExceeded":
+            await self._run(session, pod, queue[0])
+            return 0.0
+        if reason:
+            await self._end(session, reason, expiry_message(reason, spec), executions)
+            return RESYNC_SECONDS
+        until = min(deadlines(spec, status, created_at(session)).values()) - now()
+        return min(RESYNC_SECONDS, until.total_seconds() + DEADLINE_SLACK_SECONDS)
+
+    async def _starting(
+        self, session: Manifest, spec: CodeSessionSpec, pod: Manifest, executions: list[Manifest]
+    ) -> float:
+        """Ready once its runner is (and its credential read); ended if that takes too long."""
+        if pod_ready(pod) and await self.warm.credential(pod) is not None:
+            started = now()
+            await self._write(
+                session,
+                lambda current: session_status(
+                    current, "Ready", "Started", "ready for executions", started, started_at=started
+                ),
+            )
+            return 0.0
+        waited = (now() - created_at(pod)).total_seconds()
+        if waited >= self.settings.pod_startup_timeout_seconds:
+            message = (
+                f"the session's sandbox did not start within "
+                f"{self.settings.pod_startup_timeout_seconds}s"
+            )
+            await self._end(session, "StartupTimeout", message, executions)
+            return RESYNC_SECONDS
+        return STARTING_POLL_SECONDS
+
+    # --- running one execution ----------------------------------------------------------
+
+    async def _run(self, session: Manifest, pod: Manifest, execution: Manifest) -> None:
+        """Run the head of the queue (or re-attach to it) and record both statuses."""
+        name, uid = session["metadata"]["name"], execution["metadata"]["uid"]
+        spec, plan, problem = self._execution_plan(execution, session)
+        if problem or spec is None or plan is None:
+            await self._refuse(execution, "InvalidSpec", problem, name)
+            return
+        status = execution.get("status") or {}
+        started = parse_time(status.get("startedAt")) if status.get("phase") == "Running" else None
+        if started is None:
+            started = now()
+            running = Verdict(
+                "Running",
+                "Started",
+                "the program runs in its session's sandbox",
+                started_at=started,
+                session=name,
+                wait_ms=wait_ms(execution, started),
+            )
+            moved, _ = await asyncio.gather(
+                self.record(execution, running, pod_name=pod["metadata"]["name"]),
+                self._write(session, lambda current: self._phase(current, "Busy")),
+            )
+            if not moved and not await self._still_ours(execution):
+                self.finished.add(uid)
+                return
+        deadline = run_deadline(started, plan.timeout_seconds, self.settings)
+        request = run_request(uid, spec, plan, self.settings)
+        try:
+            log = await self.warm.run(pod, request, seconds_left=(deadline - now()).total_seconds())
+        except (TimeoutError, RunnerUnavailable) as error:
+            timed_out = isinstance(error, TimeoutError)
+            verdict = (
+                past_deadline(started, plan.timeout_seconds, now())
+                if timed_out
+                else runner_unavailable(started, now())
+            )
+            await self.record(execution, replace(verdict, session=name))
+            self.finished.add(uid)
+            await self._end(session, "SandboxLost", SANDBOX_LOST_MESSAGE, [])
+            return
+        verdict = observe_served(
+            pod, log, mode=spec.mode, started_at=started, now=now(), settings=self.settings
+        )
+        tail = self.settings.status_output_bytes
+        ended = now()
+        await asyncio.gather(
+            self.record(execution, served_verdict(verdict, log, name, tail)),
+            self._write(session, lambda current: self._after_run(current, ended)),
+        )
+        self.finished.add(uid)
+
+    def _execution_plan(self, execution: Manifest, session: Manifest) -> tuple[Any, Any, str]:
+        try:
+            spec = CodeExecutionSpec.model_validate(execution.get("spec") or {})
+            session_spec = CodeSessionSpec.model_validate(session["spec"])
+            plan = plan_execution(spec, self.catalog, self.settings)
+        except (ValidationError, InvalidSpecError) as error:
+            return None, None, clip_message(str(error))
+        return spec, plan, execution_problem(spec, session["metadata"]["name"], session_spec)
+
+    async def _still_ours(self, execution: Manifest) -> bool:
+        """Whether an execution whose Running write did not land is still to be run."""
+        meta = execution["metadata"]
+        current = await self.kube.get_execution(meta["namespace"], meta["name"], uid=meta["uid"])
+        if current is None or current["metadata"].get("uid") != meta["uid"]:
+            return False
+        return (current.get("status") or {}).get("phase") == "Running"
+
+    def _phase(self, session: Manifest, phase: str) -> Manifest:
+        status = session.get("status") or {}
+        return session_status(session, phase, str(status.get("reason") or "Started"), "", now())
+
+    def _after_run(self, session: Manifest, ended: datetime) -> Manifest:
+        count = int((session.get("status") or {}).get("executionCount") or 0) + 1
+        return session_status(
+            session,
+            "Ready",
+            "Started",
+            "ready for executions",
+            ended,
+            last_activity_at=ended,
+            execution_count=count,
+        )
+
+    # --- ending -------------------------------------------------------------------------
+
+    async def end(
+        self, session: Manifest, reason: str, message: str, executions: list[Manifest]
+    ) -> None:
+        """Deletion (or any end decided outside the daemon)."""
+        await self._end(self.freshest(session), reason, message, executions)
+
+    async def _end(
+        self, session: Manifest, reason: str, message: str, executions: list[Manifest]
+    ) -> None:
+        """Ended for good: the status first, then the pod, then every execution still
+        waiting for it (Error/SessionEnded)."""
+        meta = session["metadata"]
+        await self._write(
+            session, lambda current: session_status(current, "Ended", reason, message, now())
+        )
+        pod_name = (self.freshest(session).get("status") or {}).get("podName")
+        if pod_name:
+            await self.kube.delete_pod(meta["namespace"], pod_name, uid=None)
+        for execution in queue_order(executions):
+            await self._refuse(execution, SESSION_ENDED, SESSION_ENDED_MESSAGE, meta["name"])
+
+    async def _refuse(self, execution: Manifest, reason: str, message: str, session: str) -> None:
+        verdict = Verdict(
+            "Error",
+            reason,
+            message,
+            retryable=reason != "InvalidSpec",
+            finished_at=now(),
+            session=session,
+        )
+        await self.record(execution, verdict)
+        self.finished.add(execution["metadata"]["uid"])
+
+    # --- the execution's side -----------------------------------------------------------
+
+    async def accept(
+        self, execution: Manifest, spec: CodeExecutionSpec, known: Manifest | None
+    ) -> None:
+        """An execution naming a session was created (or the operator resumed): refuse it
+        (no such session, ended, does not fit) or let it wait its turn."""
+        meta, name = execution["metadata"], str(spec.session)
+        session = known or await self.kube.get_session(meta["namespace"], name)
+        if session is None:
+            await self._refuse(execution, SESSION_NOT_FOUND, SESSION_NOT_FOUND_MESSAGE, name)
+            return
+        session = self.freshest(session)
+        if session["metadata"].get("deletionTimestamp") or _ended(session):
+            await self._refuse(execution, SESSION_ENDED, SESSION_ENDED_MESSAGE, name)
+            return
+        _, _, problem = self._execution_plan(execution, session)
+        if problem:
+            await self._refuse(execution, "InvalidSpec", problem, name)
+            return
+        if not (execution.get("status") or {}).get("phase"):
+            waiting = Verdict(
+                "Pending",
+                WAITING_FOR_SESSION,
+                f"waiting for session {name!r} (executions before it run first)",
+                session=name,
+            )
+            await self.record(execution, waiting)
+        self.wakeups.poke((meta["namespace"], name))
+
+    async def check(self, execution: Manifest, known: Manifest | None) -> None:
+        """Watchdog tick of an unfinished execution in a session: its session gone or ended
+        while it waited (the daemon that would have ended it is gone too)."""
+        status, meta = execution.get("status") or {}, execution["metadata"]
+        name = str((execution.get("spec") or {}).get("session"))
+        if status.get("phase") != "Pending":
+            return
+        session = known or await self.kube.get_session(meta["namespace"], name)
+        if session is None or _ended(self.freshest(session)):
+            await self._refuse(execution, SESSION_ENDED, SESSION_ENDED_MESSAGE, name)
+
+    # --- writing the session's status ---------------------------------------------------
+
+    async def _write(
+        self, session: Manifest, change: Callable[[Manifest], Manifest]
+    ) -> Manifest | None:
+        """Compare-and-swap the session's status to `change(session)`; never past Ended."""
+        meta = session["metadata"]
+        current: Manifest | None = self.freshest(session)
+        for _ in range(MAX_WRITE_ATTEMPTS):
+            if current is None or _ended(current):
+                return None
+            patch = status_patch(current.get("status") or {}, change(current))
+            if not patch:
+                return current
+            try:
+                written = await self.kube.patch_session_status(
+                    meta["namespace"],
+                    meta["name"],
+                    resource_version=current["metadata"]["resourceVersion"],
+                    status=patch,
+                )
+            except KubeError as error:
+                if error.status == 404:
+                    return None
+                if error.status != 409:
+                    raise
+                current = await self.kube.get_session(meta["namespace"], meta["name"])
+                continue
+            self.written[meta["uid"]] = written
+            return written
+        raise kopf.TemporaryError(f"status of session {meta['name']} kept changing", delay=1)
+
+
+def _ended(session: Manifest) -> bool:
+    return (session.get("status") or {}).get("phase") == "Ended"

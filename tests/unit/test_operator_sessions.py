@@ -1,0 +1,431 @@
+"""CodeSessions against the in-memory API server and a real local runner in session mode:
+the session's pod (own or claimed from a session pool), its executions in creation order one
+at a time, the trailing value and lost state, idle and lifetime ends, deletion, unknown and
+ended sessions, and an operator restart in the middle of the queue."""
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import runner_wire
+from fake_kube import FakeKube, Key, Manifest, ready_status, stamp
+from sandpod_contract.catalog import load_catalog
+from sandpod_contract.models import CodeSessionSpec
+from sandpod_contract.names import CLAIMED_BY_LABEL, POOL_CLAIMED, POOL_STATE_LABEL, SESSION_LABEL
+from sandpod_operator.reconciler import Reconciler
+from sandpod_operator.sessions import (
+    SESSION_ENDED_MESSAGE,
+    SESSION_NOT_FOUND_MESSAGE,
+    expiry_reason,
+    queue_order,
+)
+from sandpod_operator.settings import OperatorSettings
+from serve_double import Script, ServeDouble
+
+# clean_environment: autouse, no SANDPOD_* settings from the environment.
+from test_operator_reconciler import clean_environment, latest, status_of, submit
+
+# runners: the local runners a test started, stopped after it.
+from test_operator_warm import runners
+
+__all__ = ["clean_environment", "runners"]
+
+NAMESPACE = "team-a"
+SESSION = "notebook"
+
+
+def new_reconciler(kube: FakeKube) -> Reconciler:
+    """A fresh operator process."""
+    settings = OperatorSettings(deadline_grace_seconds=0.5)
+    return Reconciler(
+        kube=kube, settings=settings, catalog=load_catalog(), post_event=kube.post_event
+    )
+
+
+def open_session(kube: FakeKube, **spec: Any) -> Manifest:
+    body = {
+        "apiVersion": "sandpod.dev/v1alpha1",
+        "kind": "CodeSession",
+        "metadata": {"name": SESSION, "namespace": NAMESPACE},
+        "spec": {"language": "python", **spec},
+    }
+    return kube.add_session(body)
+
+
+def session_now(kube: FakeKube) -> Manifest:
+    return copy.deepcopy(kube.sessions[(NAMESPACE, SESSION)])
+
+
+def session_status(kube: FakeKube) -> Manifest:
+    return dict(session_now(kube).get("status") or {})
+
+
+def in_session(kube: FakeKube) -> list[Manifest]:
+    """The daemon's queue as the index holds it: every execution naming the session."""
+    return [
+        copy.deepcopy(e)
+        for e in kube.executions.values()
+        if (e.get("spec") or {}).get("session") == SESSION
+    ]
+
+
+def ask(kube: FakeKube, name: str, created: datetime, source: str = "print('hi')") -> Manifest:
+    """A user creates an execution in the session at `created`."""
+    execution = submit(kube, name, source=source, session=SESSION)
+    kube.executions[(NAMESPACE, name)]["metadata"]["creationTimestamp"] = stamp(created)
+    return execution
+
+
+def serve_from(kube: FakeKube, key: Key, server: ServeDouble) -> None:
+    """The kubelet starts the pod and its runner (the local server) becomes ready."""
+    pod = kube.pods[key]
+    pod["spec"]["containers"][0]["ports"][0]["containerPort"] = server.port
+    status = ready_status(datetime.now(UTC), image="python")
+    status["podIP"] = "127.0.0.1"
+    kube.set_pod_status(*key, status)
+    kube.logs[key] = b'{"serve":{"port":7070,"credential":"' + server.credential.encode() + b'"}}\n'
+
+
+@pytest.fixture
+def kube() -> FakeKube:
+    return FakeKube()
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def reconciler(kube: FakeKube) -> AsyncIterator[Reconciler]:
+    process = new_reconciler(kube)
+    yield process
+    await process.close()
+
+
+async def ready_session(
+    kube: FakeKube,
+    reconciler: Reconciler,
+    runners: list[ServeDouble],
+    *scripts: Script,
+    **spec: Any,
+) -> ServeDouble:
+    """A session whose own pod runs a local runner in session mode, Ready."""
+    open_session(kube, **spec)
+    await reconciler.sessions.start(session_now(kube), pools=[], deny_all=True)
+    server = await ServeDouble(session=True, scripts=list(scripts)).start()
+    runners.append(server)
+    serve_from(kube, (NAMESPACE, session_status(kube)["podName"]), server)
+    await reconciler.sessions.tick(session_now(kube), [])
+    assert session_status(kube)["phase"] == "Ready"
+    return server
+
+
+async def accept(reconciler: Reconciler, kube: FakeKube, name: str) -> None:
+    """The execution's create handler."""
+    await reconciler.start(latest(kube, name), deny_all_present=True, session=session_now(kube))
+
+
+async def drain(reconciler: Reconciler, kube: FakeKube) -> None:
+    """The session's daemon, until its queue is empty."""
+    for _ in range(20):
+        if not queue_order(in_session(kube)):
+            return
+        await asyncio.wait_for(reconciler.sessions.tick(session_now(kube), in_session(kube)), 10)
+    raise AssertionError("the queue did not drain")
+
+
+def ago(seconds: float) -> datetime:
+    return datetime.now(UTC) - timedelta(seconds=seconds)
+
+
+def uid_of(kube: FakeKube, name: str) -> str:
+    return str(kube.executions[(NAMESPACE, name)]["metadata"]["uid"])
+
+
+def terminal_events(kube: FakeKube, name: str) -> list[str]:
+    ends = {"Succeeded", "Failed", "TimedOut", "Error", "Cancelled"}
+    return [e.reason for e in kube.events if e.uid == uid_of(kube, name) and e.reason in ends]
+
+
+# --- pure ---------------------------------------------------------------------------------
+
+
+def test_the_queue_runs_in_creation_order_then_by_name() -> None:
+    def execution(name: str, created: str, phase: str | None = None) -> Manifest:
+        status = {"phase": phase} if phase else {}
+        return {"metadata": {"name": name, "creationTimestamp": created}, "status": status}
+
+    found = [
+        execution("b", "2030-01-01T00:00:02Z"),
+        execution("z", "2030-01-01T00:00:01Z"),
+        execution("a", "2030-01-01T00:00:02Z"),
+        execution("done", "2030-01-01T00:00:00Z", "Succeeded"),
+    ]
+    assert [e["metadata"]["name"] for e in queue_order(found)] == ["z", "a", "b"]
+
+
+def test_idle_counts_from_the_last_execution_and_the_lifetime_from_creation() -> None:
+    spec = CodeSessionSpec.model_validate(
+        {"language": "python", "idleTimeoutSeconds": 10, "maxLifetimeSeconds": 60}
+    )
+    created = ago(30)
+    assert expiry_reason(spec, {"lastActivityAt": stamp(ago(5))}, created, ago(0)) == ""
+    assert expiry_reason(spec, {"lastActivityAt": stamp(ago(11))}, created, ago(0)) == (
+        "IdleTimeout"
+    )
+    assert expiry_reason(spec, {"lastActivityAt": stamp(ago(1))}, ago(61), ago(0)) == (
+        "LifetimeExceeded"
+    )
+
+
+# --- the session's pod --------------------------------------------------------------------
+
+
+async def test_a_session_gets_its_own_serving_pod_and_becomes_ready(
+    kube: FakeKube, runners: list[ServeDouble], reconciler: Reconciler
+) -> None:
+    await ready_session(kube, reconciler, runners)
+    status = session_status(kube)
+    assert (status["startMode"], status["reason"], status["executionCount"]) == (
+        "cold",
+        "Started",
+        0,
+    )
+    assert status["expiresAt"] and status["startedAt"]
+    pod = kube.pods[(NAMESPACE, status["podName"])]
+    assert pod["metadata"]["labels"][SESSION_LABEL] == SESSION
+    assert pod["spec"]["containers"][0]["command"][-1] == "--session"
+    assert "activeDeadlineSeconds" not in pod["spec"]
+    (owner,) = pod["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["uid"]) == ("CodeSession", session_now(kube)["metadata"]["uid"])
+
+
+async def test_a_session_starts_from_a_session_pool_and_executions_never_take_those(
+    kube: FakeKube, runners: list[ServeDouble], reconciler: Reconciler
+) -> None:
+    server = await ServeDouble(session=True).start()
+    runners.append(server)
+    kube.add_pool_pod(
+        NAMESPACE, "warm-0", pool="warm", port=server.port, credential=server.credential
+    )
+    pools = [
+        {
+            "metadata": {"name": "warm", "namespace": NAMESPACE},
+            "spec": {"language": "python", "size": 1, "sessions": True},
+        }
+    ]
+    submit(kube, "one-off")
+    await reconciler.start(latest(kube, "one-off"), deny_all_present=True, pools=pools)
+    assert status_of(kube, "one-off")["startMode"] == "cold"
+    open_session(kube)
+    await reconciler.sessions.start(session_now(kube), pools=pools, deny_all=True)
+    status = session_status(kube)
+    assert (status["podName"], status["startMode"]) == ("warm-0", "warm")
+    labels = kube.pods[(NAMESPACE, "warm-0")]["metadata"]["labels"]
+    assert labels[POOL_STATE_LABEL] == POOL_CLAIMED and labels[SESSION_LABEL] == SESSION
+    assert labels[CLAIMED_BY_LABEL] == session_now(kube)["metadata"]["uid"]
+    await reconciler.sessions.tick(session_now(kube), [])
+    assert session_status(kube)["phase"] == "Ready"
+    ask(kube, "first", ago(1))
+    await drain(reconciler, kube)
+    assert status_of(kube, "first")["phase"] == "Succeeded" and server.runs == 1
+
+
+# --- executions in the session ------------------------------------------------------------
+
+
+async def test_executions_wait_their_turn_then_run_one_at_a_time_in_creation_order(
+    kube: FakeKube, runners: list[ServeDouble], reconciler: Reconciler
+) -> None:
+    scripts = [Script(result=runner_wire.result(value=str(n))) for n in range(3)]
+    server = await ready_session(kube, reconciler, runners, *scripts)
+    for name, seconds in (("c-first", 3), ("a-second", 2), ("b-third", 2)):
+        ask(kube, name, ago(seconds))
+        await accept(reconciler, kube, name)
+    waiting = status_of(kube, "a-second")
+    assert (waiting["phase"], waiting["reason"], waiting["session"]) == (
+        "Pending",
+        "WaitingForSession",
+        SESSION,
+    )
+    queued = {c["type"]: c for c in waiting["conditions"]}["Queued"]
+    assert (queued["status"], queued["reason"]) == ("True", "WaitingForSession")
+    await drain(reconciler, kube)
+    order = ["c-first", "a-second", "b-third"]
+    assert server.executions == [uid_of(kube, name) for name in order]
+    assert [status_of(kube, name)["result"] for name in order] == ["0", "1", "2"]
+    for name in order:
+        status = status_of(kube, name)
+        assert (status["phase"], status["podName"]) == (
+            "Succeeded",
+            session_status(kube)["podName"],
+        )
+        assert terminal_events(kube, name) == ["Succeeded"]
+    assert session_status(kube)["executionCount"] == 3
+    assert session_status(kube)["phase"] == "Ready" and session_status(kube)["lastActivityAt"]
+    assert (NAMESPACE, session_status(kube)["podName"]) in kube.pods
+
+
+async def test_a_lost_state_is_reported_and_the_session_goes_on(
+    kube: FakeKube, runners: list[ServeDouble], reconciler: Reconciler
+) -> None:
+    timed_out = Script(result=runner_wire.result(timedOut=True, exitCode=None, signal=9))
+    lost = Script(result=runner_wire.result(stateLost=True))
+    await ready_session(kube, reconciler, runners, timed_out, lost)
+    ask(kube, "slow", ago(2))
+    ask(kube, "next", ago(1))
+    await drain(reconciler, kube)
+    assert status_of(kube, "slow")["phase"] == "TimedOut"
+    after = status_of(kube, "next")
+    assert (after["phase"], after["stateLost"]) == ("Succeeded", True)
+    assert "restarted" in after["message"]
+    assert session_status(kube)["phase"] == "Ready"
+
+
+async def test_an_execution_that_does_not_fit_its_session_is_refused(
+    kube: FakeKube, runners: list[ServeDouble], reconciler: Reconciler
+) -> None:
+    server = await ready_session(kube, reconciler, runners)
+    submit(kube, "js", language="javascript", source="1", session=SESSION)
+    submit(kube, "big", resources={"memory": "1Gi"}, session=SESSION)
+    await accept(reconciler, kube, "js")
+    await accept(reconciler, kube, "big")
+    assert (status_of(kube, "js")["reason"], status_of(kube, "big")["reason"]) == (
+        "InvalidSpec",
+        "InvalidSpec",
+    )
+    assert "'javascript' differs" in status_of(kube, "js")["message"]
+    assert status_of(kube, "big")["message"].startswith("spec.resources")
+    assert server.runs == 0
+
+
+async def test_an_unknown_session_and_an_ended_one_refuse_with_fixed_messages(
+    kube: FakeKube, runners: list[ServeDouble], reconciler: Reconciler
+) -> None:
+    submit(kube, "nowhere", session="missing")
+    await reconciler.start(latest(kube, "nowhere"), deny_all_present=True)
+    status = status_of(kube, "nowhere")
+    assert (status["phase"], status["reason"], status["message"]) == (
+        "Error",
+        "SessionNotFound",
+        SESSION_NOT_FOUND_MESSAGE,
+    )
+    await ready_session(kube, reconciler, runners, idleTimeoutSeconds=10)
+    kube.sessions[(NAMESPACE, SESSION)]["status"]["startedAt"] = stamp(ago(11))
+    reconciler.sessions.written.clear()
+    await reconciler.sessions.tick(session_now(kube), [])
+    assert (session_status(kube)["phase"], session_status(kube)["reason"]) == (
+        "Ended",
+        "IdleTimeout",
+    )
+    ask(kube, "late", ago(0))
+    await accept(reconciler, kube, "late")
+    late = status_of(kube, "late")
+    assert (late["reason"], late["message"]) == ("SessionEnded", SESSION_ENDED_MESSAGE)
+
+
+# --- ending -------------------------------------------------------------------------------
+
+
+async def test_idle_expiry_ends_the_session_and_removes_its_pod(
+    kube: FakeKube, runners: list[ServeDouble], reconciler: Reconciler
+) -> None:
+    await ready_session(kube, reconciler, runners, idleTimeoutSeconds=10)
+    pod = session_status(kube)["podName"]
+    ask(kube, "one", ago(1))
+    await drain(reconciler, kube)
+    wait = await reconciler.sessions.tick(session_now(kube), in_session(kube))
+    assert 9 < wait <= 10.1 and session_status(kube)["phase"] == "Ready"
+    kube.sessions[(NAMESPACE, SESSION)]["status"]["lastActivityAt"] = stamp(ago(10))
+    reconciler.sessions.written.clear()
+    await reconciler.sessions.tick(session_now(kube), in_session(kube))
+    assert session_status(kube)["reason"] == "IdleTimeout"
+    assert (NAMESPACE, pod) not in kube.pods and "expiresAt" not in session_status(kube)
+
+
+async def test_the_lifetime_ends_the_session_and_its_waiting_executions(
+    kube: FakeKube, runners: list[ServeDouble], reconciler: Reconciler
+) -> None:
+    server = await ready_session(kube, reconciler, runners, maxLifetimeSeconds=60)
+    kube.sessions[(NAMESPACE, SESSION)]["metadata"]["creationTimestamp"] = stamp(ago(61))
+    reconciler.sessions.written.clear()
+    ask(kube, "waiting", ago(0))
+    await accept(reconciler, kube, "waiting")
+    await reconciler.sessions.tick(session_now(kube), in_session(kube))
+    assert session_status(kube)["reason"] == "LifetimeExceeded"
+    assert status_of(kube, "waiting")["reason"] == "SessionEnded"
+    assert server.runs == 0
+
+
+async def test_deletion_ends_the_session_its_pod_and_its_queue(
+    kube: FakeKube, runners: list[ServeDouble], reconciler: Reconciler
+) -> None:
+    await ready_session(kube, reconciler, runners)
+    pod = session_status(kube)["podName"]
+    ask(kube, "waiting", ago(0))
+    await reconciler.sessions.end(
+        session_now(kube), "Deleted", "the session was deleted", in_session(kube)
+    )
+    assert (session_status(kube)["phase"], session_status(kube)["reason"]) == ("Ended", "Deleted")
+    assert (NAMESPACE, pod) not in kube.pods
+    assert status_of(kube, "waiting")["reason"] == "SessionEnded"
+
+
+async def test_a_lost_pod_ends_the_session(
+    kube: FakeKube, runners: list[ServeDouble], reconciler: Reconciler
+) -> None:
+    await ready_session(kube, reconciler, runners)
+    del kube.pods[(NAMESPACE, session_status(kube)["podName"])]
+    await reconciler.sessions.tick(session_now(kube), [])
+    assert (session_status(kube)["phase"], session_status(kube)["reason"]) == (
+        "Ended",
+        "SandboxLost",
+    )
+
+
+async def test_a_waiting_execution_whose_session_vanished_ends_at_the_watchdog(
+    kube: FakeKube, runners: list[ServeDouble], reconciler: Reconciler
+) -> None:
+    await ready_session(kube, reconciler, runners)
+    ask(kube, "waiting", ago(0))
+    await accept(reconciler, kube, "waiting")
+    del kube.sessions[(NAMESPACE, SESSION)]
+    await reconciler.watch(latest(kube, "waiting"), [], None)
+    assert status_of(kube, "waiting")["reason"] == "SessionEnded"
+
+
+# --- an operator restart mid-queue --------------------------------------------------------
+
+
+async def test_after_a_restart_mid_queue_each_execution_ends_once_and_in_order(
+    kube: FakeKube, runners: list[ServeDouble]
+) -> None:
+    hold = asyncio.Event()
+    first = new_reconciler(kube)
+    scripts = [Script(hold=hold), Script(), Script()]
+    server = await ready_session(kube, first, runners, *scripts)
+    names = ["one", "two", "three"]
+    for seconds, name in zip((3, 2, 1), names, strict=True):
+        ask(kube, name, ago(seconds))
+    daemon = asyncio.create_task(first.sessions.tick(session_now(kube), in_session(kube)))
+    while not server.requests:
+        await asyncio.sleep(0.01)
+    daemon.cancel()  # kill -9 while "one" runs and the others wait
+    with pytest.raises(asyncio.CancelledError):
+        await daemon
+    assert status_of(kube, "one")["phase"] == "Running"
+    second = new_reconciler(kube)
+    for name in names:  # on.resume of each execution
+        await second.start(latest(kube, name), deny_all_present=True, session=session_now(kube))
+    resumed = asyncio.create_task(drain(second, kube))
+    while len(server.requests) < 2:
+        await asyncio.sleep(0.01)
+    hold.set()
+    await resumed
+    assert server.executions == [uid_of(kube, name) for name in names]
+    assert [r["executionId"] for r in server.requests][:2] == [uid_of(kube, "one")] * 2
+    for name in names:
+        assert terminal_events(kube, name) == ["Succeeded"]
+    assert session_status(kube)["executionCount"] == 3
+    await first.close()
+    await second.close()
