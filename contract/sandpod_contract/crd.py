@@ -1,4 +1,5 @@
-"""Generate sandpod's CustomResourceDefinitions (CodeExecution, SandboxPool) from the models.
+"""Generate sandpod's CustomResourceDefinitions (CodeExecution, SandboxPool, CodeSession) from
+the models.
 
     python -m sandpod_contract.crd            # write crds/<plural>.sandpod.dev.yaml, one per kind
     python -m sandpod_contract.crd --check    # exit 1 when a committed file differs
@@ -22,6 +23,8 @@ from sandpod_contract.models import (
     NAME_RULE,
     CodeExecutionSpec,
     CodeExecutionStatus,
+    CodeSessionSpec,
+    CodeSessionStatus,
     SandboxPoolSpec,
     SandboxPoolStatus,
 )
@@ -30,6 +33,7 @@ from sandpod_contract.names import (
     EXECUTION_NAMES,
     GROUP,
     POOL_NAMES,
+    SESSION_NAMES,
     VERSION,
 )
 
@@ -102,7 +106,26 @@ SANDBOX_POOL = Kind(
         {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
     ),
 )
-KINDS = (CODE_EXECUTION, SANDBOX_POOL)
+SESSION_DESCRIPTION = (
+    "CodeSession keeps one sandbox for one user: executions naming it run there one at a "
+    "time, keeping files, installed packages and (Python) the interpreter's state."
+)
+CODE_SESSION = Kind(
+    names=SESSION_NAMES,
+    description=SESSION_DESCRIPTION,
+    models=(CodeSessionSpec, CodeSessionStatus),
+    columns=(
+        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+        {
+            "name": "Executions",
+            "type": "integer",
+            "jsonPath": ".status.executionCount",
+            "description": "Executions run in the session.",
+        },
+        {"name": "Expires", "type": "date", "jsonPath": ".status.expiresAt"},
+    ),
+)
+KINDS = (CODE_EXECUTION, SANDBOX_POOL, CODE_SESSION)
 
 CRD_NAME = CODE_EXECUTION.crd_name
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -253,6 +253,11 @@ class Network(_Model):
         return self
 
 
+SessionName = Annotated[
+    str, Field(min_length=1, max_length=MAX_NAME_LENGTH, pattern=DNS_LABEL_PATTERN)
+]
+
+
 class CodeExecutionSpec(_Model):
     """What to run and under which limits. Immutable once created."""
 
@@ -321,6 +326,12 @@ class CodeExecutionSpec(_Model):
         pattern=DNS_SUBDOMAIN_PATTERN,
         description="RuntimeClass of the sandbox pod. Defaults to the operator's setting "
         "(gvisor); only classes the operator allows are accepted.",
+    )
+    session: SessionName | None = Field(
+        default=None,
+        description="Run in this CodeSession (same namespace) instead of a pod of its own: "
+        "after the session's earlier executions, in its live interpreter and work directory. "
+        "language must be the session's; resources and network come from the session.",
     )
 
     @field_validator("files")
@@ -414,6 +425,19 @@ class CodeExecutionStatus(_Model):
     wait_ms: int | None = Field(
         default=None, ge=0, description="Milliseconds from creation to the program's start."
     )
+    session: str | None = Field(
+        default=None, description="The CodeSession the execution ran in (spec.session)."
+    )
+    result: str | None = Field(
+        default=None,
+        description="In a session: the repr of the program's trailing expression (bounded "
+        "like the output tails); absent when there is none.",
+    )
+    state_lost: bool | None = Field(
+        default=None,
+        description="In a session: the interpreter was restarted because of this execution "
+        "or before it, so earlier state (variables, imports) is gone; message says why.",
+    )
     conditions: list[Condition] = Field(
         default_factory=list,
         description="Standard conditions: Accepted, Started, Completed, Succeeded.",
@@ -464,6 +488,89 @@ class SandboxPoolStatus(_Model):
         default_factory=list,
         description="Ready: True when `size` free pods are ready; False with reason Filling, "
         "RefillLimited (maxRefillPerMinute) or InvalidSpec.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    observed_generation: int | None = Field(
+        default=None, description="metadata.generation the status was written for."
+    )
+
+
+SessionPhase = Literal["Starting", "Ready", "Busy", "Ended"]
+MIN_IDLE_TIMEOUT_SECONDS = 10
+MAX_IDLE_TIMEOUT_SECONDS = 86400
+DEFAULT_IDLE_TIMEOUT_SECONDS = 600
+MIN_SESSION_LIFETIME_SECONDS = 60
+MAX_SESSION_LIFETIME_SECONDS = 86400
+DEFAULT_SESSION_LIFETIME_SECONDS = 3600
+
+
+class CodeSessionSpec(_Model):
+    """One sandbox kept for one user: executions naming the session run in it one after the
+    other, sharing its files and (Python) its interpreter. Immutable once created."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [IMMUTABLE_RULE]})
+
+    language: LanguageName
+    resources: Resources = Field(
+        default_factory=Resources,
+        description="cpu, memory and ephemeral-storage limits of the session's sandbox.",
+    )
+    network: Network = Field(
+        default_factory=Network, description="Network access of the sandbox; none by default."
+    )
+    idle_timeout_seconds: int = Field(
+        default=DEFAULT_IDLE_TIMEOUT_SECONDS,
+        ge=MIN_IDLE_TIMEOUT_SECONDS,
+        le=MAX_IDLE_TIMEOUT_SECONDS,
+        description="End the session this many seconds after its last execution ended.",
+    )
+    max_lifetime_seconds: int = Field(
+        default=DEFAULT_SESSION_LIFETIME_SECONDS,
+        ge=MIN_SESSION_LIFETIME_SECONDS,
+        le=MAX_SESSION_LIFETIME_SECONDS,
+        description="End the session this many seconds after it was created, busy or not.",
+    )
+    pool: str | None = Field(
+        default=None,
+        max_length=MAX_NAME_LENGTH,
+        pattern=DNS_LABEL_PATTERN,
+        description="A SandboxPool of the namespace to take the sandbox from; when omitted, "
+        "any fitting pool is tried, else a sandbox is started.",
+    )
+
+
+class CodeSessionStatus(_Model):
+    """The session's sandbox and activity, written by the operator."""
+
+    phase: SessionPhase = Field(
+        description="Starting (no sandbox yet), Ready (idle), Busy (an execution runs) or "
+        "Ended (for good: timed out, lifetime reached, deleted or sandbox lost)."
+    )
+    reason: str | None = Field(
+        default=None,
+        description="CamelCase cause of the phase, e.g. Started, IdleTimeout, "
+        "LifetimeExceeded, Deleted, SandboxLost, InvalidSpec.",
+    )
+    message: str | None = Field(default=None, description="Human-readable explanation.")
+    pod_name: str | None = Field(default=None, description="Name of the session's pod.")
+    start_mode: Literal["warm", "cold"] | None = Field(
+        default=None, description="warm: the pod came from a SandboxPool; cold: started for it."
+    )
+    started_at: Timestamp | None = Field(
+        default=None, description="When the session's sandbox was ready."
+    )
+    last_activity_at: Timestamp | None = Field(
+        default=None, description="When its last execution ended."
+    )
+    expires_at: Timestamp | None = Field(
+        default=None,
+        description="When the session ends unless used: the earlier of the idle and the "
+        "lifetime deadlines.",
+    )
+    execution_count: int = Field(default=0, ge=0, description="Executions run in the session.")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Standard conditions.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     observed_generation: int | None = Field(

@@ -32,6 +32,14 @@ POOL_SHORT_NAMES = ("sbp",)
 # (kind, plural, singular, short names) of each custom resource.
 EXECUTION_NAMES = (KIND, PLURAL, SINGULAR, SHORT_NAMES)
 POOL_NAMES = (POOL_KIND, POOL_PLURAL, POOL_SINGULAR, POOL_SHORT_NAMES)
+
+SESSION_KIND = "CodeSession"
+SESSION_PLURAL = "codesessions"
+SESSION_SINGULAR = "codesession"
+SESSION_SHORT_NAMES = ("cxs",)
+SESSION_NAMES = (SESSION_KIND, SESSION_PLURAL, SESSION_SINGULAR, SESSION_SHORT_NAMES)
+# A session's pod: which session it serves.
+SESSION_LABEL = f"{GROUP}/session"
 # Pool pods: which pool made them, whether they are still free, and (once claimed) by whom.
 POOL_LABEL = f"{GROUP}/pool"
 POOL_STATE_LABEL = f"{GROUP}/pool-state"

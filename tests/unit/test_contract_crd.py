@@ -60,6 +60,7 @@ def test_check_reports_drift(tmp_path: Path) -> None:
     assert crd.main(["--check", "--output", str(tmp_path)]) == 0
     assert sorted(path.name for path in tmp_path.iterdir()) == [
         "codeexecutions.sandpod.dev.yaml",
+        "codesessions.sandpod.dev.yaml",
         "sandboxpools.sandpod.dev.yaml",
     ]
 
