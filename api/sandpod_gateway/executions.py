@@ -54,10 +54,12 @@ async def create_execution(
     admission: AdmissionControl,
     idempotency_key: str | None,
     wait: bool,
+    session: str | None = None,
 ) -> CreateOutcome:
+    """Create (or replay) an execution, in `session` when given, and wait for it if asked."""
     check_request(request, tenant, catalog, settings)
     name = execution_name(tenant.name, idempotency_key)
-    fingerprint = request_fingerprint(request)
+    fingerprint = request_fingerprint(request, session)
     # A waiting request holds a wait slot from the start: refused replays cost no API call.
     slot: AbstractContextManager[None] = (
         admission.waiting(tenant, name, settings, follows_log=False) if wait else nullcontext()
@@ -66,11 +68,11 @@ async def create_execution(
         try:
             resource = None
             if idempotency_key is not None:
-                resource = await replay(service, tenant, name, fingerprint)
+                resource = await replay(service.get, tenant, name, fingerprint)
             created = resource is None
             if resource is None:
                 resource, created = await _admit(
-                    request, name, tenant, service, settings, admission, fingerprint
+                    request, name, tenant, service, settings, admission, fingerprint, session
                 )
             if wait:
                 resource = await finished(resource, tenant.namespace, service, settings)
@@ -89,6 +91,7 @@ async def _admit(
     settings: GatewaySettings,
     admission: AdmissionControl,
     fingerprint: str,
+    session: str | None,
 ) -> tuple[Resource, bool]:
     """Create the execution if the tenant may run another: (the execution, created?)."""
     limits = resolved_limits(request, tenant, settings)
@@ -97,28 +100,33 @@ async def _admit(
         tenant=tenant.name,
         request=request,
         timeout_seconds=limits.timeout_seconds,
-        memory=limits.memory,
-        cpu=limits.cpu,
+        memory=None if session else limits.memory,
+        cpu=None if session else limits.cpu,
         ttl_seconds_after_finished=settings.ttl_seconds_after_finished,
+        session=session,
     )
     async with admission.admitting(tenant.name):
         await check_concurrency(service, tenant, settings)
         try:
             return await service.create(tenant.namespace, manifest), True
         except ExecutionAlreadyExists:
-            existing = await replay(service, tenant, name, fingerprint)
+            existing = await replay(service.get, tenant, name, fingerprint)
             if existing is None:
                 raise GatewayError(
                     409, "conflict", f"Execution {name!r} is being replaced; retry"
                 ) from None
             return existing, False
         except ExecutionRejected as exc:
-            raise GatewayError(
-                422,
-                "invalid_execution",
-                f"The cluster refused the execution: {exc.message}",
-                [ErrorDetail(field=field, message=message) for field, message in exc.causes],
-            ) from exc
+            raise refused_by_cluster(exc, "execution") from exc
+
+
+def refused_by_cluster(exc: ExecutionRejected, what: str) -> GatewayError:
+    return GatewayError(
+        422,
+        f"invalid_{what}",
+        f"The cluster refused the {what}: {exc.message}",
+        [ErrorDetail(field=field, message=message) for field, message in exc.causes],
+    )
 
 
 async def get_owned_execution(

@@ -21,7 +21,7 @@ from sandpod_gateway.main import create_app
 from sandpod_gateway.service import (
     ExecutionAlreadyExists,
     ExecutionNotFound,
-    ExecutionPageData,
+    PageData,
     InvalidCursor,
     KubernetesUnavailable,
 )
@@ -133,13 +133,13 @@ class FakeExecutionService:
 
     async def list(
         self, namespace: str, *, label_selector: str, limit: int | None, cursor: str | None
-    ) -> ExecutionPageData:
+    ) -> PageData:
         items = self._selected(namespace, label_selector)
         if cursor is not None and not cursor.isdigit():
             raise InvalidCursor(cursor)
         start = int(cursor or 0)
         end = len(items) if limit is None else start + limit
-        return ExecutionPageData(
+        return PageData(
             items=items[start:end], next_cursor=str(end) if end < len(items) else None
         )
 

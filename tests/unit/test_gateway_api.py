@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from gateway_fakes import FakeExecutionService, make_app, parse_sse, tenant
 from sandpod_contract.names import CANCEL_ANNOTATION, TENANT_LABEL
 from sandpod_gateway.dependencies import get_execution_service
-from sandpod_gateway.service import ExecutionNotFound, ExecutionPageData, KubernetesUnavailable
+from sandpod_gateway.service import ExecutionNotFound, PageData, KubernetesUnavailable
 
 ALICE = "sk-alice-0123456789"
 BOB = "sk-bob-0123456789"
@@ -498,7 +498,7 @@ class VanishingService(FakeExecutionService):
 
     async def list(
         self, namespace: str, *, label_selector: str, limit: int | None, cursor: str | None
-    ) -> ExecutionPageData:
+    ) -> PageData:
         raise KubernetesUnavailable("connection refused")
 
 

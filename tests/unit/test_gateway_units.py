@@ -5,7 +5,12 @@ from typing import Any
 
 import pytest
 from sandpod_contract.catalog import DEFAULT_CATALOG_PATH
-from sandpod_contract.models import MAX_TIMEOUT_SECONDS, CodeExecutionSpec, execution_name_problem
+from sandpod_contract.models import (
+    MAX_TIMEOUT_SECONDS,
+    CodeExecutionSpec,
+    CodeExecutionStatus,
+    execution_name_problem,
+)
 from sandpod_contract.names import API_VERSION, KIND, REQUEST_HASH_ANNOTATION, TENANT_LABEL
 from sandpod_contract.runner import MAX_FRAME_BYTES, FrameDecoder, OutputChunk, decode_frame
 from sandpod_gateway.admission import retry_after_seconds
@@ -216,13 +221,14 @@ def test_retry_after_is_the_time_until_the_oldest_unfinished_execution_must_end(
 
 def test_the_status_is_read_through_its_model() -> None:
     status = read_status(
-        resource({"phase": "Failed", "exitCode": 3, "conditions": [{"type": "x"}], "new": 1})
+        resource({"phase": "Failed", "exitCode": 3, "conditions": [{"type": "x"}], "new": 1}),
+        CodeExecutionStatus,
     )
 
     assert status is not None
     assert (status.phase, status.exit_code, status.conditions) == ("Failed", 3, [])
-    assert read_status(resource({"phase": "Sleeping", "exitCode": 3})) is None
-    assert read_status(resource(None)) is None
+    assert read_status(resource({"phase": "Sleeping", "exitCode": 3}), CodeExecutionStatus) is None
+    assert read_status(resource(None), CodeExecutionStatus) is None
 
 
 # --- the run_code tool ---------------------------------------------------------------------
