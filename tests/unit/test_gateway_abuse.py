@@ -14,7 +14,7 @@ from sandpod_contract.names import TENANT_LABEL
 from sandpod_contract.runner import OutputChunk
 from sandpod_gateway.auth import KeyStoreUnavailable, Tenant
 from sandpod_gateway.dependencies import get_key_store
-from sandpod_gateway.service import PageData, KubernetesUnavailable
+from sandpod_gateway.service import KubernetesUnavailable, PageData
 
 ALICE = "sk-alice-0123456789"
 BOB = "sk-bob-0123456789"

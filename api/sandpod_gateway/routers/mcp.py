@@ -10,6 +10,7 @@ from sandpod_gateway.dependencies import (
     CurrentTenant,
     ExecutionServiceDep,
     MetricsDep,
+    SessionServiceDep,
     SettingsDep,
 )
 from sandpod_gateway.mcp_server import TOOL_CALL_STATE, ToolCallContext
@@ -33,6 +34,7 @@ async def mcp_endpoint(
     request: Request,
     tenant: CurrentTenant,
     service: ExecutionServiceDep,
+    sessions: SessionServiceDep,
     catalog: CatalogDep,
     settings: SettingsDep,
     admission: AdmissionDep,
@@ -44,11 +46,12 @@ async def mcp_endpoint(
         ToolCallContext(
             tenant=tenant,
             service=service,
+            sessions=sessions,
             catalog=catalog,
             settings=settings,
             admission=admission,
             metrics=metrics,
         ),
     )
-    sessions: StreamableHTTPSessionManager = request.app.state.mcp_sessions
-    return McpTransportResponse(sessions)
+    manager: StreamableHTTPSessionManager = request.app.state.mcp_sessions
+    return McpTransportResponse(manager)
