@@ -12,6 +12,7 @@ from sandpod_gateway.errors import GatewayError
 from sandpod_gateway.languages import LanguageCatalog
 from sandpod_gateway.metrics import GatewayMetrics
 from sandpod_gateway.service import ExecutionService, SessionService
+from sandpod_gateway.sessions import SessionContext
 from sandpod_gateway.settings import GatewaySettings
 
 
@@ -93,3 +94,17 @@ async def get_current_tenant(
 
 
 CurrentTenant = Annotated[Tenant, Depends(get_current_tenant)]
+
+
+def get_session_context(
+    tenant: CurrentTenant,
+    sessions: SessionServiceDep,
+    executions: ExecutionServiceDep,
+    catalog: CatalogDep,
+    settings: SettingsDep,
+    admission: AdmissionDep,
+) -> SessionContext:
+    return SessionContext(tenant, sessions, executions, catalog, settings, admission)
+
+
+SessionContextDep = Annotated[SessionContext, Depends(get_session_context)]

@@ -7,8 +7,10 @@ handlers (errors.py).
 
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from typing import Protocol
 
 from sandpod_contract.models import execution_name_problem
+from sandpod_contract.names import TENANT_LABEL
 
 from sandpod_gateway.admission import (
     AdmissionControl,
@@ -18,7 +20,7 @@ from sandpod_gateway.admission import (
 )
 from sandpod_gateway.auth import Tenant
 from sandpod_gateway.errors import ErrorDetail, GatewayError
-from sandpod_gateway.idempotency import execution_name, replay
+from sandpod_gateway.idempotency import Getter, execution_name, replay
 from sandpod_gateway.languages import LanguageCatalog
 from sandpod_gateway.resources import (
     Resource,
@@ -33,9 +35,18 @@ from sandpod_gateway.service import (
     ExecutionNotFound,
     ExecutionRejected,
     ExecutionService,
+    InvalidCursor,
+    PageData,
+    ResourceNotFound,
 )
 from sandpod_gateway.settings import GatewaySettings
 from sandpod_gateway.waiting import finished
+
+
+class Lister(Protocol):
+    async def __call__(
+        self, namespace: str, *, label_selector: str, limit: int | None, cursor: str | None
+    ) -> PageData: ...
 
 
 @dataclass(frozen=True)
@@ -129,13 +140,35 @@ def refused_by_cluster(exc: ExecutionRejected, what: str) -> GatewayError:
     )
 
 
+async def get_owned(
+    name: str, tenant: Tenant, get: Getter, not_found: type[ResourceNotFound]
+) -> Resource:
+    """The tenant's execution or session (`get` reads it); `not_found` for anything else,
+    another tenant's included."""
+    if execution_name_problem(name) is not None:
+        raise not_found(name)
+    resource = await get(tenant.namespace, name)
+    if not belongs_to(resource, tenant.name):
+        raise not_found(name)
+    return resource
+
+
 async def get_owned_execution(
     execution_id: str, tenant: Tenant, service: ExecutionService
 ) -> Resource:
-    """The tenant's execution; not found for anything else, another tenant's included."""
-    if execution_name_problem(execution_id) is not None:
-        raise ExecutionNotFound(execution_id)
-    resource = await service.get(tenant.namespace, execution_id)
-    if not belongs_to(resource, tenant.name):
-        raise ExecutionNotFound(execution_id)
-    return resource
+    return await get_owned(execution_id, tenant, service.get, ExecutionNotFound)
+
+
+async def list_page(
+    list_function: Lister, tenant: Tenant, limit: int, cursor: str | None
+) -> PageData:
+    """One page of the tenant's executions or sessions; 400 invalid_cursor."""
+    try:
+        return await list_function(
+            tenant.namespace,
+            label_selector=f"{TENANT_LABEL}={tenant.name}",
+            limit=limit,
+            cursor=cursor,
+        )
+    except InvalidCursor as exc:
+        raise GatewayError(400, "invalid_cursor", "The cursor is invalid or expired") from exc

@@ -17,10 +17,8 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, ValidationError
 
-from sandpod_gateway.admission import AdmissionControl
-from sandpod_gateway.auth import Tenant
 from sandpod_gateway.errors import GatewayError, as_gateway_error
-from sandpod_gateway.executions import CreateOutcome, create_execution
+from sandpod_gateway.executions import CreateOutcome
 from sandpod_gateway.languages import LanguageCatalog
 from sandpod_gateway.metrics import GatewayMetrics
 from sandpod_gateway.schemas import (
@@ -32,12 +30,16 @@ from sandpod_gateway.schemas import (
 )
 from sandpod_gateway.service import (
     ExecutionNotFound,
-    ExecutionService,
     KubernetesUnavailable,
     SessionNotFound,
-    SessionService,
 )
-from sandpod_gateway.sessions import SessionContext, close_session, open_session, run_in_session
+from sandpod_gateway.sessions import (
+    SessionContext,
+    close_session,
+    create_in,
+    open_session,
+    run_in_session,
+)
 from sandpod_gateway.settings import GatewaySettings
 from sandpod_gateway.tool_definitions import (
     CLOSE_SESSION,
@@ -55,18 +57,8 @@ TOOL_CALL_STATE = "sandpod_tool_call"
 class ToolCallContext:
     """Everything a tool call needs, resolved by the /mcp route for this request."""
 
-    tenant: Tenant
-    service: ExecutionService
-    sessions: SessionService
-    catalog: LanguageCatalog
-    settings: GatewaySettings
-    admission: AdmissionControl
+    context: SessionContext
     metrics: GatewayMetrics
-
-    def session_context(self) -> SessionContext:
-        return SessionContext(
-            self.tenant, self.sessions, self.service, self.catalog, self.settings, self.admission
-        )
 
     def count(self, outcome: CreateOutcome) -> ExecutionResult:
         if outcome.created:
@@ -91,16 +83,7 @@ async def run_code(arguments: Any, call: ToolCallContext) -> ExecutionResult:
         code=arguments.code,
         timeout_seconds=arguments.timeout_seconds,
     )
-    outcome = await create_execution(
-        request,
-        tenant=call.tenant,
-        service=call.service,
-        catalog=call.catalog,
-        settings=call.settings,
-        admission=call.admission,
-        idempotency_key=None,
-        wait=True,
-    )
+    outcome = await create_in(call.context, request, idempotency_key=None, wait=True)
     return call.count(outcome)
 
 
@@ -108,19 +91,19 @@ async def open_session_tool(arguments: Any, call: ToolCallContext) -> SessionInf
     request = CreateSessionRequest(
         language=arguments.language, idle_timeout_seconds=arguments.idle_timeout_seconds
     )
-    return (await open_session(request, call.session_context(), None)).session
+    return (await open_session(request, call.context, None)).session
 
 
 async def run_in_session_tool(arguments: Any, call: ToolCallContext) -> ExecutionResult:
     body = SessionExecutionRequest(code=arguments.code, timeout_seconds=arguments.timeout_seconds)
     outcome = await run_in_session(
-        arguments.session_id, body, call.session_context(), idempotency_key=None, wait=True
+        arguments.session_id, body, call.context, idempotency_key=None, wait=True
     )
     return call.count(outcome)
 
 
 async def close_session_tool(arguments: Any, call: ToolCallContext) -> SessionInfo:
-    info, _ = await close_session(arguments.session_id, call.session_context())
+    info, _ = await close_session(arguments.session_id, call.context)
     return info
 
 
@@ -146,7 +129,7 @@ def _tool_function(
         except ValidationError as exc:
             raise ToolError(f"invalid arguments: {exc}") from exc
         except (GatewayError, KubernetesUnavailable, SessionNotFound, ExecutionNotFound) as exc:
-            error = as_gateway_error(exc, call.settings.default_retry_after_seconds)
+            error = as_gateway_error(exc, call.context.settings.default_retry_after_seconds)
             assert error is not None
             raise ToolError(f"{error.code}: {error.message}") from exc
 

@@ -8,17 +8,19 @@ session's other runs and are audited like them.
 
 from dataclasses import dataclass
 
-from sandpod_contract.models import execution_name_problem
-
 from sandpod_gateway.admission import AdmissionControl, check_session_count, resolved_session_spec
 from sandpod_gateway.auth import Tenant
 from sandpod_gateway.errors import ErrorDetail, GatewayError
-from sandpod_gateway.executions import CreateOutcome, create_execution, refused_by_cluster
+from sandpod_gateway.executions import (
+    CreateOutcome,
+    create_execution,
+    get_owned,
+    refused_by_cluster,
+)
 from sandpod_gateway.idempotency import SESSION_PREFIX, replay, resource_name
 from sandpod_gateway.languages import LanguageCatalog
 from sandpod_gateway.resources import (
     Resource,
-    belongs_to,
     build_code_session,
     is_ended,
     request_fingerprint,
@@ -88,13 +90,7 @@ async def open_session(
 
 
 async def get_owned_session(session_id: str, tenant: Tenant, sessions: SessionService) -> Resource:
-    """The tenant's session; not found for anything else, another tenant's included."""
-    if execution_name_problem(session_id) is not None:
-        raise SessionNotFound(session_id)
-    resource = await sessions.get(tenant.namespace, session_id)
-    if not belongs_to(resource, tenant.name):
-        raise SessionNotFound(session_id)
-    return resource
+    return await get_owned(session_id, tenant, sessions.get, SessionNotFound)
 
 
 async def close_session(session_id: str, ctx: SessionContext) -> tuple[SessionInfo, bool]:
@@ -144,6 +140,20 @@ async def run_in_session(
     session = await live_session(session_id, ctx)
     fields = body.model_dump(exclude_unset=True, exclude={"language"})
     request = CreateExecutionRequest(language=_session_language(body, session), **fields)
+    return await create_in(
+        ctx, request, idempotency_key=idempotency_key, wait=wait, session=session_id
+    )
+
+
+async def create_in(
+    ctx: SessionContext,
+    request: CreateExecutionRequest,
+    *,
+    idempotency_key: str | None,
+    wait: bool,
+    session: str | None = None,
+) -> CreateOutcome:
+    """executions.create_execution with what the context holds."""
     return await create_execution(
         request,
         tenant=ctx.tenant,
@@ -153,5 +163,5 @@ async def run_in_session(
         admission=ctx.admission,
         idempotency_key=idempotency_key,
         wait=wait,
-        session=session_id,
+        session=session,
     )

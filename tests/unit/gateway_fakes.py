@@ -91,6 +91,14 @@ def page_of(items: list[Resource], limit: int | None, cursor: str | None) -> Pag
     return PageData(items=items[start:end], next_cursor=str(end) if end < len(items) else None)
 
 
+def created_from(manifest: Resource, namespace: str) -> Resource:
+    """A copy of the manifest as the API server stores it."""
+    resource = copy.deepcopy(manifest)
+    resource["metadata"]["namespace"] = namespace
+    resource["metadata"]["creationTimestamp"] = datetime.now(UTC).isoformat()
+    return resource
+
+
 def mark_finished(resource: Resource) -> None:
     """What the operator does once it has written a terminal status."""
     resource["metadata"].setdefault("labels", {})[FINISHED_LABEL] = "true"
@@ -125,9 +133,7 @@ class FakeExecutionService:
         name = manifest["metadata"]["name"]
         if (namespace, name) in self.objects:
             raise ExecutionAlreadyExists(name)
-        resource = copy.deepcopy(manifest)
-        resource["metadata"]["namespace"] = namespace
-        resource["metadata"]["creationTimestamp"] = datetime.now(UTC).isoformat()
+        resource = created_from(manifest, namespace)
         self.created.append(copy.deepcopy(resource))
         return self._store(namespace, resource)
 
@@ -198,9 +204,7 @@ class FakeSessionService:
         name = manifest["metadata"]["name"]
         if (namespace, name) in self.objects:
             raise SessionAlreadyExists(name)
-        resource = copy.deepcopy(manifest)
-        resource["metadata"]["namespace"] = namespace
-        resource["metadata"]["creationTimestamp"] = datetime.now(UTC).isoformat()
+        resource = created_from(manifest, namespace)
         resource["status"] = {"phase": self.phase, "executionCount": 0}
         self.objects[(namespace, name)] = resource
         return copy.deepcopy(resource)

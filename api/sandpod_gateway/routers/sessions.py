@@ -6,34 +6,34 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from sandpod_contract.models import RELATIVE_PATH_PATTERN
-from sandpod_contract.names import TENANT_LABEL
 
 from sandpod_gateway.dependencies import (
-    AdmissionDep,
-    CatalogDep,
     CurrentTenant,
     ExecutionServiceDep,
     MetricsDep,
+    SessionContextDep,
     SessionServiceDep,
-    SettingsDep,
 )
-from sandpod_gateway.errors import GatewayError, error_responses
-from sandpod_gateway.executions import get_owned_execution
+from sandpod_gateway.errors import error_responses
+from sandpod_gateway.executions import get_owned_execution, list_page
 from sandpod_gateway.resources import Resource, session_info
-from sandpod_gateway.routers.executions import COMMON_ERRORS, IdempotencyKey
-from sandpod_gateway.routers.executions import router as executions_router
+from sandpod_gateway.routers.executions import (
+    COMMON_ERRORS,
+    IdempotencyKey,
+    PageCursor,
+    PageLimit,
+    answer_execution,
+)
 from sandpod_gateway.schemas import (
-    TERMINAL_STATUSES,
     CreateSessionRequest,
     ExecutionResult,
     SessionExecutionRequest,
     SessionInfo,
     SessionPage,
 )
-from sandpod_gateway.service import ExecutionNotFound, InvalidCursor
+from sandpod_gateway.service import ExecutionNotFound
 from sandpod_gateway.session_files import FileInfo, download_file, upload_file
 from sandpod_gateway.sessions import (
-    SessionContext,
     close_session,
     get_owned_session,
     open_session,
@@ -44,18 +44,6 @@ from sandpod_gateway.streaming import execution_events
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
 
-def session_context(
-    tenant: CurrentTenant,
-    sessions: SessionServiceDep,
-    executions: ExecutionServiceDep,
-    catalog: CatalogDep,
-    settings: SettingsDep,
-    admission: AdmissionDep,
-) -> SessionContext:
-    return SessionContext(tenant, sessions, executions, catalog, settings, admission)
-
-
-Context = Annotated[SessionContext, Depends(session_context)]
 FilePath = Annotated[
     str,
     Path(
@@ -84,7 +72,7 @@ FilePath = Annotated[
 async def post_session(
     body: CreateSessionRequest,
     response: Response,
-    ctx: Context,
+    ctx: SessionContextDep,
     idempotency_key: IdempotencyKey = None,
 ) -> SessionInfo:
     outcome = await open_session(body, ctx, idempotency_key)
@@ -102,18 +90,10 @@ async def post_session(
 async def list_sessions(
     tenant: CurrentTenant,
     sessions: SessionServiceDep,
-    limit: Annotated[int, Query(ge=1, le=100)] = 20,
-    cursor: Annotated[str | None, Query(min_length=1, max_length=4096)] = None,
+    limit: PageLimit = 20,
+    cursor: PageCursor = None,
 ) -> SessionPage:
-    try:
-        page = await sessions.list(
-            tenant.namespace,
-            label_selector=f"{TENANT_LABEL}={tenant.name}",
-            limit=limit,
-            cursor=cursor,
-        )
-    except InvalidCursor as exc:
-        raise GatewayError(400, "invalid_cursor", "The cursor is invalid or expired") from exc
+    page = await list_page(sessions.list, tenant, limit, cursor)
     return SessionPage(
         items=[session_info(item) for item in page.items], next_cursor=page.next_cursor
     )
@@ -148,7 +128,9 @@ async def get_session(
         **error_responses(*COMMON_ERRORS, 404),
     },
 )
-async def delete_session(session_id: str, response: Response, ctx: Context) -> SessionInfo:
+async def delete_session(
+    session_id: str, response: Response, ctx: SessionContextDep
+) -> SessionInfo:
     info, closing = await close_session(session_id, ctx)
     response.status_code = 202 if closing else 200
     return info
@@ -171,7 +153,7 @@ async def post_session_execution(
     session_id: str,
     body: SessionExecutionRequest,
     response: Response,
-    ctx: Context,
+    ctx: SessionContextDep,
     metrics: MetricsDep,
     idempotency_key: IdempotencyKey = None,
     wait: Annotated[bool, Query(description="Wait for the result")] = True,
@@ -179,12 +161,7 @@ async def post_session_execution(
     outcome = await run_in_session(
         session_id, body, ctx, idempotency_key=idempotency_key, wait=wait
     )
-    result = outcome.result
-    if outcome.created:
-        metrics.executions.labels(result.language, result.status.value).inc()
-    response.status_code = 200 if result.status in TERMINAL_STATUSES else 202
-    response.headers["Location"] = f"{executions_router.prefix}/{result.id}"
-    return result
+    return answer_execution(outcome, response, metrics)
 
 
 async def session_execution(
@@ -198,7 +175,7 @@ async def session_execution(
 
 
 async def session_stream_slot(
-    execution: Annotated[Resource, Depends(session_execution)], ctx: Context
+    execution: Annotated[Resource, Depends(session_execution)], ctx: SessionContextDep
 ) -> AsyncIterator[None]:
     """A wait slot held until the stream has ended (429 before it starts, if none is left)."""
     name = execution["metadata"]["name"]
@@ -217,7 +194,7 @@ async def session_stream_slot(
 async def stream_session_execution(
     execution: Annotated[Resource, Depends(session_execution)],
     _slot: Annotated[None, Depends(session_stream_slot)],
-    ctx: Context,
+    ctx: SessionContextDep,
 ) -> AsyncIterator[ServerSentEvent]:
     async for event in execution_events(
         execution, ctx.tenant.namespace, ctx.executions, ctx.settings
@@ -240,7 +217,9 @@ async def stream_session_execution(
     },
     responses=error_responses(*COMMON_ERRORS, 400, 404, 409, 413, 415, 429),
 )
-async def put_file(session_id: str, path: FilePath, request: Request, ctx: Context) -> FileInfo:
+async def put_file(
+    session_id: str, path: FilePath, request: Request, ctx: SessionContextDep
+) -> FileInfo:
     return await upload_file(session_id, path, await request.body(), ctx)
 
 
@@ -254,6 +233,6 @@ async def put_file(session_id: str, path: FilePath, request: Request, ctx: Conte
         **error_responses(*COMMON_ERRORS, 400, 404, 409, 413, 429),
     },
 )
-async def get_file(session_id: str, path: FilePath, ctx: Context) -> Response:
+async def get_file(session_id: str, path: FilePath, ctx: SessionContextDep) -> Response:
     data = await download_file(session_id, path, ctx)
     return Response(data, media_type="application/octet-stream")
