@@ -10,15 +10,21 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import TypeVar
 
+from sandpod_contract.models import (
+    DEFAULT_IDLE_TIMEOUT_SECONDS,
+    DEFAULT_MAX_LIFETIME_SECONDS,
+    CodeSessionSpec,
+    Resources,
+)
 from sandpod_contract.names import FINISHED_LABEL, TENANT_LABEL
 from sandpod_contract.quantities import parse_quantity, smaller_quantity
 
-from sandpod_gateway.auth import Tenant
+from sandpod_gateway.auth import Tenant, TenantLimits
 from sandpod_gateway.errors import ErrorDetail, GatewayError
 from sandpod_gateway.languages import LanguageCatalog
-from sandpod_gateway.resources import Resource
-from sandpod_gateway.schemas import CreateExecutionRequest
-from sandpod_gateway.service import ExecutionService
+from sandpod_gateway.resources import Resource, is_ended
+from sandpod_gateway.schemas import CreateExecutionRequest, CreateSessionRequest, LanguageInfo
+from sandpod_gateway.service import ExecutionService, SessionService
 from sandpod_gateway.settings import GatewaySettings
 
 MAX_RETRY_AFTER_SECONDS = 60
@@ -106,20 +112,26 @@ def code_size(request: CreateExecutionRequest) -> int:
     return size
 
 
-def _check_language(request: CreateExecutionRequest, catalog: LanguageCatalog) -> None:
-    language = catalog.get(request.language)
+def known_language(name: str, catalog: LanguageCatalog) -> LanguageInfo:
+    """The catalog's language `name`; 400 unknown_language listing the known ones."""
+    language = catalog.get(name)
     if language is None:
         known = ", ".join(catalog.names())
         raise GatewayError(
             400,
             "unknown_language",
-            f"Unknown language {request.language!r}; known languages: {known}",
+            f"Unknown language {name!r}; known languages: {known}",
             [
                 ErrorDetail(
                     field="body.language", message=f"one of: {known}", type="unknown_language"
                 )
             ],
         )
+    return language
+
+
+def _check_language(request: CreateExecutionRequest, catalog: LanguageCatalog) -> None:
+    language = known_language(request.language, catalog)
     if request.mode == "lint" and not language.lint:
         raise GatewayError(
             400,
@@ -148,26 +160,35 @@ def _check_size(request: CreateExecutionRequest, settings: GatewaySettings) -> N
         )
 
 
-def _over_limit(field: str, limit: int | str) -> ErrorDetail:
+def _over_limit(field: str, limit: int | str, kind: str | None = None) -> ErrorDetail:
     return ErrorDetail(
         field=f"body.{field}",
         message=f"at most {limit} for this tenant",
-        type=f"max_{field}",
+        type=kind or f"max_{field}",
         limit=limit,
     )
 
 
+def _resource_violations(
+    memory: str | None, cpu: str | None, limits: TenantLimits
+) -> list[ErrorDetail]:
+    violations: list[ErrorDetail] = []
+    if memory is not None and parse_quantity(memory) > parse_quantity(limits.max_memory):
+        violations.append(_over_limit("memory", limits.max_memory))
+    if cpu is not None and parse_quantity(cpu) > parse_quantity(limits.max_cpu):
+        violations.append(_over_limit("cpu", limits.max_cpu))
+    return violations
+
+
 def _check_tenant_limits(request: CreateExecutionRequest, tenant: Tenant) -> None:
     limits = tenant.limits
-    violations: list[ErrorDetail] = []
+    violations = _resource_violations(request.memory, request.cpu, limits)
     if request.timeout_seconds is not None and request.timeout_seconds > limits.max_timeout_seconds:
-        violations.append(_over_limit("timeout_seconds", limits.max_timeout_seconds))
-    if request.memory is not None and parse_quantity(request.memory) > parse_quantity(
-        limits.max_memory
-    ):
-        violations.append(_over_limit("memory", limits.max_memory))
-    if request.cpu is not None and parse_quantity(request.cpu) > parse_quantity(limits.max_cpu):
-        violations.append(_over_limit("cpu", limits.max_cpu))
+        violations.insert(0, _over_limit("timeout_seconds", limits.max_timeout_seconds))
+    _refuse_violations(violations)
+
+
+def _refuse_violations(violations: list[ErrorDetail]) -> None:
     if violations:
         names = ", ".join(str(v.type) for v in violations)
         raise GatewayError(
@@ -259,4 +280,54 @@ async def check_concurrency(
             f"{limit} executions are already running; this tenant may run {limit} at once.",
             [ErrorDetail(message="too many running", type="max_concurrent", limit=limit)],
             headers={"Retry-After": str(retry_after)},
+        )
+
+
+def resolved_session_spec(
+    request: CreateSessionRequest,
+    tenant: Tenant,
+    catalog: LanguageCatalog,
+    settings: GatewaySettings,
+) -> CodeSessionSpec:
+    """The session's spec: a known language (400), within the tenant's limits (422), the
+    defaults capped by those limits for what the request leaves out."""
+    known_language(request.language, catalog)
+    limits = tenant.limits
+    violations = _resource_violations(request.memory, request.cpu, limits)
+    idle, lifetime = request.idle_timeout_seconds, request.max_lifetime_seconds
+    if idle is not None and idle > limits.max_idle_timeout_seconds:
+        violations.append(_over_limit("idle_timeout_seconds", limits.max_idle_timeout_seconds))
+    if lifetime is not None and lifetime > limits.max_lifetime_seconds:
+        violations.append(_over_limit("max_lifetime_seconds", limits.max_lifetime_seconds))
+    _refuse_violations(violations)
+    return CodeSessionSpec(
+        language=request.language,
+        resources=Resources(
+            memory=request.memory or smaller_quantity(settings.default_memory, limits.max_memory),
+            cpu=request.cpu or smaller_quantity(settings.default_cpu, limits.max_cpu),
+        ),
+        idle_timeout_seconds=idle
+        or min(DEFAULT_IDLE_TIMEOUT_SECONDS, limits.max_idle_timeout_seconds),
+        max_lifetime_seconds=lifetime
+        or min(DEFAULT_MAX_LIFETIME_SECONDS, limits.max_lifetime_seconds),
+    )
+
+
+async def check_session_count(
+    sessions: SessionService, tenant: Tenant, settings: GatewaySettings
+) -> None:
+    """429 session_limit when the tenant has as many sessions not yet ended as it may."""
+    limit = tenant.limits.max_sessions
+    page = await sessions.list(
+        tenant.namespace, label_selector=unfinished_selector(tenant.name), limit=None, cursor=None
+    )
+    live = [session for session in page.items if not is_ended(session)]
+    if len(live) >= limit:
+        raise GatewayError(
+            429,
+            "session_limit",
+            f"{limit} sessions are open already; this tenant may keep {limit} at once. "
+            "Close one (DELETE /v1/sessions/{id}) or let one expire.",
+            [ErrorDetail(message="too many sessions", type="max_sessions", limit=limit)],
+            headers={"Retry-After": str(settings.default_retry_after_seconds)},
         )

@@ -27,7 +27,13 @@ from pydantic import (
     field_validator,
 )
 from pydantic.alias_generators import to_camel
-from sandpod_contract.models import DNS_LABEL_PATTERN
+from sandpod_contract.models import (
+    DNS_LABEL_PATTERN,
+    MAX_FILE_CHARS,
+    MAX_SESSION_SECONDS,
+    MIN_IDLE_TIMEOUT_SECONDS,
+    MIN_MAX_LIFETIME_SECONDS,
+)
 from sandpod_contract.quantities import Quantity
 
 TENANTS_SECRET_KEY = "tenants.yaml"
@@ -54,6 +60,19 @@ class TenantLimits(_CamelModel):
         default=4,
         ge=1,
         description="Of those, on one execution (retries with one Idempotency-Key included).",
+    )
+    max_sessions: int = Field(default=5, ge=1, description="Sessions not yet ended, at once.")
+    max_idle_timeout_seconds: int = Field(
+        default=1800, ge=MIN_IDLE_TIMEOUT_SECONDS, le=MAX_SESSION_SECONDS
+    )
+    max_lifetime_seconds: int = Field(
+        default=7200, ge=MIN_MAX_LIFETIME_SECONDS, le=MAX_SESSION_SECONDS
+    )
+    max_file_bytes: int = Field(
+        default=MAX_FILE_CHARS,
+        ge=1,
+        le=MAX_FILE_CHARS,
+        description="Largest file uploaded to or downloaded from a session.",
     )
 
 

@@ -1,5 +1,5 @@
 """FastAPI dependencies, as Annotated aliases. Unit tests replace them through
-app.dependency_overrides (get_key_store, get_execution_service)."""
+app.dependency_overrides (get_key_store, get_execution_service, get_session_service)."""
 
 from typing import Annotated
 
@@ -11,7 +11,8 @@ from sandpod_gateway.auth import ApiKeyStore, KeyStoreUnavailable, Tenant
 from sandpod_gateway.errors import GatewayError
 from sandpod_gateway.languages import LanguageCatalog
 from sandpod_gateway.metrics import GatewayMetrics
-from sandpod_gateway.service import ExecutionService
+from sandpod_gateway.service import ExecutionService, SessionService
+from sandpod_gateway.sessions import SessionContext
 from sandpod_gateway.settings import GatewaySettings
 
 
@@ -45,12 +46,18 @@ def get_execution_service(request: Request) -> ExecutionService:
     return service
 
 
+def get_session_service(request: Request) -> SessionService:
+    service: SessionService = request.app.state.session_service
+    return service
+
+
 SettingsDep = Annotated[GatewaySettings, Depends(get_settings)]
 CatalogDep = Annotated[LanguageCatalog, Depends(get_catalog)]
 MetricsDep = Annotated[GatewayMetrics, Depends(get_metrics)]
 AdmissionDep = Annotated[AdmissionControl, Depends(get_admission)]
 KeyStoreDep = Annotated[ApiKeyStore, Depends(get_key_store)]
 ExecutionServiceDep = Annotated[ExecutionService, Depends(get_execution_service)]
+SessionServiceDep = Annotated[SessionService, Depends(get_session_service)]
 
 bearer_scheme = HTTPBearer(
     auto_error=False,
@@ -87,3 +94,17 @@ async def get_current_tenant(
 
 
 CurrentTenant = Annotated[Tenant, Depends(get_current_tenant)]
+
+
+def get_session_context(
+    tenant: CurrentTenant,
+    sessions: SessionServiceDep,
+    executions: ExecutionServiceDep,
+    catalog: CatalogDep,
+    settings: SettingsDep,
+    admission: AdmissionDep,
+) -> SessionContext:
+    return SessionContext(tenant, sessions, executions, catalog, settings, admission)
+
+
+SessionContextDep = Annotated[SessionContext, Depends(get_session_context)]

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from sandpod_gateway.service import ExecutionNotFound, KubernetesUnavailable
+from sandpod_gateway.service import ExecutionNotFound, KubernetesUnavailable, SessionNotFound
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +128,8 @@ def as_gateway_error(exc: Exception, retry_after_seconds: int) -> GatewayError |
         return unavailable(exc, retry_after_seconds)
     if isinstance(exc, ExecutionNotFound):
         return not_found(str(exc))
+    if isinstance(exc, SessionNotFound):
+        return GatewayError(404, "not_found", f"No session {str(exc)!r}")
     return None
 
 
@@ -163,7 +165,7 @@ async def handle_unexpected_error(request: Request, exc: Exception) -> JSONRespo
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    for error in (GatewayError, KubernetesUnavailable, ExecutionNotFound):
+    for error in (GatewayError, KubernetesUnavailable, ExecutionNotFound, SessionNotFound):
         app.add_exception_handler(error, handle_gateway_error)
     app.add_exception_handler(RequestValidationError, handle_validation_error)
     app.add_exception_handler(StarletteHTTPException, handle_http_exception)
@@ -172,14 +174,16 @@ def install_error_handlers(app: FastAPI) -> None:
 
 ERROR_DESCRIPTIONS: dict[int, str] = {
     400: "Bad request: unknown language (the message lists the known ones), "
-    "lint not available, invalid cursor",
+    "lint not available, invalid cursor, file transfer not available for the language",
     401: "Missing or invalid API key",
-    404: "No such execution for this tenant",
-    409: "Conflict (Idempotency-Key reused for a different request)",
-    413: "Request body or code too large",
+    404: "No such execution, session or file for this tenant",
+    409: "Conflict (Idempotency-Key reused for a different request; the session has ended; "
+    "a file transfer failed)",
+    413: "Request body, code or file too large",
+    415: "An upload that is not UTF-8 text",
     422: "Invalid input, or over a tenant limit (details name the field and the limit)",
-    429: "Too many executions running (concurrency_limit), or too many requests waiting or "
-    "streaming (too_many_waits) for this tenant; see Retry-After",
+    429: "Too many executions running (concurrency_limit), sessions open (session_limit), or "
+    "requests waiting or streaming (too_many_waits) for this tenant; see Retry-After",
     503: "The cluster or the API keys are unavailable; see Retry-After",
 }
 

@@ -7,8 +7,10 @@ handlers (errors.py).
 
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from typing import Protocol
 
 from sandpod_contract.models import execution_name_problem
+from sandpod_contract.names import TENANT_LABEL
 
 from sandpod_gateway.admission import (
     AdmissionControl,
@@ -18,7 +20,7 @@ from sandpod_gateway.admission import (
 )
 from sandpod_gateway.auth import Tenant
 from sandpod_gateway.errors import ErrorDetail, GatewayError
-from sandpod_gateway.idempotency import execution_name, replay
+from sandpod_gateway.idempotency import Getter, execution_name, replay
 from sandpod_gateway.languages import LanguageCatalog
 from sandpod_gateway.resources import (
     Resource,
@@ -33,9 +35,18 @@ from sandpod_gateway.service import (
     ExecutionNotFound,
     ExecutionRejected,
     ExecutionService,
+    InvalidCursor,
+    PageData,
+    ResourceNotFound,
 )
 from sandpod_gateway.settings import GatewaySettings
 from sandpod_gateway.waiting import finished
+
+
+class Lister(Protocol):
+    async def __call__(
+        self, namespace: str, *, label_selector: str, limit: int | None, cursor: str | None
+    ) -> PageData: ...
 
 
 @dataclass(frozen=True)
@@ -54,10 +65,12 @@ async def create_execution(
     admission: AdmissionControl,
     idempotency_key: str | None,
     wait: bool,
+    session: str | None = None,
 ) -> CreateOutcome:
+    """Create (or replay) an execution, in `session` when given, and wait for it if asked."""
     check_request(request, tenant, catalog, settings)
     name = execution_name(tenant.name, idempotency_key)
-    fingerprint = request_fingerprint(request)
+    fingerprint = request_fingerprint(request, session)
     # A waiting request holds a wait slot from the start: refused replays cost no API call.
     slot: AbstractContextManager[None] = (
         admission.waiting(tenant, name, settings, follows_log=False) if wait else nullcontext()
@@ -66,11 +79,11 @@ async def create_execution(
         try:
             resource = None
             if idempotency_key is not None:
-                resource = await replay(service, tenant, name, fingerprint)
+                resource = await replay(service.get, tenant, name, fingerprint)
             created = resource is None
             if resource is None:
                 resource, created = await _admit(
-                    request, name, tenant, service, settings, admission, fingerprint
+                    request, name, tenant, service, settings, admission, fingerprint, session
                 )
             if wait:
                 resource = await finished(resource, tenant.namespace, service, settings)
@@ -89,6 +102,7 @@ async def _admit(
     settings: GatewaySettings,
     admission: AdmissionControl,
     fingerprint: str,
+    session: str | None,
 ) -> tuple[Resource, bool]:
     """Create the execution if the tenant may run another: (the execution, created?)."""
     limits = resolved_limits(request, tenant, settings)
@@ -97,37 +111,64 @@ async def _admit(
         tenant=tenant.name,
         request=request,
         timeout_seconds=limits.timeout_seconds,
-        memory=limits.memory,
-        cpu=limits.cpu,
+        memory=None if session else limits.memory,
+        cpu=None if session else limits.cpu,
         ttl_seconds_after_finished=settings.ttl_seconds_after_finished,
+        session=session,
     )
     async with admission.admitting(tenant.name):
         await check_concurrency(service, tenant, settings)
         try:
             return await service.create(tenant.namespace, manifest), True
         except ExecutionAlreadyExists:
-            existing = await replay(service, tenant, name, fingerprint)
+            existing = await replay(service.get, tenant, name, fingerprint)
             if existing is None:
                 raise GatewayError(
                     409, "conflict", f"Execution {name!r} is being replaced; retry"
                 ) from None
             return existing, False
         except ExecutionRejected as exc:
-            raise GatewayError(
-                422,
-                "invalid_execution",
-                f"The cluster refused the execution: {exc.message}",
-                [ErrorDetail(field=field, message=message) for field, message in exc.causes],
-            ) from exc
+            raise refused_by_cluster(exc, "execution") from exc
+
+
+def refused_by_cluster(exc: ExecutionRejected, what: str) -> GatewayError:
+    return GatewayError(
+        422,
+        f"invalid_{what}",
+        f"The cluster refused the {what}: {exc.message}",
+        [ErrorDetail(field=field, message=message) for field, message in exc.causes],
+    )
+
+
+async def get_owned(
+    name: str, tenant: Tenant, get: Getter, not_found: type[ResourceNotFound]
+) -> Resource:
+    """The tenant's execution or session (`get` reads it); `not_found` for anything else,
+    another tenant's included."""
+    if execution_name_problem(name) is not None:
+        raise not_found(name)
+    resource = await get(tenant.namespace, name)
+    if not belongs_to(resource, tenant.name):
+        raise not_found(name)
+    return resource
 
 
 async def get_owned_execution(
     execution_id: str, tenant: Tenant, service: ExecutionService
 ) -> Resource:
-    """The tenant's execution; not found for anything else, another tenant's included."""
-    if execution_name_problem(execution_id) is not None:
-        raise ExecutionNotFound(execution_id)
-    resource = await service.get(tenant.namespace, execution_id)
-    if not belongs_to(resource, tenant.name):
-        raise ExecutionNotFound(execution_id)
-    return resource
+    return await get_owned(execution_id, tenant, service.get, ExecutionNotFound)
+
+
+async def list_page(
+    list_function: Lister, tenant: Tenant, limit: int, cursor: str | None
+) -> PageData:
+    """One page of the tenant's executions or sessions; 400 invalid_cursor."""
+    try:
+        return await list_function(
+            tenant.namespace,
+            label_selector=f"{TENANT_LABEL}={tenant.name}",
+            limit=limit,
+            cursor=cursor,
+        )
+    except InvalidCursor as exc:
+        raise GatewayError(400, "invalid_cursor", "The cursor is invalid or expired") from exc

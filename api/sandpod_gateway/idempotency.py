@@ -1,34 +1,41 @@
 """Idempotency: a retried create (same tenant, same Idempotency-Key) names the same execution,
-and gets it back only if it is the same request."""
+and gets it back only if it is the same request. Sessions alike."""
 
 import hashlib
 import secrets
+from collections.abc import Awaitable, Callable
 
 from sandpod_contract.names import REQUEST_HASH_ANNOTATION
 
 from sandpod_gateway.auth import Tenant
 from sandpod_gateway.errors import ErrorDetail, GatewayError
 from sandpod_gateway.resources import Resource, belongs_to
-from sandpod_gateway.service import ExecutionNotFound, ExecutionService
+from sandpod_gateway.service import ResourceNotFound
 
 NAME_PREFIX = "cx-"
+SESSION_PREFIX = "cxs-"
+
+Getter = Callable[[str, str], Awaitable[Resource]]
+
+
+def resource_name(prefix: str, tenant: str, idempotency_key: str | None) -> str:
+    """The CR name: derived from tenant and Idempotency-Key, so a retry names the same CR."""
+    if idempotency_key is None:
+        return prefix + secrets.token_hex(8)
+    digest = hashlib.sha256(f"{tenant}\n{idempotency_key}".encode()).hexdigest()
+    return prefix + digest[:20]
 
 
 def execution_name(tenant: str, idempotency_key: str | None) -> str:
-    """The CR name: derived from tenant and Idempotency-Key, so a retry names the same CR."""
-    if idempotency_key is None:
-        return NAME_PREFIX + secrets.token_hex(8)
-    digest = hashlib.sha256(f"{tenant}\n{idempotency_key}".encode()).hexdigest()
-    return NAME_PREFIX + digest[:20]
+    return resource_name(NAME_PREFIX, tenant, idempotency_key)
 
 
-async def replay(
-    service: ExecutionService, tenant: Tenant, name: str, fingerprint: str
-) -> Resource | None:
-    """The execution an earlier request with this Idempotency-Key created, if any."""
+async def replay(get: Getter, tenant: Tenant, name: str, fingerprint: str) -> Resource | None:
+    """The resource an earlier request with this Idempotency-Key created, if any (`get`
+    reads an execution or a session)."""
     try:
-        resource = await service.get(tenant.namespace, name)
-    except ExecutionNotFound:
+        resource = await get(tenant.namespace, name)
+    except ResourceNotFound:
         return None
     annotations = (resource.get("metadata") or {}).get("annotations") or {}
     same_request = annotations.get(REQUEST_HASH_ANNOTATION) == fingerprint

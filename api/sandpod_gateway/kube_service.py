@@ -11,17 +11,29 @@ import aiohttp
 from kubernetes_asyncio import watch
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
-from sandpod_contract.names import CANCEL_ANNOTATION, GROUP, PLURAL, VERSION
+from sandpod_contract.names import (
+    CANCEL_ANNOTATION,
+    GROUP,
+    KIND,
+    PLURAL,
+    SESSION_KIND,
+    SESSION_PLURAL,
+    VERSION,
+)
 from sandpod_contract.runner import FrameDecoder, OutputChunk
 
 from sandpod_gateway.resources import Resource, is_terminal
 from sandpod_gateway.service import (
     ExecutionAlreadyExists,
     ExecutionNotFound,
-    ExecutionPageData,
     ExecutionRejected,
     InvalidCursor,
     KubernetesUnavailable,
+    PageData,
+    ResourceAlreadyExists,
+    ResourceNotFound,
+    SessionAlreadyExists,
+    SessionNotFound,
 )
 
 logger = logging.getLogger(__name__)
@@ -76,35 +88,118 @@ METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v
 DEFAULT_LOG_FOLLOW_BYTES = 8 * 1024 * 1024
 
 
+class CustomObjects:
+    """Create, get, list and delete of one namespaced sandpod kind, with its own errors."""
+
+    def __init__(
+        self,
+        api_client: ApiClient,
+        plural: str,
+        kind: str,
+        not_found: type[ResourceNotFound],
+        exists: type[ResourceAlreadyExists],
+    ) -> None:
+        self._custom = CustomObjectsApi(api_client)
+        self.plural = plural
+        self._kind = kind
+        self._not_found = not_found
+        self._exists = exists
+
+    async def create(self, namespace: str, manifest: Resource) -> Resource:
+        what = f"creating the {self._kind}"
+        try:
+            created: Resource = await self._custom.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, self.plural, manifest
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                raise self._exists(manifest["metadata"]["name"]) from exc
+            if exc.status in (400, 422):
+                raise ExecutionRejected(*api_error_message(exc)) from exc
+            raise _unavailable(what, exc) from exc
+        except TRANSPORT_ERRORS as exc:
+            raise _unavailable(what, exc) from exc
+        return created
+
+    async def get(self, namespace: str, name: str) -> Resource:
+        resource = await self.get_or_none(namespace, name)
+        if resource is None:
+            raise self._not_found(name)
+        return resource
+
+    async def get_or_none(self, namespace: str, name: str) -> Resource | None:
+        try:
+            resource: Resource = await self._custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, self.plural, name
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise _unavailable(f"reading the {self._kind}", exc) from exc
+        except TRANSPORT_ERRORS as exc:
+            raise _unavailable(f"reading the {self._kind}", exc) from exc
+        return resource
+
+    async def list(
+        self, namespace: str, *, label_selector: str, limit: int | None, cursor: str | None
+    ) -> PageData:
+        what = f"listing {self._kind}s"
+        options: dict[str, Any] = {"label_selector": label_selector}
+        if limit is not None:
+            options["limit"] = limit
+        if cursor is not None:
+            options["_continue"] = cursor
+        try:
+            result = await self._custom.list_namespaced_custom_object(
+                GROUP, VERSION, namespace, self.plural, **options
+            )
+        except ApiException as exc:
+            if cursor is not None and exc.status in (400, 410):
+                raise InvalidCursor(cursor) from exc
+            raise _unavailable(what, exc) from exc
+        except TRANSPORT_ERRORS as exc:
+            raise _unavailable(what, exc) from exc
+        next_cursor = (result.get("metadata") or {}).get("continue") or None
+        return PageData(items=list(result.get("items") or []), next_cursor=next_cursor)
+
+    async def delete(self, namespace: str, name: str) -> None:
+        what = f"deleting the {self._kind}"
+        try:
+            await self._custom.delete_namespaced_custom_object(
+                GROUP, VERSION, namespace, self.plural, name
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                raise self._not_found(name) from exc
+            raise _unavailable(what, exc) from exc
+        except TRANSPORT_ERRORS as exc:
+            raise _unavailable(what, exc) from exc
+
+
+class KubernetesSessionService(CustomObjects):
+    def __init__(self, api_client: ApiClient) -> None:
+        super().__init__(
+            api_client, SESSION_PLURAL, SESSION_KIND, SessionNotFound, SessionAlreadyExists
+        )
+
+
 class KubernetesExecutionService:
     def __init__(
         self, api_client: ApiClient, log_follow_limit_bytes: int = DEFAULT_LOG_FOLLOW_BYTES
     ) -> None:
         self._api_client = api_client
         self._log_follow_limit_bytes = log_follow_limit_bytes
+        self._objects = CustomObjects(
+            api_client, PLURAL, KIND, ExecutionNotFound, ExecutionAlreadyExists
+        )
         self._custom = CustomObjectsApi(api_client)
         self._core = CoreV1Api(api_client)
 
     async def create(self, namespace: str, manifest: Resource) -> Resource:
-        try:
-            created: Resource = await self._custom.create_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, manifest
-            )
-        except ApiException as exc:
-            if exc.status == 409:
-                raise ExecutionAlreadyExists(manifest["metadata"]["name"]) from exc
-            if exc.status in (400, 422):
-                raise ExecutionRejected(*api_error_message(exc)) from exc
-            raise _unavailable("creating the CodeExecution", exc) from exc
-        except TRANSPORT_ERRORS as exc:
-            raise _unavailable("creating the CodeExecution", exc) from exc
-        return created
+        return await self._objects.create(namespace, manifest)
 
     async def get(self, namespace: str, name: str) -> Resource:
-        resource = await self._get_or_none(namespace, name)
-        if resource is None:
-            raise ExecutionNotFound(name)
-        return resource
+        return await self._objects.get(namespace, name)
 
     async def list_metadata(
         self, namespace: str, *, label_selector: str, limit: int
@@ -129,24 +224,10 @@ class KubernetesExecutionService:
 
     async def list(
         self, namespace: str, *, label_selector: str, limit: int | None, cursor: str | None
-    ) -> ExecutionPageData:
-        options: dict[str, Any] = {"label_selector": label_selector}
-        if limit is not None:
-            options["limit"] = limit
-        if cursor is not None:
-            options["_continue"] = cursor
-        try:
-            result = await self._custom.list_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, **options
-            )
-        except ApiException as exc:
-            if cursor is not None and exc.status in (400, 410):
-                raise InvalidCursor(cursor) from exc
-            raise _unavailable("listing CodeExecutions", exc) from exc
-        except TRANSPORT_ERRORS as exc:
-            raise _unavailable("listing CodeExecutions", exc) from exc
-        next_cursor = (result.get("metadata") or {}).get("continue") or None
-        return ExecutionPageData(items=list(result.get("items") or []), next_cursor=next_cursor)
+    ) -> PageData:
+        return await self._objects.list(
+            namespace, label_selector=label_selector, limit=limit, cursor=cursor
+        )
 
     async def cancel(self, namespace: str, name: str) -> Resource:
         patch = {"metadata": {"annotations": {CANCEL_ANNOTATION: "true"}}}
@@ -210,19 +291,6 @@ class KubernetesExecutionService:
             raise _unavailable(f"discovering {GROUP}/{VERSION}", exc) from exc
         if not any(resource.name == PLURAL for resource in resources.resources or []):
             raise KubernetesUnavailable(f"the API server does not serve {PLURAL}.{GROUP}")
-
-    async def _get_or_none(self, namespace: str, name: str) -> Resource | None:
-        try:
-            resource: Resource = await self._custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, name
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise _unavailable("reading the CodeExecution", exc) from exc
-        except TRANSPORT_ERRORS as exc:
-            raise _unavailable("reading the CodeExecution", exc) from exc
-        return resource
 
     async def _read_pod_or_none(self, namespace: str, pod: str) -> Resource | None:
         try:
@@ -289,7 +357,7 @@ class KubernetesExecutionService:
             self._custom.list_namespaced_custom_object,
             (GROUP, VERSION, namespace, PLURAL),
             name,
-            lambda: self._get_or_none(namespace, name),
+            lambda: self._objects.get_or_none(namespace, name),
             done,
             deadline,
         )

@@ -11,11 +11,11 @@ from sandpod_gateway.admission import AdmissionControl
 from sandpod_gateway.auth import SecretApiKeyStore
 from sandpod_gateway.body_limit import BodySizeLimitMiddleware
 from sandpod_gateway.errors import install_error_handlers
-from sandpod_gateway.kube_service import KubernetesExecutionService
+from sandpod_gateway.kube_service import KubernetesExecutionService, KubernetesSessionService
 from sandpod_gateway.languages import load_language_catalog
 from sandpod_gateway.mcp_server import build_mcp_server, new_session_manager
 from sandpod_gateway.metrics import GatewayMetrics, MetricsMiddleware
-from sandpod_gateway.routers import executions, health, languages, mcp, tools
+from sandpod_gateway.routers import executions, health, languages, mcp, sessions, tools
 from sandpod_gateway.settings import GatewaySettings
 
 DESCRIPTION = """\
@@ -23,7 +23,10 @@ Run untrusted code in short-lived gVisor sandboxes on Kubernetes.
 
 Authenticate with `Authorization: Bearer <api key>`. Errors are JSON:
 `{"error": {"code": "...", "message": "...", "details": [...]}}`.
-MCP clients: streamable HTTP at `/mcp` (tool `run_code`), same API key.
+Sessions (`/v1/sessions`) keep one sandbox between runs: files, packages and, in Python,
+the interpreter's variables persist.
+MCP clients: streamable HTTP at `/mcp` (tools `run_code`, `open_session`, `run_in_session`,
+`close_session`), same API key.
 """
 
 
@@ -46,6 +49,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
             app.state.execution_service = KubernetesExecutionService(
                 api_client, log_follow_limit_bytes=settings.max_log_follow_bytes
             )
+            app.state.session_service = KubernetesSessionService(api_client)
             app.state.mcp_sessions = new_session_manager(mcp_server, settings)
             async with app.state.mcp_sessions.run():
                 yield
@@ -65,6 +69,6 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
-    for module in (executions, languages, tools, health, mcp):
+    for module in (executions, sessions, languages, tools, health, mcp):
         app.include_router(module.router)
     return app

@@ -1,34 +1,53 @@
-"""An MCP server (streamable HTTP, served at /mcp) with one tool: run_code.
+"""An MCP server (streamable HTTP, served at /mcp) with the tools of tool_definitions:
+run_code, open_session, run_in_session, close_session.
 
 The /mcp route authenticates the caller like every other route and puts what the
 tool needs into the request state; the tool reads it from the MCP request context.
 """
 
+import inspect
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import ToolAnnotations
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from sandpod_gateway.admission import AdmissionControl
-from sandpod_gateway.auth import Tenant
 from sandpod_gateway.errors import GatewayError, as_gateway_error
-from sandpod_gateway.executions import create_execution
+from sandpod_gateway.executions import CreateOutcome
 from sandpod_gateway.languages import LanguageCatalog
 from sandpod_gateway.metrics import GatewayMetrics
-from sandpod_gateway.schemas import CreateExecutionRequest, ExecutionResult
-from sandpod_gateway.service import ExecutionService, KubernetesUnavailable
+from sandpod_gateway.schemas import (
+    CreateExecutionRequest,
+    CreateSessionRequest,
+    ExecutionResult,
+    SessionExecutionRequest,
+    SessionInfo,
+)
+from sandpod_gateway.service import (
+    ExecutionNotFound,
+    KubernetesUnavailable,
+    SessionNotFound,
+)
+from sandpod_gateway.sessions import (
+    SessionContext,
+    close_session,
+    create_in,
+    open_session,
+    run_in_session,
+)
 from sandpod_gateway.settings import GatewaySettings
 from sandpod_gateway.tool_definitions import (
-    RUN_CODE_DESCRIPTION,
-    RUN_CODE_NAME,
-    Code,
-    TimeoutSeconds,
-    language_field,
+    CLOSE_SESSION,
+    OPEN_SESSION,
+    RUN_CODE,
+    RUN_IN_SESSION,
+    TOOLS,
+    ToolDefinition,
 )
 
 TOOL_CALL_STATE = "sandpod_tool_call"
@@ -38,72 +57,109 @@ TOOL_CALL_STATE = "sandpod_tool_call"
 class ToolCallContext:
     """Everything a tool call needs, resolved by the /mcp route for this request."""
 
-    tenant: Tenant
-    service: ExecutionService
-    catalog: LanguageCatalog
-    settings: GatewaySettings
-    admission: AdmissionControl
+    context: SessionContext
     metrics: GatewayMetrics
+
+    def count(self, outcome: CreateOutcome) -> ExecutionResult:
+        if outcome.created:
+            self.metrics.executions.labels(outcome.result.language, outcome.result.status).inc()
+        return outcome.result
+
+
+Handler = Callable[[Any, ToolCallContext], Awaitable[BaseModel]]
 
 
 def _tool_call_context(ctx: Context[Any, Any]) -> ToolCallContext:
     request = ctx.request_context.request
     call = getattr(getattr(request, "state", None), TOOL_CALL_STATE, None)
     if not isinstance(call, ToolCallContext):
-        raise ToolError("run_code is only served over the gateway's authenticated /mcp endpoint")
+        raise ToolError("sandpod tools are only served over the gateway's authenticated /mcp")
     return call
+
+
+async def run_code(arguments: Any, call: ToolCallContext) -> ExecutionResult:
+    request = CreateExecutionRequest(
+        language=arguments.language,
+        code=arguments.code,
+        timeout_seconds=arguments.timeout_seconds,
+    )
+    outcome = await create_in(call.context, request, idempotency_key=None, wait=True)
+    return call.count(outcome)
+
+
+async def open_session_tool(arguments: Any, call: ToolCallContext) -> SessionInfo:
+    request = CreateSessionRequest(
+        language=arguments.language, idle_timeout_seconds=arguments.idle_timeout_seconds
+    )
+    return (await open_session(request, call.context, None)).session
+
+
+async def run_in_session_tool(arguments: Any, call: ToolCallContext) -> ExecutionResult:
+    body = SessionExecutionRequest(code=arguments.code, timeout_seconds=arguments.timeout_seconds)
+    outcome = await run_in_session(
+        arguments.session_id, body, call.context, idempotency_key=None, wait=True
+    )
+    return call.count(outcome)
+
+
+async def close_session_tool(arguments: Any, call: ToolCallContext) -> SessionInfo:
+    info, _ = await close_session(arguments.session_id, call.context)
+    return info
+
+
+HANDLERS: dict[str, tuple[Handler, type[BaseModel]]] = {
+    RUN_CODE.name: (run_code, ExecutionResult),
+    OPEN_SESSION.name: (open_session_tool, SessionInfo),
+    RUN_IN_SESSION.name: (run_in_session_tool, ExecutionResult),
+    CLOSE_SESSION.name: (close_session_tool, SessionInfo),
+}
+
+
+def _tool_function(
+    definition: ToolDefinition, catalog: LanguageCatalog, handler: Handler, result: type
+) -> Callable[..., Awaitable[Any]]:
+    """An MCP tool function whose signature is the definition's arguments (plus the MCP
+    context), so the MCP schema and the OpenAI one come from the same definition."""
+    model = definition.arguments_model(catalog)
+
+    async def tool(ctx: Context[Any, Any], **arguments: Any) -> Any:
+        call = _tool_call_context(ctx)
+        try:
+            return await handler(model.model_validate(arguments), call)
+        except ValidationError as exc:
+            raise ToolError(f"invalid arguments: {exc}") from exc
+        except (GatewayError, KubernetesUnavailable, SessionNotFound, ExecutionNotFound) as exc:
+            error = as_gateway_error(exc, call.context.settings.default_retry_after_seconds)
+            assert error is not None
+            raise ToolError(f"{error.code}: {error.message}") from exc
+
+    context = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context)
+    parameters = [*definition.signature(catalog), context]
+    tool.__dict__["__signature__"] = inspect.Signature(parameters, return_annotation=result)
+    tool.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": result}
+    return tool
 
 
 def build_mcp_server(catalog: LanguageCatalog) -> MCPServer:
     server: MCPServer = MCPServer(
         "sandpod",
-        instructions="Run code in isolated sandboxes with the run_code tool.",
+        instructions="Run code in isolated sandboxes: run_code for one-off programs; "
+        "open_session, run_in_session and close_session to keep state between runs.",
     )
-
-    # The arguments of tool_definitions.run_code_arguments, field for field.
-    async def run_code(
-        language: Annotated[str, language_field(catalog)],
-        code: Code,
-        ctx: Context[Any, Any],
-        timeout_seconds: TimeoutSeconds = None,
-    ) -> ExecutionResult:
-        call = _tool_call_context(ctx)
-        try:
-            request = CreateExecutionRequest(
-                language=language, code=code, timeout_seconds=timeout_seconds
-            )
-            outcome = await create_execution(
-                request,
-                tenant=call.tenant,
-                service=call.service,
-                catalog=call.catalog,
-                settings=call.settings,
-                admission=call.admission,
-                idempotency_key=None,
-                wait=True,
-            )
-        except ValidationError as exc:
-            raise ToolError(f"invalid arguments: {exc}") from exc
-        except (GatewayError, KubernetesUnavailable) as exc:
-            error = as_gateway_error(exc, call.settings.default_retry_after_seconds)
-            assert error is not None
-            raise ToolError(f"{error.code}: {error.message}") from exc
-        if outcome.created:
-            call.metrics.executions.labels(outcome.result.language, outcome.result.status).inc()
-        return outcome.result
-
-    server.add_tool(
-        run_code,
-        name=RUN_CODE_NAME,
-        description=RUN_CODE_DESCRIPTION,
-        annotations=ToolAnnotations(
-            title="Run code in a sandbox",
-            read_only_hint=False,
-            destructive_hint=False,
-            idempotent_hint=False,
-            open_world_hint=False,
-        ),
-    )
+    for definition in TOOLS:
+        handler, result = HANDLERS[definition.name]
+        server.add_tool(
+            _tool_function(definition, catalog, handler, result),
+            name=definition.name,
+            description=definition.description,
+            annotations=ToolAnnotations(
+                title=definition.title,
+                read_only_hint=False,
+                destructive_hint=definition.destructive,
+                idempotent_hint=definition.idempotent,
+                open_world_hint=False,
+            ),
+        )
     return server
 
 

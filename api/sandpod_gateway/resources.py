@@ -3,21 +3,38 @@
 import hashlib
 import json
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from sandpod_contract.models import (
+    DEFAULT_IDLE_TIMEOUT_SECONDS,
+    DEFAULT_MAX_LIFETIME_SECONDS,
     DEFAULT_OUTPUT_BYTES,
     TERMINAL_PHASES,
     CodeExecutionSpec,
     CodeExecutionStatus,
+    CodeSessionSpec,
+    CodeSessionStatus,
     Resources,
     SourceFile,
 )
-from sandpod_contract.names import API_VERSION, KIND, REQUEST_HASH_ANNOTATION, TENANT_LABEL
+from sandpod_contract.names import (
+    API_VERSION,
+    KIND,
+    REQUEST_HASH_ANNOTATION,
+    SESSION_KIND,
+    TENANT_LABEL,
+)
 
 from sandpod_gateway.errors import ErrorDetail, GatewayError, format_location
-from sandpod_gateway.schemas import CreateExecutionRequest, ExecutionResult, ExecutionStatus
+from sandpod_gateway.schemas import (
+    CreateExecutionRequest,
+    CreateSessionRequest,
+    ExecutionResult,
+    ExecutionStatus,
+    SessionInfo,
+    SessionStatus,
+)
 
 PHASE_STATUS: dict[str, ExecutionStatus] = {
     "Pending": ExecutionStatus.pending,
@@ -38,10 +55,42 @@ REQUEST_FIELDS = {
 Resource = dict[str, Any]
 
 
-def request_fingerprint(request: CreateExecutionRequest) -> str:
-    """Hash of the request as sent, to tell a true retry from a reused Idempotency-Key."""
+def request_fingerprint(request: BaseModel, session: str | None = None) -> str:
+    """Hash of the request as sent (and the session it is for), to tell a true retry from a
+    reused Idempotency-Key."""
     canonical = request.model_dump_json(exclude_unset=True)
+    if session is not None:
+        canonical = f"{session}\n{canonical}"
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _invalid_spec(exc: ValidationError) -> GatewayError:
+    return GatewayError(
+        422,
+        "invalid_request",
+        "The request is not valid; see details.",
+        [
+            ErrorDetail(
+                field=_spec_error_field(tuple(error["loc"])),
+                message=error["msg"],
+                type=error["type"],
+            )
+            for error in exc.errors()
+        ],
+    )
+
+
+def _manifest(kind: str, name: str, tenant: str, fingerprint: str, spec: BaseModel) -> Resource:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": kind,
+        "metadata": {
+            "name": name,
+            "labels": {TENANT_LABEL: tenant, "app.kubernetes.io/created-by": "sandpod-gateway"},
+            "annotations": {REQUEST_HASH_ANNOTATION: fingerprint},
+        },
+        "spec": spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+    }
 
 
 def _spec_error_field(location: tuple[int | str, ...]) -> str:
@@ -55,11 +104,13 @@ def build_code_execution(
     tenant: str,
     request: CreateExecutionRequest,
     timeout_seconds: int,
-    memory: str,
-    cpu: str,
+    memory: str | None,
+    cpu: str | None,
     ttl_seconds_after_finished: int,
+    session: str | None = None,
 ) -> Resource:
-    """The CodeExecution manifest for a request with its limits resolved.
+    """The CodeExecution manifest for a request with its limits resolved (in a session:
+    memory and cpu None, the session's apply).
 
     The spec goes through the CRD's own model, so what it refuses is a 422 here
     rather than a round trip to the API server.
@@ -76,31 +127,18 @@ def build_code_execution(
             resources=Resources(memory=memory, cpu=cpu),
             ttl_seconds_after_finished=ttl_seconds_after_finished,
             max_output_bytes=request.max_output_bytes or DEFAULT_OUTPUT_BYTES,
+            session=session,
         )
     except ValidationError as exc:
-        raise GatewayError(
-            422,
-            "invalid_request",
-            "The request is not valid; see details.",
-            [
-                ErrorDetail(
-                    field=_spec_error_field(tuple(error["loc"])),
-                    message=error["msg"],
-                    type=error["type"],
-                )
-                for error in exc.errors()
-            ],
-        ) from exc
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": {
-            "name": name,
-            "labels": {TENANT_LABEL: tenant, "app.kubernetes.io/created-by": "sandpod-gateway"},
-            "annotations": {REQUEST_HASH_ANNOTATION: request_fingerprint(request)},
-        },
-        "spec": spec.model_dump(mode="json", by_alias=True, exclude_none=True),
-    }
+        raise _invalid_spec(exc) from exc
+    return _manifest(KIND, name, tenant, request_fingerprint(request, session), spec)
+
+
+def build_code_session(
+    *, name: str, tenant: str, request: CreateSessionRequest, spec: CodeSessionSpec
+) -> Resource:
+    """The CodeSession manifest for a request, its spec resolved by admission."""
+    return _manifest(SESSION_KIND, name, tenant, request_fingerprint(request), spec)
 
 
 def phase(resource: Resource) -> str | None:
@@ -130,7 +168,10 @@ def _without(data: Resource, location: tuple[int | str, ...]) -> Resource:
     return {name: item for name, item in data.items() if name != key}
 
 
-def read_status(resource: Resource) -> CodeExecutionStatus | None:
+StatusModel = TypeVar("StatusModel", bound=BaseModel)
+
+
+def read_status(resource: Resource, model: type[StatusModel]) -> StatusModel | None:
     """The status through its model, leniently: a status this gateway version does not fully
     understand must still give an answer, never a 500, so what does not fit is left out."""
     data = resource.get("status")
@@ -139,7 +180,7 @@ def read_status(resource: Resource) -> CodeExecutionStatus | None:
     while True:
         try:
             # Strict, from JSON: a string is not a number, a number is not a flag.
-            return CodeExecutionStatus.model_validate_json(json.dumps(data), strict=True)
+            return model.model_validate_json(json.dumps(data), strict=True)
         except ValidationError as exc:
             location = next((e["loc"] for e in exc.errors() if e["loc"]), None)
             smaller = _without(data, location) if location and location[0] != "phase" else data
@@ -186,7 +227,7 @@ def execution_result(resource: Resource) -> ExecutionResult:
     """The agent-facing view of a CodeExecution."""
     metadata = resource.get("metadata") or {}
     spec = resource.get("spec") or {}
-    st = read_status(resource) or CodeExecutionStatus(phase="Pending")
+    st = read_status(resource, CodeExecutionStatus) or CodeExecutionStatus(phase="Pending")
     status = execution_status(resource)
     return ExecutionResult(
         id=str(metadata.get("name", "")),
@@ -207,4 +248,41 @@ def execution_result(resource: Resource) -> ExecutionResult:
         created_at=_created_at(metadata),
         started_at=st.started_at,
         finished_at=st.finished_at,
+        session=spec.get("session"),
+        result=st.result,
+        state_lost=st.state_lost is True,
+    )
+
+
+def session_status(st: CodeSessionStatus | None) -> SessionStatus:
+    return SessionStatus(st.phase.lower()) if st is not None else SessionStatus.starting
+
+
+def is_ended(resource: Resource) -> bool:
+    st = read_status(resource, CodeSessionStatus)
+    return st is not None and st.phase == "Ended"
+
+
+def session_info(resource: Resource) -> SessionInfo:
+    """The agent-facing view of a CodeSession (its spec read leniently, like the status)."""
+    metadata = resource.get("metadata") or {}
+    spec = resource.get("spec") or {}
+    resources = spec.get("resources") or {}
+    st = read_status(resource, CodeSessionStatus)
+    return SessionInfo(
+        id=str(metadata.get("name", "")),
+        status=session_status(st),
+        language=str(spec.get("language", "")),
+        reason=st.reason if st else None,
+        message=st.message if st else None,
+        memory=resources.get("memory"),
+        cpu=resources.get("cpu"),
+        idle_timeout_seconds=spec.get("idleTimeoutSeconds") or DEFAULT_IDLE_TIMEOUT_SECONDS,
+        max_lifetime_seconds=spec.get("maxLifetimeSeconds") or DEFAULT_MAX_LIFETIME_SECONDS,
+        execution_count=st.execution_count if st else 0,
+        start_mode=st.start_mode if st else None,
+        created_at=_created_at(metadata),
+        started_at=st.started_at if st else None,
+        last_activity_at=st.last_activity_at if st else None,
+        expires_at=st.expires_at if st else None,
     )

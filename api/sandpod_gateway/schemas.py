@@ -12,8 +12,11 @@ from sandpod_contract.models import (
     MAX_ARGS,
     MAX_FILES,
     MAX_OUTPUT_BYTES,
+    MAX_SESSION_SECONDS,
     MAX_TIMEOUT_SECONDS,
     MEMORY_BOUNDS,
+    MIN_IDLE_TIMEOUT_SECONDS,
+    MIN_MAX_LIFETIME_SECONDS,
     MIN_OUTPUT_BYTES,
     RELATIVE_PATH_PATTERN,
     Diagnostic,
@@ -71,17 +74,12 @@ class FileInput(BaseModel):
     content: Text
 
 
-class CreateExecutionRequest(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={"examples": [{"language": "python", "code": "print(2 + 2)"}]},
-    )
+class ProgramFields(BaseModel):
+    """What a program carries, in a session or not."""
 
-    language: str = Field(min_length=1, max_length=63, description="See GET /v1/languages")
+    model_config = ConfigDict(extra="forbid")
+
     code: Annotated[Text, Field(min_length=1, description="The program text")]
-    mode: Literal["run", "lint"] = Field(
-        default="run", description="run: execute; lint: static checks only (diagnostics)"
-    )
     stdin: Text | None = None
     args: list[Annotated[Text, Field(max_length=MAX_ARG_CHARS)]] = Field(
         default_factory=list, max_length=MAX_ARGS
@@ -94,13 +92,40 @@ class CreateExecutionRequest(BaseModel):
         description="Wall-clock limit in seconds; default from the gateway, "
         "at most the tenant's maximum",
     )
-    memory: Memory | None = Field(default=None, description="Memory limit, e.g. 256Mi")
-    cpu: Cpu | None = Field(default=None, description="CPU limit, e.g. 500m")
     max_output_bytes: int | None = Field(
         default=None,
         ge=MIN_OUTPUT_BYTES,
         le=MAX_OUTPUT_BYTES,
         description="Cap per output stream; the rest is dropped and *_truncated set",
+    )
+
+
+class CreateExecutionRequest(ProgramFields):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"language": "python", "code": "print(2 + 2)"}]},
+    )
+
+    language: str = Field(min_length=1, max_length=63, description="See GET /v1/languages")
+    mode: Literal["run", "lint"] = Field(
+        default="run", description="run: execute; lint: static checks only (diagnostics)"
+    )
+    memory: Memory | None = Field(default=None, description="Memory limit, e.g. 256Mi")
+    cpu: Cpu | None = Field(default=None, description="CPU limit, e.g. 500m")
+
+
+class SessionExecutionRequest(ProgramFields):
+    """A run in a session: the session's language, sandbox and limits."""
+
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"code": "x = 41\nx + 1"}]}
+    )
+
+    language: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=63,
+        description="The session's language (optional; another one is refused)",
     )
 
 
@@ -123,6 +148,17 @@ class ExecutionResult(BaseModel):
     created_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    session: str | None = Field(default=None, description="The session it ran in, if any")
+    result: str | None = Field(
+        default=None,
+        description="In a session: the repr of the trailing expression's value (Python), "
+        "null when there is none",
+    )
+    state_lost: bool = Field(
+        default=False,
+        description="In a session: the interpreter was restarted by or before this run, so "
+        "earlier variables and imports are gone (error_message says why)",
+    )
 
 
 class ExecutionPage(BaseModel):
@@ -147,3 +183,63 @@ class LanguageInfo(BaseModel):
 
 class LanguageList(BaseModel):
     languages: list[LanguageInfo]
+
+
+class SessionStatus(StrEnum):
+    starting = "starting"
+    ready = "ready"
+    busy = "busy"
+    ended = "ended"
+
+
+class CreateSessionRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"language": "python"}]}
+    )
+
+    language: str = Field(min_length=1, max_length=63, description="See GET /v1/languages")
+    memory: Memory | None = Field(default=None, description="Memory limit, e.g. 256Mi")
+    cpu: Cpu | None = Field(default=None, description="CPU limit, e.g. 500m")
+    idle_timeout_seconds: int | None = Field(
+        default=None,
+        ge=MIN_IDLE_TIMEOUT_SECONDS,
+        le=MAX_SESSION_SECONDS,
+        description="End the session this long after its last run; default 600 s, at most "
+        "the tenant's maximum",
+    )
+    max_lifetime_seconds: int | None = Field(
+        default=None,
+        ge=MIN_MAX_LIFETIME_SECONDS,
+        le=MAX_SESSION_SECONDS,
+        description="End the session this long after it was opened; default 3600 s, at most "
+        "the tenant's maximum",
+    )
+
+
+class SessionInfo(BaseModel):
+    id: str
+    status: SessionStatus
+    language: str
+    reason: str | None = Field(
+        default=None, description="Why it is in this state, e.g. IdleTimeout"
+    )
+    message: str | None = None
+    memory: str | None = None
+    cpu: str | None = None
+    idle_timeout_seconds: int
+    max_lifetime_seconds: int
+    execution_count: int = 0
+    start_mode: str | None = Field(default=None, description="warm (from a pool) or cold")
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    last_activity_at: datetime | None = None
+    expires_at: datetime | None = Field(
+        default=None, description="When it ends unless used again (idle or lifetime deadline)"
+    )
+
+
+class SessionPage(BaseModel):
+    items: list[SessionInfo]
+    next_cursor: str | None = Field(
+        default=None, description="Pass as ?cursor= to get the next page; null on the last page"
+    )

@@ -9,16 +9,32 @@ from sandpod_contract.runner import OutputChunk
 Resource = dict[str, Any]
 
 
-class ExecutionNotFound(Exception):
+class ResourceNotFound(Exception):
+    """No such custom resource in that namespace."""
+
+
+class ResourceAlreadyExists(Exception):
+    """A custom resource of that kind and name exists already."""
+
+
+class ExecutionNotFound(ResourceNotFound):
     """No such CodeExecution in that namespace."""
 
 
-class ExecutionAlreadyExists(Exception):
+class ExecutionAlreadyExists(ResourceAlreadyExists):
     """A CodeExecution with that name exists already."""
 
 
+class SessionNotFound(ResourceNotFound):
+    """No such CodeSession in that namespace."""
+
+
+class SessionAlreadyExists(ResourceAlreadyExists):
+    """A CodeSession with that name exists already."""
+
+
 class ExecutionRejected(Exception):
-    """The API server refused the CodeExecution (schema or CEL validation)."""
+    """The API server refused the resource (schema or CEL validation)."""
 
     def __init__(self, message: str, causes: list[tuple[str | None, str]]) -> None:
         super().__init__(message)
@@ -35,7 +51,7 @@ class KubernetesUnavailable(Exception):
 
 
 @dataclass(frozen=True)
-class ExecutionPageData:
+class PageData:
     items: list[Resource]
     next_cursor: str | None
 
@@ -58,7 +74,7 @@ class ExecutionService(Protocol):
 
     async def list(
         self, namespace: str, *, label_selector: str, limit: int | None, cursor: str | None
-    ) -> ExecutionPageData:
+    ) -> PageData:
         """One page of CRs (all of them with limit None); InvalidCursor for a bad cursor."""
         ...
 
@@ -79,4 +95,27 @@ class ExecutionService(Protocol):
 
     async def check_ready(self) -> None:
         """Raise KubernetesUnavailable if the API server cannot serve CodeExecutions."""
+        ...
+
+
+class SessionService(Protocol):
+    """CodeSessions, for the gateway: the same verbs as executions, with delete for cancel."""
+
+    async def create(self, namespace: str, manifest: Resource) -> Resource:
+        """Create the CodeSession; SessionAlreadyExists on a name clash, ExecutionRejected if
+        invalid."""
+        ...
+
+    async def get(self, namespace: str, name: str) -> Resource:
+        """The CodeSession; SessionNotFound if it does not exist."""
+        ...
+
+    async def list(
+        self, namespace: str, *, label_selector: str, limit: int | None, cursor: str | None
+    ) -> PageData:
+        """One page of CodeSessions (all of them with limit None)."""
+        ...
+
+    async def delete(self, namespace: str, name: str) -> None:
+        """Delete the CodeSession (the operator ends it); SessionNotFound if it is gone."""
         ...

@@ -30,10 +30,14 @@ async def execution_events(
     The answer has started when anything goes wrong, so errors become an `error` event."""
     name = resource["metadata"]["name"]
     streamed = False
+    # A session's pod log holds every run of the session and does not end with this one:
+    # its output is replayed from the status once it has finished.
+    in_session = bool((resource.get("spec") or {}).get("session"))
     try:
-        async for chunk in service.stream(namespace, name, wait_timeout(resource, settings)):
-            streamed = True
-            yield ServerSentEvent(event=chunk.stream, data=OutputEvent(data=chunk.data))
+        if not in_session:
+            async for chunk in service.stream(namespace, name, wait_timeout(resource, settings)):
+                streamed = True
+                yield ServerSentEvent(event=chunk.stream, data=OutputEvent(data=chunk.data))
         resource = await finished(resource, namespace, service, settings)
     except (KubernetesUnavailable, ExecutionNotFound) as exc:
         logger.warning("stream of %s/%s ended early: %s", namespace, name, exc)

@@ -1,12 +1,20 @@
-"""The run_code tool as agents see it: one definition of its arguments, from which both the
-MCP tool and the OpenAI function tool are derived."""
+"""The tools agents see (run_code, open_session, run_in_session, close_session): one
+definition each, from which both the MCP tool and the OpenAI function tool are derived."""
 
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
-from sandpod_contract.models import MAX_TIMEOUT_SECONDS
+from sandpod_contract.models import (
+    MAX_SESSION_SECONDS,
+    MAX_TIMEOUT_SECONDS,
+    MIN_IDLE_TIMEOUT_SECONDS,
+)
 
+from sandpod_gateway.auth import TenantLimits
 from sandpod_gateway.languages import LanguageCatalog
 
 RUN_CODE_NAME = "run_code"
@@ -14,14 +22,49 @@ RUN_CODE_DESCRIPTION = (
     "Run a program in a fresh, isolated sandbox (no network, no state kept between runs) "
     "and return its stdout, stderr and exit code. Print whatever you want to see. "
     "status is success, error (non-zero exit; read stderr), timeout, cancelled or "
-    "sandbox_error (the sandbox itself failed; error_message says why)."
+    "sandbox_error (the sandbox itself failed; error_message says why). To keep variables "
+    "and files between runs, use open_session and run_in_session instead."
+)
+OPEN_SESSION_DESCRIPTION = (
+    "Open a session: one isolated sandbox (no network) kept for you, where runs share files, "
+    "installed packages and, in Python, variables, imports and functions, like a notebook. "
+    "Returns the session's id for run_in_session. It ends after idle_timeout_seconds "
+    "without runs; close it with close_session when done."
+)
+RUN_IN_SESSION_DESCRIPTION = (
+    "Run code in an open session, after its earlier runs: what they defined is still there. "
+    "Returns stdout, stderr, exit code and, in Python, `result`: the repr of the last "
+    "line's value when it is an expression. state_lost true means the interpreter was "
+    "restarted (a timeout or crash) and earlier variables are gone; files remain."
+)
+CLOSE_SESSION_DESCRIPTION = (
+    "Close a session: its sandbox and everything in it are deleted. Returns the session."
 )
 
 Code = Annotated[str, Field(min_length=1, description="The complete program to run")]
+SessionCode = Annotated[
+    str,
+    Field(
+        min_length=1,
+        description="Code to run in the session (Python: its last line's "
+        "value, if an expression, comes back as `result`)",
+    ),
+]
 # The CRD's maximum; a tenant's own maximum is lower or equal (checked at admission).
 TimeoutSeconds = Annotated[
     int | None,
     Field(ge=1, le=MAX_TIMEOUT_SECONDS, description="Wall-clock limit in seconds (optional)"),
+]
+IdleTimeoutSeconds = Annotated[
+    int | None,
+    Field(
+        ge=MIN_IDLE_TIMEOUT_SECONDS,
+        le=MAX_SESSION_SECONDS,
+        description="End the session after this many seconds without runs (optional)",
+    ),
+]
+SessionId = Annotated[
+    str, Field(min_length=1, max_length=63, description="The id open_session returned")
 ]
 
 
@@ -36,15 +79,92 @@ def language_field(catalog: LanguageCatalog) -> FieldInfo:
     return field
 
 
-def run_code_arguments(catalog: LanguageCatalog) -> type[BaseModel]:
-    """run_code's arguments as a model (the MCP tool's signature uses the same fields)."""
-    return create_model(
-        "RunCodeArguments",
-        __config__=ConfigDict(extra="forbid"),
-        language=(Annotated[str, language_field(catalog)], ...),
-        code=(Code, ...),
-        timeout_seconds=(TimeoutSeconds, None),
-    )
+@dataclass(frozen=True)
+class Argument:
+    """One argument: its name and annotated type; optional ones default to None."""
+
+    name: str
+    annotation: Any
+    required: bool = True
+
+
+@dataclass(frozen=True)
+class ToolDefinition:
+    name: str
+    title: str
+    description: str
+    arguments: Callable[[LanguageCatalog], tuple[Argument, ...]]
+    # Argument -> the TenantLimits field that bounds it in a tenant's OpenAI definition.
+    tenant_maximums: Mapping[str, str] = field(default_factory=dict)
+    destructive: bool = False
+    idempotent: bool = False
+
+    def arguments_model(self, catalog: LanguageCatalog) -> type[BaseModel]:
+        fields: dict[str, Any] = {
+            argument.name: (argument.annotation, ... if argument.required else None)
+            for argument in self.arguments(catalog)
+        }
+        model_name = "".join(part.title() for part in self.name.split("_")) + "Arguments"
+        return create_model(model_name, __config__=ConfigDict(extra="forbid"), **fields)
+
+    def signature(self, catalog: LanguageCatalog) -> list[inspect.Parameter]:
+        """The arguments as keyword parameters (the MCP tool function's signature)."""
+        return [
+            inspect.Parameter(
+                argument.name,
+                inspect.Parameter.KEYWORD_ONLY,
+                annotation=argument.annotation,
+                default=inspect.Parameter.empty if argument.required else None,
+            )
+            for argument in self.arguments(catalog)
+        ]
+
+
+def _language(catalog: LanguageCatalog) -> Any:
+    return Annotated[str, language_field(catalog)]
+
+
+RUN_CODE = ToolDefinition(
+    name=RUN_CODE_NAME,
+    title="Run code in a sandbox",
+    description=RUN_CODE_DESCRIPTION,
+    arguments=lambda catalog: (
+        Argument("language", _language(catalog)),
+        Argument("code", Code),
+        Argument("timeout_seconds", TimeoutSeconds, required=False),
+    ),
+    tenant_maximums={"timeout_seconds": "max_timeout_seconds"},
+)
+OPEN_SESSION = ToolDefinition(
+    name="open_session",
+    title="Open a sandbox session",
+    description=OPEN_SESSION_DESCRIPTION,
+    arguments=lambda catalog: (
+        Argument("language", _language(catalog)),
+        Argument("idle_timeout_seconds", IdleTimeoutSeconds, required=False),
+    ),
+    tenant_maximums={"idle_timeout_seconds": "max_idle_timeout_seconds"},
+)
+RUN_IN_SESSION = ToolDefinition(
+    name="run_in_session",
+    title="Run code in a session",
+    description=RUN_IN_SESSION_DESCRIPTION,
+    arguments=lambda catalog: (
+        Argument("session_id", SessionId),
+        Argument("code", SessionCode),
+        Argument("timeout_seconds", TimeoutSeconds, required=False),
+    ),
+    tenant_maximums={"timeout_seconds": "max_timeout_seconds"},
+)
+CLOSE_SESSION = ToolDefinition(
+    name="close_session",
+    title="Close a sandbox session",
+    description=CLOSE_SESSION_DESCRIPTION,
+    arguments=lambda catalog: (Argument("session_id", SessionId),),
+    destructive=True,
+    idempotent=True,
+)
+TOOLS = (RUN_CODE, OPEN_SESSION, RUN_IN_SESSION, CLOSE_SESSION)
 
 
 def _plain(schema: dict[str, Any]) -> dict[str, Any]:
@@ -54,16 +174,19 @@ def _plain(schema: dict[str, Any]) -> dict[str, Any]:
     return {**variants[0], **rest} if variants else rest
 
 
-def run_code_parameters(catalog: LanguageCatalog, max_timeout_seconds: int) -> dict[str, Any]:
-    """JSON schema of run_code's arguments, with the timeout bounded by `max_timeout_seconds`."""
-    schema = run_code_arguments(catalog).model_json_schema()
+def tool_parameters(
+    tool: ToolDefinition, catalog: LanguageCatalog, limits: TenantLimits
+) -> dict[str, Any]:
+    """JSON schema of the tool's arguments, with the maximums bounded by the tenant's."""
+    schema = tool.arguments_model(catalog).model_json_schema()
     properties = {name: _plain(value) for name, value in schema["properties"].items()}
-    timeout = properties["timeout_seconds"]
-    timeout["maximum"] = min(max_timeout_seconds, timeout["maximum"])
+    for argument, limit in tool.tenant_maximums.items():
+        bounded = properties[argument]
+        bounded["maximum"] = min(getattr(limits, limit), bounded["maximum"])
     return {
         "type": "object",
         "properties": properties,
-        "required": schema["required"],
+        "required": schema.get("required", []),
         "additionalProperties": False,
     }
 
@@ -79,11 +202,14 @@ class OpenAITool(BaseModel):
     function: OpenAIFunction
 
 
-def openai_tool(catalog: LanguageCatalog, max_timeout_seconds: int) -> OpenAITool:
-    return OpenAITool(
-        function=OpenAIFunction(
-            name=RUN_CODE_NAME,
-            description=RUN_CODE_DESCRIPTION,
-            parameters=run_code_parameters(catalog, max_timeout_seconds),
+def openai_tools(catalog: LanguageCatalog, limits: TenantLimits) -> list[OpenAITool]:
+    return [
+        OpenAITool(
+            function=OpenAIFunction(
+                name=tool.name,
+                description=tool.description,
+                parameters=tool_parameters(tool, catalog, limits),
+            )
         )
-    )
+        for tool in TOOLS
+    ]

@@ -253,6 +253,11 @@ class Network(_Model):
         return self
 
 
+SessionName = Annotated[
+    str, Field(min_length=1, max_length=MAX_NAME_LENGTH, pattern=DNS_LABEL_PATTERN)
+]
+
+
 class CodeExecutionSpec(_Model):
     """What to run and under which limits. Immutable once created."""
 

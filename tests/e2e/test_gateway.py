@@ -183,7 +183,12 @@ async def test_an_mcp_client_lists_and_runs_run_code(gateway: Gateway, namespace
         tools = (await mcp.list_tools()).tools
         result = await mcp.call_tool("run_code", {"language": "python", "code": "print(6 * 7)"})
 
-    assert [tool.name for tool in tools] == ["run_code"]
+    assert [tool.name for tool in tools] == [
+        "run_code",
+        "open_session",
+        "run_in_session",
+        "close_session",
+    ]
     assert not result.is_error, result.content
     assert result.structured_content is not None
     assert result.structured_content["status"] == "success"

@@ -16,14 +16,20 @@ from sandpod_contract.models import TERMINAL_PHASES
 from sandpod_contract.names import CANCEL_ANNOTATION, FINISHED_LABEL
 from sandpod_contract.runner import OutputChunk
 from sandpod_gateway.auth import Tenant, TenantLimits
-from sandpod_gateway.dependencies import get_execution_service, get_key_store
+from sandpod_gateway.dependencies import (
+    get_execution_service,
+    get_key_store,
+    get_session_service,
+)
 from sandpod_gateway.main import create_app
 from sandpod_gateway.service import (
     ExecutionAlreadyExists,
     ExecutionNotFound,
-    ExecutionPageData,
     InvalidCursor,
     KubernetesUnavailable,
+    PageData,
+    SessionAlreadyExists,
+    SessionNotFound,
 )
 from sandpod_gateway.settings import GatewaySettings
 
@@ -65,6 +71,34 @@ def selects(selector: str, labels: dict[str, str]) -> bool:
     return True
 
 
+def selected(
+    objects: dict[tuple[str, str], Resource], namespace: str, label_selector: str
+) -> list[Resource]:
+    """Copies of the namespace's objects the selector selects, by name."""
+    return [
+        copy.deepcopy(resource)
+        for (ns, _), resource in sorted(objects.items())
+        if ns == namespace and selects(label_selector, resource["metadata"].get("labels", {}))
+    ]
+
+
+def page_of(items: list[Resource], limit: int | None, cursor: str | None) -> PageData:
+    """One page as the API server cuts it; the fake's cursor is the next item's index."""
+    if cursor is not None and not cursor.isdigit():
+        raise InvalidCursor(cursor)
+    start = int(cursor or 0)
+    end = len(items) if limit is None else start + limit
+    return PageData(items=items[start:end], next_cursor=str(end) if end < len(items) else None)
+
+
+def created_from(manifest: Resource, namespace: str) -> Resource:
+    """A copy of the manifest as the API server stores it."""
+    resource = copy.deepcopy(manifest)
+    resource["metadata"]["namespace"] = namespace
+    resource["metadata"]["creationTimestamp"] = datetime.now(UTC).isoformat()
+    return resource
+
+
 def mark_finished(resource: Resource) -> None:
     """What the operator does once it has written a terminal status."""
     resource["metadata"].setdefault("labels", {})[FINISHED_LABEL] = "true"
@@ -99,9 +133,7 @@ class FakeExecutionService:
         name = manifest["metadata"]["name"]
         if (namespace, name) in self.objects:
             raise ExecutionAlreadyExists(name)
-        resource = copy.deepcopy(manifest)
-        resource["metadata"]["namespace"] = namespace
-        resource["metadata"]["creationTimestamp"] = datetime.now(UTC).isoformat()
+        resource = created_from(manifest, namespace)
         self.created.append(copy.deepcopy(resource))
         return self._store(namespace, resource)
 
@@ -112,11 +144,7 @@ class FakeExecutionService:
             raise ExecutionNotFound(name) from None
 
     def _selected(self, namespace: str, label_selector: str) -> list[Resource]:
-        return [
-            copy.deepcopy(resource)
-            for (ns, _), resource in sorted(self.objects.items())
-            if ns == namespace and selects(label_selector, resource["metadata"].get("labels", {}))
-        ]
+        return selected(self.objects, namespace, label_selector)
 
     async def list_metadata(
         self, namespace: str, *, label_selector: str, limit: int
@@ -133,15 +161,8 @@ class FakeExecutionService:
 
     async def list(
         self, namespace: str, *, label_selector: str, limit: int | None, cursor: str | None
-    ) -> ExecutionPageData:
-        items = self._selected(namespace, label_selector)
-        if cursor is not None and not cursor.isdigit():
-            raise InvalidCursor(cursor)
-        start = int(cursor or 0)
-        end = len(items) if limit is None else start + limit
-        return ExecutionPageData(
-            items=items[start:end], next_cursor=str(end) if end < len(items) else None
-        )
+    ) -> PageData:
+        return page_of(self._selected(namespace, label_selector), limit, cursor)
 
     async def cancel(self, namespace: str, name: str) -> Resource:
         resource = self.objects.get((namespace, name))
@@ -169,6 +190,43 @@ class FakeExecutionService:
     async def check_ready(self) -> None:
         if not self.ready:
             raise KubernetesUnavailable("fake cluster is down")
+
+
+class FakeSessionService:
+    """CodeSessions in memory; `phase` is the phase a new session gets (the operator's)."""
+
+    def __init__(self, phase: str = "Ready") -> None:
+        self.phase = phase
+        self.objects: dict[tuple[str, str], Resource] = {}
+        self.deleted: list[tuple[str, str]] = []
+
+    async def create(self, namespace: str, manifest: Resource) -> Resource:
+        name = manifest["metadata"]["name"]
+        if (namespace, name) in self.objects:
+            raise SessionAlreadyExists(name)
+        resource = created_from(manifest, namespace)
+        resource["status"] = {"phase": self.phase, "executionCount": 0}
+        self.objects[(namespace, name)] = resource
+        return copy.deepcopy(resource)
+
+    async def get(self, namespace: str, name: str) -> Resource:
+        try:
+            return copy.deepcopy(self.objects[(namespace, name)])
+        except KeyError:
+            raise SessionNotFound(name) from None
+
+    async def list(
+        self, namespace: str, *, label_selector: str, limit: int | None, cursor: str | None
+    ) -> PageData:
+        return page_of(selected(self.objects, namespace, label_selector), limit, cursor)
+
+    async def delete(self, namespace: str, name: str) -> None:
+        if self.objects.pop((namespace, name), None) is None:
+            raise SessionNotFound(name)
+        self.deleted.append((namespace, name))
+
+    def end(self, namespace: str, name: str, reason: str = "IdleTimeout") -> None:
+        self.objects[(namespace, name)]["status"] = {"phase": "Ended", "reason": reason}
 
 
 class FakeKeyStore:
@@ -200,6 +258,7 @@ def make_app(
     service: FakeExecutionService,
     keys: dict[str, Tenant],
     kubeconfig_dir: Path | None = None,
+    sessions: FakeSessionService | None = None,
     **settings: Any,
 ) -> FastAPI:
     """The real app with the fakes behind its dependencies. For tests that run its
@@ -212,6 +271,8 @@ def make_app(
     app = create_app(GatewaySettings(**settings))
     app.dependency_overrides[get_execution_service] = lambda: service
     app.dependency_overrides[get_key_store] = lambda: FakeKeyStore(keys)
+    session_service = sessions or FakeSessionService()
+    app.dependency_overrides[get_session_service] = lambda: session_service
     return app
 
 

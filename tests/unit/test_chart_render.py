@@ -124,6 +124,10 @@ TENANTS: list[dict[str, Any]] = [
             "maxConcurrent": 3,
             "maxOpenWaits": 10,
             "maxWaitsPerExecution": 2,
+            "maxSessions": 2,
+            "maxIdleTimeoutSeconds": 300,
+            "maxLifetimeSeconds": 600,
+            "maxFileBytes": 65536,
         },
         "resourceQuota": {"pods": "20"},
         "pools": [

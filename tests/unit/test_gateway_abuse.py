@@ -14,7 +14,7 @@ from sandpod_contract.names import TENANT_LABEL
 from sandpod_contract.runner import OutputChunk
 from sandpod_gateway.auth import KeyStoreUnavailable, Tenant
 from sandpod_gateway.dependencies import get_key_store
-from sandpod_gateway.service import ExecutionPageData, KubernetesUnavailable
+from sandpod_gateway.service import KubernetesUnavailable, PageData
 
 ALICE = "sk-alice-0123456789"
 BOB = "sk-bob-0123456789"
@@ -32,7 +32,7 @@ class HeldService(FakeExecutionService):
 
     async def list(
         self, namespace: str, *, label_selector: str, limit: int | None, cursor: str | None
-    ) -> ExecutionPageData:
+    ) -> PageData:
         raise AssertionError("admission listed whole objects")
 
     async def _hold(self, namespace: str, name: str) -> None:

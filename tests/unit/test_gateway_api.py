@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from gateway_fakes import FakeExecutionService, make_app, parse_sse, tenant
 from sandpod_contract.names import CANCEL_ANNOTATION, TENANT_LABEL
 from sandpod_gateway.dependencies import get_execution_service
-from sandpod_gateway.service import ExecutionNotFound, ExecutionPageData, KubernetesUnavailable
+from sandpod_gateway.service import ExecutionNotFound, KubernetesUnavailable, PageData
 
 ALICE = "sk-alice-0123456789"
 BOB = "sk-bob-0123456789"
@@ -498,7 +498,7 @@ class VanishingService(FakeExecutionService):
 
     async def list(
         self, namespace: str, *, label_selector: str, limit: int | None, cursor: str | None
-    ) -> ExecutionPageData:
+    ) -> PageData:
         raise KubernetesUnavailable("connection refused")
 
 
@@ -550,9 +550,16 @@ def test_languages_come_from_the_catalog(client: TestClient) -> None:
     assert languages["python"]["version"]
 
 
-def test_the_openai_tool_is_a_function_named_run_code(client: TestClient) -> None:
-    tool = client.get("/v1/tools/openai").json()
+def test_the_openai_tools_are_run_code_and_the_session_tools(client: TestClient) -> None:
+    tools = client.get("/v1/tools/openai").json()
 
+    assert [tool["function"]["name"] for tool in tools] == [
+        "run_code",
+        "open_session",
+        "run_in_session",
+        "close_session",
+    ]
+    tool = tools[0]
     assert tool["type"] == "function"
     function = tool["function"]
     assert function["name"] == "run_code"

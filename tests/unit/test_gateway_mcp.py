@@ -7,7 +7,7 @@ from pathlib import Path
 import httpx2
 import pytest
 from fastapi import FastAPI
-from gateway_fakes import FakeExecutionService, make_app, tenant
+from gateway_fakes import FakeExecutionService, FakeSessionService, make_app, tenant
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -20,8 +20,13 @@ def service() -> FakeExecutionService:
 
 
 @pytest.fixture
-def app(tmp_path: Path, service: FakeExecutionService) -> FastAPI:
-    return make_app(service, {KEY: tenant("agents")}, kubeconfig_dir=tmp_path)
+def sessions() -> FakeSessionService:
+    return FakeSessionService()
+
+
+@pytest.fixture
+def app(tmp_path: Path, service: FakeExecutionService, sessions: FakeSessionService) -> FastAPI:
+    return make_app(service, {KEY: tenant("agents")}, kubeconfig_dir=tmp_path, sessions=sessions)
 
 
 @asynccontextmanager
@@ -48,8 +53,13 @@ async def test_an_mcp_client_lists_and_calls_run_code(
         tools = (await client.list_tools()).tools
         result = await client.call_tool("run_code", {"language": "python", "code": "print(5)"})
 
-    [tool] = tools
-    assert tool.name == "run_code"
+    assert [t.name for t in tools] == [
+        "run_code",
+        "open_session",
+        "run_in_session",
+        "close_session",
+    ]
+    tool = tools[0]
     assert tool.input_schema["properties"]["language"]["enum"] == [
         "bash",
         "javascript",
@@ -86,3 +96,33 @@ async def test_mcp_without_a_valid_key_is_401(app: FastAPI) -> None:
             )
         assert response.status_code == 401
         assert response.json()["error"]["code"] == "unauthorized"
+
+
+async def test_an_mcp_client_opens_a_session_runs_in_it_twice_and_closes_it(
+    app: FastAPI, service: FakeExecutionService, sessions: FakeSessionService
+) -> None:
+    async with (
+        http_client(app, KEY) as http,
+        Client(streamable_http_client("http://gateway/mcp", http_client=http)) as client,
+    ):
+        opened = await client.call_tool("open_session", {"language": "python"})
+        assert opened.structured_content is not None
+        session_id = opened.structured_content["id"]
+        runs = [
+            await client.call_tool("run_in_session", {"session_id": session_id, "code": code})
+            for code in ("x = 41", "x + 1")
+        ]
+        closed = await client.call_tool("close_session", {"session_id": session_id})
+        gone = await client.call_tool("run_in_session", {"session_id": session_id, "code": "x"})
+
+    assert opened.structured_content["status"] == "ready"
+    assert [run.structured_content["status"] for run in runs if run.structured_content] == [
+        "success",
+        "success",
+    ]
+    assert [created["spec"]["session"] for created in service.created] == [session_id] * 2
+    assert [created["spec"]["source"] for created in service.created] == ["x = 41", "x + 1"]
+    assert not closed.is_error
+    assert sessions.deleted == [("ns-agents", session_id)]
+    assert gone.is_error
+    assert "not_found" in str(gone.content)

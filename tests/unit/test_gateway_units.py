@@ -5,11 +5,16 @@ from typing import Any
 
 import pytest
 from sandpod_contract.catalog import DEFAULT_CATALOG_PATH
-from sandpod_contract.models import MAX_TIMEOUT_SECONDS, CodeExecutionSpec, execution_name_problem
+from sandpod_contract.models import (
+    MAX_TIMEOUT_SECONDS,
+    CodeExecutionSpec,
+    CodeExecutionStatus,
+    execution_name_problem,
+)
 from sandpod_contract.names import API_VERSION, KIND, REQUEST_HASH_ANNOTATION, TENANT_LABEL
 from sandpod_contract.runner import MAX_FRAME_BYTES, FrameDecoder, OutputChunk, decode_frame
 from sandpod_gateway.admission import retry_after_seconds
-from sandpod_gateway.auth import KeyIndex, hash_api_key, parse_tenants_config
+from sandpod_gateway.auth import KeyIndex, TenantLimits, hash_api_key, parse_tenants_config
 from sandpod_gateway.errors import GatewayError, format_location
 from sandpod_gateway.idempotency import execution_name
 from sandpod_gateway.languages import load_language_catalog
@@ -21,7 +26,14 @@ from sandpod_gateway.resources import (
     request_fingerprint,
 )
 from sandpod_gateway.schemas import CreateExecutionRequest, ExecutionStatus
-from sandpod_gateway.tool_definitions import run_code_parameters
+from sandpod_gateway.tool_definitions import (
+    OPEN_SESSION,
+    RUN_CODE,
+    RUN_IN_SESSION,
+    TOOLS,
+    ToolDefinition,
+    tool_parameters,
+)
 
 
 def request(**fields: Any) -> CreateExecutionRequest:
@@ -216,34 +228,46 @@ def test_retry_after_is_the_time_until_the_oldest_unfinished_execution_must_end(
 
 def test_the_status_is_read_through_its_model() -> None:
     status = read_status(
-        resource({"phase": "Failed", "exitCode": 3, "conditions": [{"type": "x"}], "new": 1})
+        resource({"phase": "Failed", "exitCode": 3, "conditions": [{"type": "x"}], "new": 1}),
+        CodeExecutionStatus,
     )
 
     assert status is not None
     assert (status.phase, status.exit_code, status.conditions) == ("Failed", 3, [])
-    assert read_status(resource({"phase": "Sleeping", "exitCode": 3})) is None
-    assert read_status(resource(None)) is None
+    assert read_status(resource({"phase": "Sleeping", "exitCode": 3}), CodeExecutionStatus) is None
+    assert read_status(resource(None), CodeExecutionStatus) is None
 
 
 # --- the run_code tool ---------------------------------------------------------------------
 
 
-async def test_both_run_code_tools_derive_from_one_definition() -> None:
+@pytest.mark.parametrize("tool", TOOLS, ids=lambda tool: tool.name)
+async def test_mcp_and_openai_tools_derive_from_one_definition(tool: ToolDefinition) -> None:
     catalog = load_language_catalog(DEFAULT_CATALOG_PATH)
-    [mcp_tool] = await build_mcp_server(catalog).list_tools()
+    mcp_tools = {t.name: t for t in await build_mcp_server(catalog).list_tools()}
+    mcp_tool = mcp_tools[tool.name]
     mcp_properties = mcp_tool.input_schema["properties"]
 
+    parameters = tool_parameters(tool, catalog, TenantLimits())
+    properties = parameters["properties"]
+    assert parameters["required"] == mcp_tool.input_schema["required"]
+    assert set(properties) == set(mcp_properties)
+    for name in mcp_tool.input_schema["required"]:
+        assert {**properties[name], "title": mcp_properties[name]["title"]} == (
+            mcp_properties[name]
+        )
+    assert mcp_tool.description == tool.description
+
+
+def test_openai_maximums_are_the_tenants() -> None:
+    catalog = load_language_catalog(DEFAULT_CATALOG_PATH)
     for tenant_maximum, advertised in ((60, 60), (MAX_TIMEOUT_SECONDS + 1, MAX_TIMEOUT_SECONDS)):
-        parameters = run_code_parameters(catalog, tenant_maximum)
-        properties = parameters["properties"]
-        assert properties["timeout_seconds"]["maximum"] == advertised
-        assert parameters["required"] == mcp_tool.input_schema["required"]
-        for name in ("language", "code"):
-            assert {**properties[name], "title": mcp_properties[name]["title"]} == (
-                mcp_properties[name]
-            )
-    [mcp_timeout, _] = mcp_properties["timeout_seconds"]["anyOf"]
-    assert mcp_timeout["maximum"] == MAX_TIMEOUT_SECONDS
+        limits = TenantLimits.model_construct(max_timeout_seconds=tenant_maximum)
+        for tool in (RUN_CODE, RUN_IN_SESSION):
+            timeout = tool_parameters(tool, catalog, limits)["properties"]["timeout_seconds"]
+            assert timeout["maximum"] == advertised
+    idle = tool_parameters(OPEN_SESSION, catalog, TenantLimits(max_idle_timeout_seconds=120))
+    assert idle["properties"]["idle_timeout_seconds"]["maximum"] == 120
 
 
 # --- runner frames ----------------------------------------------------------------------

@@ -5,7 +5,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
-from sandpod_contract.names import TENANT_LABEL
 
 from sandpod_gateway.dependencies import (
     AdmissionDep,
@@ -15,8 +14,14 @@ from sandpod_gateway.dependencies import (
     MetricsDep,
     SettingsDep,
 )
-from sandpod_gateway.errors import GatewayError, error_responses
-from sandpod_gateway.executions import create_execution, get_owned_execution
+from sandpod_gateway.errors import error_responses
+from sandpod_gateway.executions import (
+    CreateOutcome,
+    create_execution,
+    get_owned_execution,
+    list_page,
+)
+from sandpod_gateway.metrics import GatewayMetrics
 from sandpod_gateway.resources import Resource, execution_result, is_terminal
 from sandpod_gateway.schemas import (
     TERMINAL_STATUSES,
@@ -24,7 +29,6 @@ from sandpod_gateway.schemas import (
     ExecutionPage,
     ExecutionResult,
 )
-from sandpod_gateway.service import InvalidCursor
 from sandpod_gateway.streaming import execution_events
 
 router = APIRouter(prefix="/v1/executions", tags=["executions"])
@@ -32,6 +36,8 @@ router = APIRouter(prefix="/v1/executions", tags=["executions"])
 # Every route here authenticates (401), validates (422) and talks to the cluster (503).
 COMMON_ERRORS = (401, 422, 503)
 
+PageLimit = Annotated[int, Query(ge=1, le=100)]
+PageCursor = Annotated[str | None, Query(min_length=1, max_length=4096)]
 IdempotencyKey = Annotated[
     str | None,
     Header(
@@ -99,6 +105,13 @@ async def post_execution(
         idempotency_key=idempotency_key,
         wait=wait,
     )
+    return answer_execution(outcome, response, metrics)
+
+
+def answer_execution(
+    outcome: CreateOutcome, response: Response, metrics: GatewayMetrics
+) -> ExecutionResult:
+    """200 once finished, else 202; Location; counted when this request created it."""
     result = outcome.result
     if outcome.created:
         metrics.executions.labels(result.language, result.status.value).inc()
@@ -116,18 +129,10 @@ async def post_execution(
 async def list_executions(
     tenant: CurrentTenant,
     service: ExecutionServiceDep,
-    limit: Annotated[int, Query(ge=1, le=100)] = 20,
-    cursor: Annotated[str | None, Query(min_length=1, max_length=4096)] = None,
+    limit: PageLimit = 20,
+    cursor: PageCursor = None,
 ) -> ExecutionPage:
-    try:
-        page = await service.list(
-            tenant.namespace,
-            label_selector=f"{TENANT_LABEL}={tenant.name}",
-            limit=limit,
-            cursor=cursor,
-        )
-    except InvalidCursor as exc:
-        raise GatewayError(400, "invalid_cursor", "The cursor is invalid or expired") from exc
+    page = await list_page(service.list, tenant, limit, cursor)
     return ExecutionPage(
         items=[execution_result(item) for item in page.items], next_cursor=page.next_cursor
     )

@@ -4,14 +4,7 @@ from fastapi import APIRouter, Request, Response
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.types import Receive, Scope, Send
 
-from sandpod_gateway.dependencies import (
-    AdmissionDep,
-    CatalogDep,
-    CurrentTenant,
-    ExecutionServiceDep,
-    MetricsDep,
-    SettingsDep,
-)
+from sandpod_gateway.dependencies import MetricsDep, SessionContextDep
 from sandpod_gateway.mcp_server import TOOL_CALL_STATE, ToolCallContext
 
 router = APIRouter(tags=["mcp"])
@@ -30,25 +23,8 @@ class McpTransportResponse(Response):
 
 @router.api_route("/mcp", methods=["GET", "POST", "DELETE"], include_in_schema=False)
 async def mcp_endpoint(
-    request: Request,
-    tenant: CurrentTenant,
-    service: ExecutionServiceDep,
-    catalog: CatalogDep,
-    settings: SettingsDep,
-    admission: AdmissionDep,
-    metrics: MetricsDep,
+    request: Request, context: SessionContextDep, metrics: MetricsDep
 ) -> Response:
-    setattr(
-        request.state,
-        TOOL_CALL_STATE,
-        ToolCallContext(
-            tenant=tenant,
-            service=service,
-            catalog=catalog,
-            settings=settings,
-            admission=admission,
-            metrics=metrics,
-        ),
-    )
-    sessions: StreamableHTTPSessionManager = request.app.state.mcp_sessions
-    return McpTransportResponse(sessions)
+    setattr(request.state, TOOL_CALL_STATE, ToolCallContext(context=context, metrics=metrics))
+    manager: StreamableHTTPSessionManager = request.app.state.mcp_sessions
+    return McpTransportResponse(manager)

@@ -4,17 +4,19 @@ from fastapi import APIRouter
 
 from sandpod_gateway.dependencies import CatalogDep, CurrentTenant
 from sandpod_gateway.errors import error_responses
-from sandpod_gateway.tool_definitions import OpenAITool, openai_tool
+from sandpod_gateway.tool_definitions import OpenAITool, openai_tools
 
 router = APIRouter(prefix="/v1/tools", tags=["tools"], responses=error_responses(401, 503))
 
 
 @router.get(
     "/openai",
-    response_model=OpenAITool,
-    summary="run_code as an OpenAI function tool",
-    description="Put this in `tools` of a chat completion; call POST /v1/executions "
-    "with the arguments the model returns. The timeout maximum is the tenant's.",
+    response_model=list[OpenAITool],
+    summary="The tools as OpenAI function tools",
+    description="run_code, open_session, run_in_session and close_session; put this list in "
+    "`tools` of a chat completion and answer each call the model makes with POST "
+    "/v1/executions, POST /v1/sessions, POST /v1/sessions/{session_id}/executions or DELETE "
+    "/v1/sessions/{session_id}. Maximums (timeout, idle timeout) are the tenant's.",
 )
-async def get_openai_tool(tenant: CurrentTenant, catalog: CatalogDep) -> OpenAITool:
-    return openai_tool(catalog, tenant.limits.max_timeout_seconds)
+async def get_openai_tools(tenant: CurrentTenant, catalog: CatalogDep) -> list[OpenAITool]:
+    return openai_tools(catalog, tenant.limits)
