@@ -137,7 +137,9 @@ class KubeApi(Protocol):
     async def patch_execution_status(
         self, namespace: str, name: str, *, uid: str | None, resource_version: str, status: Manifest
     ) -> Manifest: ...
-    async def label_finished(self, namespace: str, name: str, *, uid: str) -> None: ...
+    async def label_finished(
+        self, namespace: str, name: str, *, uid: str, plural: str = PLURAL
+    ) -> None: ...
     async def delete_execution(self, namespace: str, name: str, *, uid: str) -> None: ...
     async def get_session(self, namespace: str, name: str) -> Manifest | None: ...
     async def patch_session_status(
@@ -406,21 +408,23 @@ class Kube:
             SESSION_PLURAL, namespace, name, None, resource_version, status
         )
 
-    async def label_finished(self, namespace: str, name: str, *, uid: str) -> None:
-        """Label this very execution finished. The uid in the patch is a precondition: a
-        re-created namesake refuses it (422, metadata.uid is immutable) and is left alone,
-        like a deleted one (404)."""
+    async def label_finished(
+        self, namespace: str, name: str, *, uid: str, plural: str = PLURAL
+    ) -> None:
+        """Label this very execution (or, by `plural`, session) finished. The uid in the
+        patch is a precondition: a re-created namesake refuses it (422, metadata.uid is
+        immutable) and is left alone, like a deleted one (404)."""
         body = {"metadata": {"uid": uid, "labels": {FINISHED_LABEL: "true"}}}
         try:
             await self._call(
                 "patch",
-                PLURAL,
+                plural,
                 uid,
                 self._custom.patch_namespaced_custom_object,
                 GROUP,
                 VERSION,
                 namespace,
-                PLURAL,
+                plural,
                 name,
                 body,
                 _content_type=MERGE_PATCH,

@@ -30,7 +30,7 @@ from sandpod_contract.models import (
     format_time,
     is_terminal,
 )
-from sandpod_contract.names import SESSION_KIND, SESSION_LABEL
+from sandpod_contract.names import SESSION_KIND, SESSION_LABEL, SESSION_PLURAL
 from sandpod_contract.runner import LogSummary
 
 from sandpod_operator.builders import (
@@ -518,6 +518,10 @@ class SessionController:
         meta = session["metadata"]
         await self._write(
             session, lambda current: session_status(current, "Ended", reason, message, now())
+        )
+        # The gateway counts a tenant's live sessions by this label, from metadata alone.
+        await self.kube.label_finished(
+            meta["namespace"], meta["name"], uid=meta["uid"], plural=SESSION_PLURAL
         )
         pod_name = (self.freshest(session).get("status") or {}).get("podName")
         if pod_name:

@@ -29,12 +29,14 @@ from sandpod_contract.names import (
     FINISHED_LABEL,
     MANAGED_BY,
     MANAGED_BY_LABEL,
+    PLURAL,
     POOL_FREE,
     POOL_KIND,
     POOL_LABEL,
     POOL_STATE_LABEL,
     ROLE_LABEL,
     SANDBOX_ROLE,
+    SESSION_PLURAL,
 )
 from sandpod_contract.runner import LogReader, LogSummary, Summary
 from sandpod_operator.kube import KubeError, RequestCounter
@@ -373,9 +375,12 @@ class FakeKube:
         self.executions[(namespace, name)] = patched
         return self._bump(patched)
 
-    async def label_finished(self, namespace: str, name: str, *, uid: str) -> None:
+    async def label_finished(
+        self, namespace: str, name: str, *, uid: str, plural: str = PLURAL
+    ) -> None:
         await self._enter("label_finished")
-        stored = self.executions.get((namespace, name))
+        store = self.sessions if plural == SESSION_PLURAL else self.executions
+        stored = store.get((namespace, name))
         # As `Kube`: gone or re-created (uid precondition) is nothing to do.
         if stored is not None and stored["metadata"]["uid"] == uid:
             stored["metadata"].setdefault("labels", {})[FINISHED_LABEL] = "true"
