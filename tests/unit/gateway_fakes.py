@@ -18,6 +18,7 @@ from sandpod_contract.runner import OutputChunk
 from sandpod_gateway.auth import Tenant, TenantLimits
 from sandpod_gateway.dependencies import get_execution_service, get_key_store
 from sandpod_gateway.main import create_app
+from sandpod_gateway.pad import PAD_DIR
 from sandpod_gateway.service import (
     ExecutionAlreadyExists,
     ExecutionNotFound,
@@ -200,6 +201,7 @@ def make_app(
     service: FakeExecutionService,
     keys: dict[str, Tenant],
     kubeconfig_dir: Path | None = None,
+    pad_dir: Path = PAD_DIR,
     **settings: Any,
 ) -> FastAPI:
     """The real app with the fakes behind its dependencies. For tests that run its
@@ -209,7 +211,7 @@ def make_app(
         kubeconfig = kubeconfig_dir / "kubeconfig"
         kubeconfig.write_text(UNREACHABLE_KUBECONFIG)
         settings["kubeconfig"] = kubeconfig
-    app = create_app(GatewaySettings(**settings))
+    app = create_app(GatewaySettings(**settings), pad_dir=pad_dir)
     app.dependency_overrides[get_execution_service] = lambda: service
     app.dependency_overrides[get_key_store] = lambda: FakeKeyStore(keys)
     return app
