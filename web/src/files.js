@@ -53,16 +53,22 @@ export function showFiles(section, result, api, executionPath, onError) {
   const files = result.files || [];
   section.hidden = files.length === 0;
   for (const file of files) {
-    const button = document.createElement("button");
-    button.type = "button";
-    button.textContent = `Download ${file.path} (${bytes(file.size)}, ${file.media_type})`;
-    button.addEventListener("click", () => download(api, executionPath, file, onError));
     const item = document.createElement("li");
-    item.append(button);
+    const kept = file.stored || file.content_base64 != null;
+    const label = `${file.path} (${bytes(file.size)}, ${file.media_type})`;
+    if (kept) {
+      const button = document.createElement("button");
+      button.type = "button";
+      button.textContent = `Download ${label}`;
+      button.addEventListener("click", () => download(api, executionPath, file, onError));
+      item.append(button);
+    } else {
+      item.textContent = `${label}: too large to keep, not downloadable`;
+    }
     section.querySelector("ul").append(item);
-    if (INLINE_IMAGES.has(file.media_type)) showImage(section, api, executionPath, file, onError);
+    if (kept && INLINE_IMAGES.has(file.media_type)) showImage(section, api, executionPath, file, onError);
   }
-  if (result.files_truncated || result.outputs_truncated) {
+  if (result.files_truncated) {
     const note = document.createElement("li");
     note.textContent = "More files were made than a run keeps; these are the first.";
     section.querySelector("ul").append(note);

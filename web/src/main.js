@@ -169,8 +169,8 @@ function numberInput(id, what) {
 }
 
 function runRequest(mode) {
-  const request = { language: state.language, code: editor.state.doc.toString(), mode };
-  if (mode === "lint") return request;
+  const request = { language: state.language, code: editor.state.doc.toString() };
+  if (mode === "lint") return { ...request, mode };
   const stdin = $("stdin").value;
   const timeout = numberInput("timeout", "The timeout (seconds)");
   const memory = numberInput("memory", "The memory (MiB)");
@@ -216,12 +216,14 @@ async function run() {
   showMessage("");
   clearOutput();
   const timeout = request.timeout_seconds ?? state.tenant.defaults.timeout_seconds;
-  state.run = { id: null, controller: new AbortController(), timeout };
+  // A session's runs stream from the session's route; any run is also one of the tenant's
+  // executions (get, cancel, files).
+  const base = session.executionsPath() ?? "/v1/executions";
+  state.run = { id: null, base, controller: new AbortController(), timeout };
   setBusy(true);
   setStatus("Sending…", "running");
   try {
-    const path = session.executionsPath() ?? "/v1/executions";
-    const { body } = await api.send("POST", `${path}?wait=false`, request);
+    const { body } = await api.send("POST", `${base}?wait=false`, request);
     state.run.id = body.id;
     setStatus(describeResult(body), "running");
     finish(await follow(state.run), timeout);
@@ -237,7 +239,8 @@ async function run() {
 
 /** Streams the output into the panes; the result from the stream's end (or a GET). */
 async function follow(current) {
-  const events = api.events(`${executionPath(current.id)}/stream`, current.controller.signal);
+  const stream = `${current.base}/${encodeURIComponent(current.id)}/stream`;
+  const events = api.events(stream, current.controller.signal);
   for await (const { event, data } of events) {
     const payload = JSON.parse(data);
     if (event === "stdout" || event === "stderr") {

@@ -14,6 +14,7 @@ export class Session {
     this.current = null;
     this.timer = null;
     this.refreshing = false;
+    this.refreshedAt = 0;
     toggle.addEventListener("change", () => (toggle.checked ? this.start() : this.end()));
     endButton.addEventListener("click", () => this.end());
   }
@@ -72,6 +73,7 @@ export class Session {
   async refresh() {
     if (!this.current || this.refreshing) return;
     this.refreshing = true;
+    this.refreshedAt = Date.now();
     try {
       this.update(await this.api.get(this.path));
     } catch (error) {
@@ -102,7 +104,9 @@ export class Session {
     const parts = [`Session ${session.id}`, session.status, `${runs} run${runs === 1 ? "" : "s"}`];
     if (left !== null) parts.push(left > 0 ? `ends in ${clock(left)} if idle` : "ending…");
     this.info.textContent = parts.filter(Boolean).join(" · ");
-    if (left !== null && left <= 0) this.refresh();
+    // A starting session has no deadline yet; one past its deadline is ending: ask again.
+    const stale = Date.now() - this.refreshedAt > 2000;
+    if (stale && (session.status === "starting" || (left !== null && left <= 0))) this.refresh();
   }
 
   closed(text) {
