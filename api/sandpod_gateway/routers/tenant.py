@@ -12,14 +12,10 @@ from sandpod_gateway.schemas import TenantDefaults, TenantInfo, TenantLimitsInfo
 router = APIRouter(prefix="/v1/tenant", tags=["tenant"], responses=error_responses(401, 503))
 
 
-@router.get(
-    "",
-    response_model=TenantInfo,
-    summary="The caller's tenant",
-    description="The tenant the API key belongs to, the largest values its requests may ask "
-    "for, and the values a request that names none gets.",
-)
+@router.get("", response_model=TenantInfo, summary="The caller's tenant")
 async def get_tenant(tenant: CurrentTenant, settings: SettingsDep) -> TenantInfo:
+    """The tenant the API key belongs to, the largest values its requests may ask for, and
+    the values a request that names none gets."""
     limits = tenant.limits
     return TenantInfo(
         name=tenant.name,
