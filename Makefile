@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 export KUBECONFIG ?= $(CURDIR)/.cluster/kubeconfig
 
-.PHONY: venv cluster-build cluster-up cluster-down images lint test test-unit run down bench
+.PHONY: venv cluster-build cluster-up cluster-down images web lint test test-unit run down bench
 
 # The project's Python environment (operator, gateway, tests, the cluster's NetworkPolicy enforcer).
 venv: $(VENV)/.installed
@@ -29,6 +29,12 @@ cluster-down:
 images: $(if $(findstring --no-import,$(IMAGES_FLAGS)),,cluster-up)
 	hack/images/build.sh $(IMAGES_FLAGS)
 
+# The scratch pad the gateway serves at /pad/ (web/, bundled into api/sandpod_gateway/pad/) for a
+# gateway run from this tree; the gateway image bundles it itself. Node.js and npm from Debian if
+# missing. The browser tests also need Debian's Chromium: `make test` installs it if missing.
+web:
+	hack/web/build.sh
+
 # ruff, mypy, gofmt and go vet: the project's code stays clean.
 lint: venv
 	$(VENV)/bin/ruff check .
@@ -40,6 +46,7 @@ lint: venv
 # the hostile-code and fault suite (prints a results table); the cluster lifecycle test (down,
 # then up again) runs last.
 test: lint cluster-up images
+	hack/web/build.sh --chromium
 	cd images/runner && go test -count=1 ./...
 	$(VENV)/bin/pytest -rs tests/unit tests/integration tests/e2e tests/hostile tests/lifecycle
 

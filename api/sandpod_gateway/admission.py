@@ -216,17 +216,26 @@ class ResolvedLimits:
     cpu: str
 
 
-def resolved_limits(
-    request: CreateExecutionRequest, tenant: Tenant, settings: GatewaySettings
-) -> ResolvedLimits:
-    """The execution's limits: the request's, else the defaults within the tenant's maximums
+def default_limits(tenant: Tenant, settings: GatewaySettings) -> ResolvedLimits:
+    """The limits of a request that names none: the defaults within the tenant's maximums
     (so a tenant's maximum holds when a request names no value)."""
     limits = tenant.limits
     return ResolvedLimits(
-        timeout_seconds=request.timeout_seconds
-        or min(settings.default_timeout_seconds, limits.max_timeout_seconds),
-        memory=request.memory or smaller_quantity(settings.default_memory, limits.max_memory),
-        cpu=request.cpu or smaller_quantity(settings.default_cpu, limits.max_cpu),
+        timeout_seconds=min(settings.default_timeout_seconds, limits.max_timeout_seconds),
+        memory=smaller_quantity(settings.default_memory, limits.max_memory),
+        cpu=smaller_quantity(settings.default_cpu, limits.max_cpu),
+    )
+
+
+def resolved_limits(
+    request: CreateExecutionRequest, tenant: Tenant, settings: GatewaySettings
+) -> ResolvedLimits:
+    """The execution's limits: the request's, else the tenant's defaults."""
+    defaults = default_limits(tenant, settings)
+    return ResolvedLimits(
+        timeout_seconds=request.timeout_seconds or defaults.timeout_seconds,
+        memory=request.memory or defaults.memory,
+        cpu=request.cpu or defaults.cpu,
     )
 
 

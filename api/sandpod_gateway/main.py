@@ -3,6 +3,7 @@
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib.metadata import version
+from pathlib import Path
 
 from fastapi import FastAPI
 from sandpod_contract.kube import open_api_client
@@ -15,7 +16,8 @@ from sandpod_gateway.kube_service import KubernetesExecutionService, KubernetesS
 from sandpod_gateway.languages import load_language_catalog
 from sandpod_gateway.mcp_server import build_mcp_server, new_session_manager
 from sandpod_gateway.metrics import GatewayMetrics, MetricsMiddleware
-from sandpod_gateway.routers import executions, health, languages, mcp, sessions, tools
+from sandpod_gateway.pad import PAD_DIR, install_pad
+from sandpod_gateway.routers import executions, health, languages, mcp, sessions, tenant, tools
 from sandpod_gateway.settings import GatewaySettings
 
 DESCRIPTION = """\
@@ -30,7 +32,8 @@ MCP clients: streamable HTTP at `/mcp` (tools `run_code`, `open_session`, `run_i
 """
 
 
-def create_app(settings: GatewaySettings | None = None) -> FastAPI:
+def create_app(settings: GatewaySettings | None = None, pad_dir: Path = PAD_DIR) -> FastAPI:
+    """The app; `pad_dir` holds the built scratch pad (hack/web/build.sh, or the image's)."""
     settings = settings or GatewaySettings()
     catalog = load_language_catalog(settings.catalog_path)
     metrics = GatewayMetrics()
@@ -69,6 +72,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
-    for module in (executions, sessions, languages, tools, health, mcp):
+    for module in (executions, sessions, languages, tenant, tools, health, mcp):
         app.include_router(module.router)
+    install_pad(app, pad_dir)
     return app

@@ -243,3 +243,25 @@ class SessionPage(BaseModel):
     next_cursor: str | None = Field(
         default=None, description="Pass as ?cursor= to get the next page; null on the last page"
     )
+
+
+class TenantLimitsInfo(BaseModel):
+    max_timeout_seconds: int
+    max_memory: str
+    max_cpu: str
+    max_concurrent: int
+
+
+class TenantDefaults(BaseModel):
+    timeout_seconds: int
+    memory: str
+    cpu: str
+
+
+class TenantInfo(BaseModel):
+    """Who the key belongs to and what it may ask for (clients size their inputs by it)."""
+
+    name: str
+    limits: TenantLimitsInfo
+    defaults: TenantDefaults = Field(description="What a request that names no value gets")
+    max_code_bytes: int = Field(description="code + files + stdin + args, UTF-8 bytes")

@@ -222,7 +222,7 @@ stage_context() {
         chmod 0755 "$context/sandpod-runner"
     else
         # What Dockerfile.dockerignore lets in for a Docker build from the repo root.
-        (cd "$REPO_ROOT" && tree_files pyproject.toml README.md LICENSE contract operator api |
+        (cd "$REPO_ROOT" && tree_files pyproject.toml README.md LICENSE contract operator api web |
             tar --null -T - -cf -) | tar -C "$context" -xf -
     fi
 }

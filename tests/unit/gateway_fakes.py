@@ -22,6 +22,7 @@ from sandpod_gateway.dependencies import (
     get_session_service,
 )
 from sandpod_gateway.main import create_app
+from sandpod_gateway.pad import PAD_DIR
 from sandpod_gateway.service import (
     ExecutionAlreadyExists,
     ExecutionNotFound,
@@ -259,6 +260,7 @@ def make_app(
     keys: dict[str, Tenant],
     kubeconfig_dir: Path | None = None,
     sessions: FakeSessionService | None = None,
+    pad_dir: Path = PAD_DIR,
     **settings: Any,
 ) -> FastAPI:
     """The real app with the fakes behind its dependencies. For tests that run its
@@ -268,7 +270,7 @@ def make_app(
         kubeconfig = kubeconfig_dir / "kubeconfig"
         kubeconfig.write_text(UNREACHABLE_KUBECONFIG)
         settings["kubeconfig"] = kubeconfig
-    app = create_app(GatewaySettings(**settings))
+    app = create_app(GatewaySettings(**settings), pad_dir=pad_dir)
     app.dependency_overrides[get_execution_service] = lambda: service
     app.dependency_overrides[get_key_store] = lambda: FakeKeyStore(keys)
     session_service = sessions or FakeSessionService()
