@@ -39,6 +39,9 @@ type Result struct {
 	Diagnostics     []Diagnostic `json:"diagnostics"`
 	// Error says why the runner could not run the program; ExitCode is then null.
 	Error *string `json:"error"`
+	// Compile is the compile step's outcome when the language has one; when it
+	// failed the program did not run (ExitCode and Signal are null).
+	Compile *CompileResult `json:"compile,omitempty"`
 }
 
 // Diagnostic is one lint finding, with 1-based line and column.
@@ -55,7 +58,8 @@ func failedResult(err error) Result {
 }
 
 // TerminationMessage encodes the summary in at most MaxTerminationMessageBytes,
-// dropping the diagnostics, then shortening the error, when it does not fit.
+// dropping the diagnostics and the compiler's output, then shortening the
+// error, when it does not fit.
 func TerminationMessage(summary summaryRecord) []byte {
 	message := marshalJSONLine(summary)
 	if len(message) <= MaxTerminationMessageBytes {
@@ -63,6 +67,11 @@ func TerminationMessage(summary summaryRecord) []byte {
 	}
 	result := &summary.Result
 	result.Diagnostics = nil
+	if result.Compile != nil {
+		withoutOutput := *result.Compile
+		withoutOutput.Output = ""
+		result.Compile = &withoutOutput
+	}
 	message = marshalJSONLine(summary)
 	if len(message) <= MaxTerminationMessageBytes || result.Error == nil {
 		return message

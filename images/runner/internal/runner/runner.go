@@ -147,10 +147,16 @@ func execute(ctx context.Context, opts Options, frames *frameWriter) Result {
 		spec.argv = cfg.LintCommand
 		return lint(ctx, spec, cfg, frames)
 	}
+	compiled, final, ok := compileFirst(ctx, &spec, cfg)
+	if !ok {
+		return final
+	}
 	spec.argv = append(slices.Clone(cfg.Command), cfg.Args...)
-	return runCaptured(cfg, frames, func(stdout, stderr io.Writer) processOutcome {
+	result := runCaptured(cfg, frames, func(stdout, stderr io.Writer) processOutcome {
 		return runProcess(ctx, spec, stdout, stderr)
 	})
+	result.Compile = compiled
+	return result
 }
 
 // newProcessSpec is how every program starts: the clean environment in the
