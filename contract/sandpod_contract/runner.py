@@ -30,8 +30,29 @@ FRAME_MAC_DOMAIN = b"sandpod-frame-v1"
 FRAME_MAC_BYTES = 16
 # The runner's own error text is short (the termination message holds at most 4 KiB).
 MAX_ERROR_CHARS = 16 * 1024
+# The runner keeps the first 16 KiB the compiler writes.
+MAX_COMPILE_OUTPUT_CHARS = 16 * 1024
 # Escaped as \u003c etc. by the API server's JSON encoder (Python's escapes neither).
 _HTML_ESCAPED = ("<", ">", "&")
+
+
+class CompileResult(BaseModel):
+    """The compile step's outcome (`result.compile`), for languages with a compileCommand."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, strict=True
+    )
+
+    exit_code: int | None = Field(ge=0, le=255)
+    signal: int | None = Field(ge=1, le=64)
+    timed_out: bool
+    duration_ms: int = Field(ge=0)
+    output: str = Field(max_length=MAX_COMPILE_OUTPUT_CHARS)
+    output_truncated: bool
+
+    @property
+    def succeeded(self) -> bool:
+        return self.exit_code == 0
 
 
 class RunnerResult(BaseModel):
@@ -52,19 +73,31 @@ class RunnerResult(BaseModel):
     peak_memory_bytes: int | None = Field(ge=0)
     diagnostics: list[dict[str, Any]] | None
     error: str | None = Field(max_length=MAX_ERROR_CHARS)
+    compile: CompileResult | None = None
 
     def agrees_with(self, shortened: "RunnerResult") -> bool:
-        """The log's copy against the termination message's (whose diagnostics may have been
-        dropped and whose error may have been shortened, ending in an ellipsis, to fit)."""
+        """The log's copy against the termination message's (whose diagnostics and compiler
+        output may have been dropped and whose error may have been shortened, ending in an
+        ellipsis, to fit)."""
         if shortened.diagnostics is not None and shortened.diagnostics != self.diagnostics:
+            return False
+        if not _compile_agrees(self.compile, shortened.compile):
             return False
         told = shortened.error
         if told != self.error and (
             told is None or not told.endswith("…") or not (self.error or "").startswith(told[:-1])
         ):
             return False
-        same = {"diagnostics", "error"}
+        same = {"diagnostics", "error", "compile"}
         return self.model_dump(exclude=same) == shortened.model_dump(exclude=same)
+
+
+def _compile_agrees(full: CompileResult | None, shortened: CompileResult | None) -> bool:
+    if full is None or shortened is None:
+        return full is shortened
+    if shortened.output not in ("", full.output):
+        return False
+    return full.model_copy(update={"output": ""}) == shortened.model_copy(update={"output": ""})
 
 
 class Summary(BaseModel):

@@ -52,6 +52,8 @@ async def test_an_mcp_client_lists_and_calls_run_code(
     assert tool.name == "run_code"
     assert tool.input_schema["properties"]["language"]["enum"] == [
         "bash",
+        "csharp",
+        "go",
         "javascript",
         "python",
         "typescript",
