@@ -36,8 +36,8 @@ MAX_COMPILE_OUTPUT_CHARS = 16 * 1024
 _HTML_ESCAPED = ("<", ">", "&")
 
 
-class CompileResult(BaseModel):
-    """The compile step's outcome (`result.compile`), for languages with a compileCommand."""
+class _ProcessOutcome(BaseModel):
+    """How a process the runner started ended: the program, or the compile step."""
 
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, strict=True
@@ -47,6 +47,11 @@ class CompileResult(BaseModel):
     signal: int | None = Field(ge=1, le=64)
     timed_out: bool
     duration_ms: int = Field(ge=0)
+
+
+class CompileResult(_ProcessOutcome):
+    """The compile step's outcome (`result.compile`), for languages with a compileCommand."""
+
     output: str = Field(max_length=MAX_COMPILE_OUTPUT_CHARS)
     output_truncated: bool
 
@@ -55,17 +60,9 @@ class CompileResult(BaseModel):
         return self.exit_code == 0
 
 
-class RunnerResult(BaseModel):
+class RunnerResult(_ProcessOutcome):
     """The runner's result object (the `result` of its summary), validated strictly."""
 
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, strict=True
-    )
-
-    exit_code: int | None = Field(ge=0, le=255)
-    signal: int | None = Field(ge=1, le=64)
-    timed_out: bool
-    duration_ms: int = Field(ge=0)
     stdout_bytes: int = Field(ge=0)
     stderr_bytes: int = Field(ge=0)
     stdout_truncated: bool

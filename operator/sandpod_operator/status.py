@@ -587,26 +587,17 @@ def _runner_verdict(
 
 def _compile_failed(compiled: CompileResult, base: dict[str, Any]) -> Verdict:
     """The build failed, so the program never ran (its output is the compiler's)."""
+    phase: Phase = "Failed"
+    reason = COMPILATION_ERROR
     if compiled.timed_out:
-        return Verdict(
-            phase="TimedOut",
-            reason="DeadlineExceeded",
-            message="the program did not build within its timeout; the compiler was killed",
-            retryable=False,
-            **base,
-        )
-    how = (
-        f"compiler exit {compiled.exit_code}"
-        if compiled.exit_code is not None
-        else f"compiler killed by {_signal_name(compiled.signal or SIGKILL)}"
-    )
-    return Verdict(
-        phase="Failed",
-        reason=COMPILATION_ERROR,
-        message=f"the program did not build ({how})",
-        retryable=False,
-        **base,
-    )
+        phase, reason = "TimedOut", "DeadlineExceeded"
+        message = "the program did not build within its timeout; the compiler was killed"
+    elif compiled.exit_code is not None:
+        message = f"the program did not build (compiler exit {compiled.exit_code})"
+    else:
+        killer = _signal_name(compiled.signal or SIGKILL)
+        message = f"the program did not build (compiler killed by {killer})"
+    return Verdict(phase=phase, reason=reason, message=message, retryable=False, **base)
 
 
 def _no_result_message(terminated: dict[str, Any], log: LogSummary | None) -> str:

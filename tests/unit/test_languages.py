@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import runner_wire
-from sandpod_contract.catalog import Catalog, load_catalog
+from sandpod_contract.catalog import DEFAULT_CATALOG_PATH, load_catalog
 from sandpod_contract.models import CodeExecutionSpec, SandboxPoolSpec
 from sandpod_contract.runner import LogReader, RunnerResult, parse_summary
 from sandpod_gateway.languages import load_language_catalog
@@ -27,33 +27,21 @@ NOW = datetime(2026, 1, 1, 12, 0, 10, tzinfo=UTC)
 GO_ERROR = "./main.go:3:2: undefined: fmt.Printn\n"
 
 
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in os.environ:
-        if name.startswith("SANDPOD_"):
-            monkeypatch.delenv(name)
+CATALOG = load_catalog()
 
 
 @pytest.fixture
-def catalog() -> Catalog:
-    return load_catalog()
-
-
-@pytest.fixture
-def settings() -> OperatorSettings:
+def settings(monkeypatch: pytest.MonkeyPatch) -> OperatorSettings:
+    """The defaults, whatever SANDPOD_* variables this shell has."""
+    for name in [name for name in os.environ if name.startswith("SANDPOD_")]:
+        monkeypatch.delenv(name)
     return OperatorSettings()
 
 
 def compiled(**fields: Any) -> dict[str, Any]:
-    return {
-        "exitCode": 0,
-        "signal": None,
-        "timedOut": False,
-        "durationMs": 900,
-        "output": "",
-        "outputTruncated": False,
-        **fields,
-    }
+    """A compile result as the runner writes it: a build that succeeded, unless `fields`."""
+    base = dict(exitCode=0, signal=None, timedOut=False, durationMs=900, output="")
+    return {**base, "outputTruncated": False, **fields}
 
 
 def failed_build(output: str = GO_ERROR, **fields: Any) -> dict[str, Any]:
@@ -104,39 +92,35 @@ def observe(
 
 
 @pytest.mark.parametrize("language", COMPILED)
-def test_compiled_languages_build_then_run(catalog: Catalog, language: str) -> None:
-    entry = catalog.languages[language]
+def test_compiled_languages_build_then_run(language: str) -> None:
+    entry = CATALOG.languages[language]
     assert entry.compile_command is not None
     assert entry.file in " ".join(entry.compile_command)
     assert entry.version and entry.description
 
 
-def test_the_go_toolchain_writes_only_under_tmp(catalog: Catalog) -> None:
-    env = catalog.languages["go"].env
+def test_the_go_toolchain_writes_only_under_tmp() -> None:
+    env = CATALOG.languages["go"].env
     assert env["GOCACHE"].startswith("/tmp/") and env["GOPATH"].startswith("/tmp/")
     assert env["CGO_ENABLED"] == "0"  # the image's pre-compiled standard library is cgo-free
 
 
-def test_config_json_carries_the_compile_step_in_run_mode(
-    catalog: Catalog, settings: OperatorSettings
-) -> None:
+def test_config_json_carries_the_compile_step_in_run_mode(settings: OperatorSettings) -> None:
     spec = CodeExecutionSpec(language="go", source="package main\nfunc main() {}\n")
-    config = build_runner_config(spec, plan_execution(spec, catalog, settings), settings)
+    config = build_runner_config(spec, plan_execution(spec, CATALOG, settings), settings)
     assert config["compileCommand"][:2] == ["sh", "-c"]
     assert "go tool compile" in config["compileCommand"][2]
     assert config["command"] == ["./main"]
     python = CodeExecutionSpec(language="python", source="print(1)")
     assert "compileCommand" not in build_runner_config(
-        python, plan_execution(python, catalog, settings), settings
+        python, plan_execution(python, CATALOG, settings), settings
     )
 
 
 @pytest.mark.parametrize("language", COMPILED)
-def test_compiled_languages_have_no_pools(
-    catalog: Catalog, settings: OperatorSettings, language: str
-) -> None:
+def test_compiled_languages_have_no_pools(settings: OperatorSettings, language: str) -> None:
     with pytest.raises(InvalidSpecError, match=r"spec.language: .* is compiled"):
-        plan_pool(SandboxPoolSpec(language=language, size=1), catalog, settings)
+        plan_pool(SandboxPoolSpec(language=language, size=1), CATALOG, settings)
 
 
 # --- the runner's compile result ------------------------------------------------------------
@@ -239,11 +223,9 @@ def test_a_plain_failure_stays_error() -> None:
     assert result.compile_output is None
 
 
-def test_get_languages_says_which_are_compiled(catalog: Catalog) -> None:
-    from sandpod_contract.catalog import DEFAULT_CATALOG_PATH
-
+def test_get_languages_says_which_are_compiled() -> None:
     languages = {info.name: info for info in load_language_catalog(DEFAULT_CATALOG_PATH).all()}
-    assert set(languages) == set(catalog.languages)
+    assert set(languages) == set(CATALOG.languages)
     assert {name for name, info in languages.items() if info.compiled} == set(COMPILED)
 
 
@@ -259,23 +241,23 @@ def readme_languages() -> dict[str, list[str]]:
     return {row[0].strip("`"): row for row in cells}
 
 
-def test_the_readme_table_lists_the_catalogs_languages(catalog: Catalog) -> None:
+def test_the_readme_table_lists_the_catalogs_languages() -> None:
     rows = readme_languages()
-    assert set(rows) == set(catalog.languages)
+    assert set(rows) == set(CATALOG.languages)
     for name, row in rows.items():
-        assert row[1] == catalog.languages[name].version, name
+        assert row[1] == CATALOG.languages[name].version, name
 
 
-def test_the_docs_name_every_language(catalog: Catalog) -> None:
+def test_the_docs_name_every_language() -> None:
     docs = (REPO_ROOT / "docs" / "gateway.md").read_text()
-    for name in catalog.languages:
+    for name in CATALOG.languages:
         assert re.search(rf"`{name}`", docs), name
 
 
-def test_the_benchmark_covers_every_language_and_writes_the_table(catalog: Catalog) -> None:
+def test_the_benchmark_covers_every_language_and_writes_the_table() -> None:
     from languages import HELLO, Row, markdown_table, with_table
 
-    assert set(HELLO) == set(catalog.languages)
+    assert set(HELLO) == set(CATALOG.languages)
     row = Row("go", "1.19", "localhost/sandpod/go:0.1.0", "526.5 MB", 3.14, 1234.0)
     table = markdown_table([row], runs=10)
     assert "| `go` | 1.19 | `localhost/sandpod/go:0.1.0` | 526.5 MB | 3.1 s | 1234 ms |" in table

@@ -18,15 +18,15 @@ const compileOutputLimit = 16 << 10
 // run before the program in the same work dir, environment, limits and
 // seccomp filter, on the same timeout budget.
 type CompileResult struct {
-	// ExitCode is the compiler's exit status, null when a signal killed it.
-	ExitCode   *int  `json:"exitCode"`
-	Signal     *int  `json:"signal"`
-	TimedOut   bool  `json:"timedOut"`
-	DurationMs int64 `json:"durationMs"`
 	// Output is the compiler's stdout and stderr as written, interleaved, cut
 	// at compileOutputLimit bytes (OutputTruncated then says so).
 	Output          string `json:"output"`
 	OutputTruncated bool   `json:"outputTruncated"`
+	// How the compiler ended: ExitCode is null when a signal killed it.
+	DurationMs int64 `json:"durationMs"`
+	TimedOut   bool  `json:"timedOut"`
+	ExitCode   *int  `json:"exitCode"`
+	Signal     *int  `json:"signal"`
 }
 
 func (c *CompileResult) succeeded() bool {
