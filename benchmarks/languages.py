@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -87,7 +86,7 @@ def image_sizes(ctr: str, address: str) -> dict[str, str]:
     for line in listed.splitlines()[1:]:
         fields = line.split()
         if len(fields) >= 5:
-            sizes[fields[0]] = re.sub(r"i?B$", "B", f"{fields[3]} {fields[4]}")
+            sizes[fields[0]] = f"{fields[3]} {fields[4]}"
     return sizes
 
 

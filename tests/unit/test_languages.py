@@ -258,9 +258,9 @@ def test_the_benchmark_covers_every_language_and_writes_the_table() -> None:
     from languages import HELLO, Row, markdown_table, with_table
 
     assert set(HELLO) == set(CATALOG.languages)
-    row = Row("go", "1.19", "localhost/sandpod/go:0.1.0", "526.5 MB", 3.14, 1234.0)
+    row = Row("go", "1.19", "localhost/sandpod/go:0.1.0", "526.5 MiB", 3.14, 1234.0)
     table = markdown_table([row], runs=10)
-    assert "| `go` | 1.19 | `localhost/sandpod/go:0.1.0` | 526.5 MB | 3.1 s | 1234 ms |" in table
+    assert "| `go` | 1.19 | `localhost/sandpod/go:0.1.0` | 526.5 MiB | 3.1 s | 1234 ms |" in table
     readme = "intro\n<!-- languages:begin -->\nold\n<!-- languages:end -->\nrest\n"
     assert with_table(readme, table) == (
         f"intro\n<!-- languages:begin -->\n{table}\n<!-- languages:end -->\nrest\n"
