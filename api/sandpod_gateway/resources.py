@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from sandpod_contract.models import (
+    COMPILATION_ERROR,
     DEFAULT_IDLE_TIMEOUT_SECONDS,
     DEFAULT_MAX_LIFETIME_SECONDS,
     DEFAULT_OUTPUT_BYTES,
@@ -156,7 +157,11 @@ def belongs_to(resource: Resource, tenant: str) -> bool:
 
 
 def execution_status(resource: Resource) -> ExecutionStatus:
-    return PHASE_STATUS.get(phase(resource) or "Pending", ExecutionStatus.pending)
+    status = PHASE_STATUS.get(phase(resource) or "Pending", ExecutionStatus.pending)
+    reason = (resource.get("status") or {}).get("reason")
+    if status == ExecutionStatus.error and reason == COMPILATION_ERROR:
+        return ExecutionStatus.compile_error
+    return status
 
 
 def _without(data: Resource, location: tuple[int | str, ...]) -> Resource:
@@ -202,6 +207,8 @@ def error_message(
         if st.signal is not None:
             return f"The program was killed by signal {st.signal}"
         return f"The program exited with code {st.exit_code}"
+    if status == ExecutionStatus.compile_error:
+        return message or "The program did not build; see compile_output"
     if status == ExecutionStatus.timeout:
         return message or (
             f"The program exceeded its time limit of {timeout_seconds} s and was killed"
@@ -245,6 +252,8 @@ def execution_result(resource: Resource) -> ExecutionResult:
         stdout_truncated=st.stdout_truncated is True,
         stderr_truncated=st.stderr_truncated is True,
         diagnostics=st.diagnostics,
+        compile_output=st.compile_output,
+        compile_output_truncated=st.compile_output_truncated is True,
         created_at=_created_at(metadata),
         started_at=st.started_at,
         finished_at=st.finished_at,

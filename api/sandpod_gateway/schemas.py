@@ -46,6 +46,7 @@ class ExecutionStatus(StrEnum):
     running = "running"
     success = "success"
     error = "error"
+    compile_error = "compile_error"
     timeout = "timeout"
     cancelled = "cancelled"
     sandbox_error = "sandbox_error"
@@ -55,6 +56,7 @@ TERMINAL_STATUSES = frozenset(
     {
         ExecutionStatus.success,
         ExecutionStatus.error,
+        ExecutionStatus.compile_error,
         ExecutionStatus.timeout,
         ExecutionStatus.cancelled,
         ExecutionStatus.sandbox_error,
@@ -145,6 +147,12 @@ class ExecutionResult(BaseModel):
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     diagnostics: list[Diagnostic] | None = None
+    compile_output: str | None = Field(
+        default=None,
+        description="What the compiler wrote (compiled languages: go, csharp), apart from the "
+        "program's stdout and stderr; with status compile_error the program did not run",
+    )
+    compile_output_truncated: bool = False
     created_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
@@ -179,6 +187,11 @@ class LanguageInfo(BaseModel):
     version: str | None = None
     description: str | None = None
     lint: bool = Field(default=False, description="Whether mode=lint is available")
+    compiled: bool = Field(
+        default=False,
+        description="Whether the program is compiled before it runs (a build failure is "
+        "status compile_error, with compile_output)",
+    )
 
 
 class LanguageList(BaseModel):

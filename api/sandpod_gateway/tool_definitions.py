@@ -21,8 +21,9 @@ RUN_CODE_NAME = "run_code"
 RUN_CODE_DESCRIPTION = (
     "Run a program in a fresh, isolated sandbox (no network, no state kept between runs) "
     "and return its stdout, stderr and exit code. Print whatever you want to see. "
-    "status is success, error (non-zero exit; read stderr), timeout, cancelled or "
-    "sandbox_error (the sandbox itself failed; error_message says why). To keep variables "
+    "status is success, error (non-zero exit; read stderr), compile_error (the program did "
+    "not build; read compile_output), timeout, cancelled or sandbox_error (the sandbox "
+    "itself failed; error_message says why). To keep variables "
     "and files between runs, use open_session and run_in_session instead."
 )
 OPEN_SESSION_DESCRIPTION = (

@@ -23,6 +23,12 @@ class Language(BaseModel):
     lint_command: list[str] | None = Field(
         default=None, min_length=1, description="argv of the linter (lint mode), if any."
     )
+    compile_command: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        description="argv that builds the source before `command` runs (run mode), if any; "
+        "a failed build runs no program.",
+    )
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment.")
     version: str = Field(default="", description="Runtime version, for display.")
     description: str = Field(default="", description="One line for humans.")

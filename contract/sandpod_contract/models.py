@@ -29,6 +29,8 @@ from pydantic.config import JsonDict
 from sandpod_contract.quantities import QuantityBounds
 
 Phase = Literal["Pending", "Running", "Succeeded", "Failed", "TimedOut", "Error", "Cancelled"]
+# The reason of a Failed execution whose program did not build (so it never ran).
+COMPILATION_ERROR = "CompilationError"
 TERMINAL_PHASES: frozenset[str] = frozenset(
     {"Succeeded", "Failed", "TimedOut", "Error", "Cancelled"}
 )
@@ -392,7 +394,8 @@ class CodeExecutionStatus(_Model):
     reason: str | None = Field(
         default=None,
         description="CamelCase cause of the phase, e.g. Completed, NonZeroExit, OOMKilled, "
-        "DeadlineExceeded, RuntimeClassNotFound, ImageNotFound, Unschedulable, InvalidSpec.",
+        "DeadlineExceeded, CompilationError, RuntimeClassNotFound, ImageNotFound, "
+        "Unschedulable, InvalidSpec.",
     )
     message: str | None = Field(default=None, description="Human-readable explanation.")
     retryable: bool | None = Field(
@@ -412,6 +415,14 @@ class CodeExecutionStatus(_Model):
     )
     diagnostics: list[Diagnostic] | None = Field(
         default=None, description="Linter findings (lint mode)."
+    )
+    compile_output: str | None = Field(
+        default=None,
+        description="What the compiler wrote (compiled languages), apart from the program's "
+        "output; on reason CompilationError the program did not run.",
+    )
+    compile_output_truncated: bool | None = Field(
+        default=None, description="compileOutput is not all the compiler wrote."
     )
     started_at: Timestamp | None = Field(default=None, description="When the program started.")
     finished_at: Timestamp | None = Field(

@@ -32,12 +32,14 @@ FRAME_MAC_BYTES = 16
 MAX_ERROR_CHARS = 16 * 1024
 # A session run's trailing value is bounded by the runner (64 KiB); more is not its own.
 MAX_VALUE_CHARS = 128 * 1024
+# The runner keeps the first 16 KiB the compiler writes.
+MAX_COMPILE_OUTPUT_CHARS = 16 * 1024
 # Escaped as \u003c etc. by the API server's JSON encoder (Python's escapes neither).
 _HTML_ESCAPED = ("<", ">", "&")
 
 
-class RunnerResult(BaseModel):
-    """The runner's result object (the `result` of its summary), validated strictly."""
+class _ProcessOutcome(BaseModel):
+    """How a process the runner started ended: the program, or the compile step."""
 
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, strict=True
@@ -47,6 +49,22 @@ class RunnerResult(BaseModel):
     signal: int | None = Field(ge=1, le=64)
     timed_out: bool
     duration_ms: int = Field(ge=0)
+
+
+class CompileResult(_ProcessOutcome):
+    """The compile step's outcome (`result.compile`), for languages with a compileCommand."""
+
+    output: str = Field(max_length=MAX_COMPILE_OUTPUT_CHARS)
+    output_truncated: bool
+
+    @property
+    def succeeded(self) -> bool:
+        return self.exit_code == 0
+
+
+class RunnerResult(_ProcessOutcome):
+    """The runner's result object (the `result` of its summary), validated strictly."""
+
     stdout_bytes: int = Field(ge=0)
     stderr_bytes: int = Field(ge=0)
     stdout_truncated: bool
@@ -58,19 +76,31 @@ class RunnerResult(BaseModel):
     # restarted (state lost) by or before this run.
     value: str | None = Field(default=None, max_length=MAX_VALUE_CHARS)
     state_lost: bool = False
+    compile: CompileResult | None = None
 
     def agrees_with(self, shortened: "RunnerResult") -> bool:
-        """The log's copy against the termination message's (whose diagnostics may have been
-        dropped and whose error may have been shortened, ending in an ellipsis, to fit)."""
+        """The log's copy against the termination message's (whose diagnostics and compiler
+        output may have been dropped and whose error may have been shortened, ending in an
+        ellipsis, to fit)."""
         if shortened.diagnostics is not None and shortened.diagnostics != self.diagnostics:
+            return False
+        if not _compile_agrees(self.compile, shortened.compile):
             return False
         told = shortened.error
         if told != self.error and (
             told is None or not told.endswith("…") or not (self.error or "").startswith(told[:-1])
         ):
             return False
-        same = {"diagnostics", "error"}
+        same = {"diagnostics", "error", "compile"}
         return self.model_dump(exclude=same) == shortened.model_dump(exclude=same)
+
+
+def _compile_agrees(full: CompileResult | None, shortened: CompileResult | None) -> bool:
+    if full is None or shortened is None:
+        return full is shortened
+    if shortened.output not in ("", full.output):
+        return False
+    return full.model_copy(update={"output": ""}) == shortened.model_copy(update={"output": ""})
 
 
 class Summary(BaseModel):

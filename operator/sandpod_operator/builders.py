@@ -177,6 +177,8 @@ def build_runner_config(
     }
     if plan.language.lint_command is not None:
         config["lintCommand"] = list(plan.language.lint_command)
+    if spec.mode == "run" and plan.language.compile_command is not None:
+        config["compileCommand"] = list(plan.language.compile_command)
     return config
 
 

@@ -29,6 +29,7 @@ from sandpod_contract.names import (
 )
 
 from sandpod_operator.builders import (
+    InvalidSpecError,
     Manifest,
     Sandbox,
     catalog_language,
@@ -48,9 +49,17 @@ TEMPLATE_HASH_CHARS = 16
 
 def plan_pool(spec: SandboxPoolSpec, catalog: Catalog, settings: OperatorSettings) -> Sandbox:
     """The pool's sandbox, or InvalidSpecError naming the field (unknown language, limits
-    above the installation's maximums). Pool pods run the default RuntimeClass."""
+    above the installation's maximums, a compiled language). Pool pods run the default
+    RuntimeClass."""
+    language = catalog_language(spec.language, catalog)
+    if language.compile_command is not None:
+        # A pre-started program cannot wait for a build of a source it has not seen yet.
+        raise InvalidSpecError(
+            f"spec.language: {spec.language} is compiled before it runs; pools serve "
+            "languages without a compile step"
+        )
     return Sandbox(
-        language=catalog_language(spec.language, catalog),
+        language=language,
         runtime_class_name=settings.runtime_class_name,
         **limits_within(spec.resources, settings),
     )

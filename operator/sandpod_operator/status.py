@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 from sandpod_contract.models import (
+    COMPILATION_ERROR,
     CodeExecutionStatus,
     Condition,
     Diagnostic,
@@ -22,7 +23,14 @@ from sandpod_contract.models import (
     is_terminal,
 )
 from sandpod_contract.quantities import parse_quantity
-from sandpod_contract.runner import LogSummary, RunnerResult, Summary, parse_summary
+from sandpod_contract.runner import (
+    CompileResult,
+    LogSummary,
+    RunnerResult,
+    Summary,
+    json_size,
+    parse_summary,
+)
 
 from sandpod_operator.settings import OperatorSettings
 
@@ -78,6 +86,8 @@ class Verdict:
     stdout_truncated: bool | None = None
     stderr_truncated: bool | None = None
     diagnostics: list[dict[str, Any]] | None = field(default=None)
+    compile_output: str | None = None
+    compile_output_truncated: bool | None = None
     start_mode: StartMode | None = None
     wait_ms: int | None = None
     session: str | None = None
@@ -303,13 +313,18 @@ def _accepted_result(pod: Pod, log: LogSummary | None) -> RunnerResult | None:
     return summary.result if log is None else log.result
 
 
-def _output_fields(log: LogSummary | None, result: RunnerResult) -> dict[str, Any]:
+def _output_fields(
+    log: LogSummary | None, result: RunnerResult, settings: OperatorSettings
+) -> dict[str, Any]:
+    fields = _compile_fields(result.compile, settings.status_output_bytes)
     if log is None:
         return {
+            **fields,
             "stdout_truncated": result.stdout_truncated,
             "stderr_truncated": result.stderr_truncated,
         }
     return {
+        **fields,
         "stdout": log.stdout,
         "stderr": log.stderr,
         "stdout_truncated": log.stdout_clipped or result.stdout_truncated,
@@ -317,15 +332,43 @@ def _output_fields(log: LogSummary | None, result: RunnerResult) -> dict[str, An
     }
 
 
+def _compile_fields(compiled: CompileResult | None, limit: int) -> dict[str, Any]:
+    """The compiler's output, its head within `limit` bytes as stored (compilers report
+    the first error first)."""
+    if compiled is None:
+        return {}
+    output = head_within(compiled.output, limit)
+    truncated = compiled.output_truncated or len(output) < len(compiled.output)
+    return {"compile_output": output, "compile_output_truncated": truncated}
+
+
+def head_within(text: str, limit: int) -> str:
+    """The longest start of `text` that takes at most `limit` bytes JSON-encoded."""
+    if json_size(text) <= limit:
+        return text
+    low, high = 0, len(text)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if json_size(text[:middle]) <= limit:
+            low = middle
+        else:
+            high = middle - 1
+    return text[:low]
+
+
 def _finished_base(
-    terminated: dict[str, Any], log: LogSummary | None, result: RunnerResult | None, now: datetime
+    terminated: dict[str, Any],
+    log: LogSummary | None,
+    result: RunnerResult | None,
+    now: datetime,
+    settings: OperatorSettings,
 ) -> dict[str, Any]:
     """Times and output: the runner's when it reported, else only what the kubelet saw."""
     started_at = parse_time(terminated.get("startedAt"))
     finished_at = parse_time(terminated.get("finishedAt")) or now
     base: dict[str, Any] = {"started_at": started_at, "finished_at": finished_at}
     if result is not None:
-        base.update(_output_fields(log, result))
+        base.update(_output_fields(log, result, settings))
         base.update(
             exit_code=result.exit_code, signal=result.signal, duration_ms=result.duration_ms
         )
@@ -346,7 +389,7 @@ def observe_finished(
     """A pod that ended: the kubelet's verdicts first, then the runner's verified report."""
     terminated = terminated_state(pod) or {}
     result = _accepted_result(pod, log)
-    base = _finished_base(terminated, log, result, now)
+    base = _finished_base(terminated, log, result, now, settings)
     platform = _platform_verdict(pod, result, base, settings, timeout_seconds)
     if platform is not None:
         return platform
@@ -467,7 +510,7 @@ def observe_served(
             retryable=True,
             **base,
         )
-    base.update(_output_fields(log, result))
+    base.update(_output_fields(log, result, settings))
     base.update(exit_code=result.exit_code, signal=result.signal, duration_ms=result.duration_ms)
     out_of_memory = _out_of_memory(pod, result, base)
     if out_of_memory is not None:
@@ -526,6 +569,8 @@ def _runner_verdict(
             retryable=False,
             **base,
         )
+    if result.compile is not None and not result.compile.succeeded:
+        return _compile_failed(result.compile, base)
     if result.timed_out:
         return Verdict(
             phase="TimedOut",
@@ -563,6 +608,21 @@ def _runner_verdict(
         retryable=False,
         **base,
     )
+
+
+def _compile_failed(compiled: CompileResult, base: dict[str, Any]) -> Verdict:
+    """The build failed, so the program never ran (its output is the compiler's)."""
+    phase: Phase = "Failed"
+    reason = COMPILATION_ERROR
+    if compiled.timed_out:
+        phase, reason = "TimedOut", "DeadlineExceeded"
+        message = "the program did not build within its timeout; the compiler was killed"
+    elif compiled.exit_code is not None:
+        message = f"the program did not build (compiler exit {compiled.exit_code})"
+    else:
+        killer = _signal_name(compiled.signal or SIGKILL)
+        message = f"the program did not build (compiler killed by {killer})"
+    return Verdict(phase=phase, reason=reason, message=message, retryable=False, **base)
 
 
 def _no_result_message(terminated: dict[str, Any], log: LogSummary | None) -> str:
@@ -744,6 +804,8 @@ def next_status(
         stdout_truncated=verdict.stdout_truncated,
         stderr_truncated=verdict.stderr_truncated,
         diagnostics=_diagnostics(verdict.diagnostics),
+        compile_output=verdict.compile_output,
+        compile_output_truncated=verdict.compile_output_truncated,
         started_at=started_at,
         finished_at=verdict.finished_at,
         duration_ms=verdict.duration_ms,

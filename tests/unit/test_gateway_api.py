@@ -388,7 +388,7 @@ def test_an_unknown_language_is_400_listing_the_known_ones(client: TestClient) -
     assert response.status_code == 400
     error = error_of(response)
     assert error["code"] == "unknown_language"
-    assert "bash, javascript, python, typescript" in error["message"]
+    assert "bash, csharp, go, javascript, python, typescript" in error["message"]
 
 
 def test_lint_of_a_language_without_linter_is_400(client: TestClient) -> None:
@@ -544,7 +544,7 @@ def test_unknown_paths_and_methods_are_json_errors(client: TestClient) -> None:
 def test_languages_come_from_the_catalog(client: TestClient) -> None:
     languages = {item["name"]: item for item in client.get("/v1/languages").json()["languages"]}
 
-    assert set(languages) == {"bash", "javascript", "python", "typescript"}
+    assert set(languages) == {"bash", "csharp", "go", "javascript", "python", "typescript"}
     assert languages["python"]["lint"] is True
     assert languages["bash"]["lint"] is False
     assert languages["python"]["version"]
@@ -567,6 +567,8 @@ def test_the_openai_tools_are_run_code_and_the_session_tools(client: TestClient)
     assert parameters["required"] == ["language", "code"]
     assert parameters["properties"]["language"]["enum"] == [
         "bash",
+        "csharp",
+        "go",
         "javascript",
         "python",
         "typescript",

@@ -62,6 +62,8 @@ async def test_an_mcp_client_lists_and_calls_run_code(
     tool = tools[0]
     assert tool.input_schema["properties"]["language"]["enum"] == [
         "bash",
+        "csharp",
+        "go",
         "javascript",
         "python",
         "typescript",

@@ -25,6 +25,7 @@ type Config struct {
 	SourceFile     string            `json:"sourceFile"`
 	Command        []string          `json:"command"`
 	LintCommand    []string          `json:"lintCommand,omitempty"`
+	CompileCommand []string          `json:"compileCommand,omitempty"` // run mode only: compile.go
 	Args           []string          `json:"args"`
 	Env            map[string]string `json:"env"`
 	TimeoutSeconds int               `json:"timeoutSeconds"`
@@ -87,6 +88,9 @@ func (c *Config) validate() error {
 		}
 	default:
 		problems = append(problems, fmt.Errorf("unknown mode %q", c.Mode))
+	}
+	if len(c.CompileCommand) > 0 && c.CompileCommand[0] == "" {
+		problems = append(problems, errors.New("compileCommand must not start with an empty name"))
 	}
 	if !filepath.IsLocal(c.SourceFile) {
 		problems = append(problems, fmt.Errorf("sourceFile %q is not a relative path inside the work dir", c.SourceFile))

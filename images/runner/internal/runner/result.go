@@ -45,6 +45,9 @@ type Result struct {
 	// interpreter's state was lost by or before this run.
 	Value     *sessionValue `json:"value,omitempty"`
 	StateLost *bool         `json:"stateLost,omitempty"`
+	// Compile is the compile step's outcome when the language has one; when it
+	// failed the program did not run (ExitCode and Signal are null).
+	Compile *CompileResult `json:"compile,omitempty"`
 }
 
 // sessionValue is text or null, present in session mode only.
@@ -74,8 +77,8 @@ func failedResult(err error) Result {
 }
 
 // TerminationMessage encodes the summary in at most MaxTerminationMessageBytes,
-// dropping the diagnostics and a session value, then shortening the error,
-// when it does not fit.
+// dropping the diagnostics, the compiler's output and a session value, then
+// shortening the error, when it does not fit.
 func TerminationMessage(summary summaryRecord) []byte {
 	message := marshalJSONLine(summary)
 	if len(message) <= MaxTerminationMessageBytes {
@@ -83,6 +86,11 @@ func TerminationMessage(summary summaryRecord) []byte {
 	}
 	result := &summary.Result
 	result.Diagnostics = nil
+	if result.Compile != nil {
+		withoutOutput := *result.Compile
+		withoutOutput.Output = ""
+		result.Compile = &withoutOutput
+	}
 	if result.Value != nil {
 		result.Value = &sessionValue{}
 	}

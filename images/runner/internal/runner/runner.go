@@ -157,13 +157,20 @@ func execute(ctx context.Context, opts Options, frames *frameWriter) Result {
 	return runProgram(ctx, spec, cfg, frames)
 }
 
-// runProgram starts cfg's command with its args as spec says and runs it to
-// its end, framing its output.
+// runProgram builds the program first when the language has a compile step
+// (a failed build is the result), then starts cfg's command with its args as
+// spec says and runs it to its end, framing its output.
 func runProgram(ctx context.Context, spec processSpec, cfg Config, frames *frameWriter) Result {
+	compiled, final, ok := compileFirst(ctx, &spec, cfg)
+	if !ok {
+		return final
+	}
 	spec.argv = append(slices.Clone(cfg.Command), cfg.Args...)
-	return runCaptured(cfg, frames, func(stdout, stderr io.Writer) processOutcome {
+	result := runCaptured(cfg, frames, func(stdout, stderr io.Writer) processOutcome {
 		return runProcess(ctx, spec, stdout, stderr)
 	})
+	result.Compile = compiled
+	return result
 }
 
 // newProcessSpec is how every program starts: the clean environment in the

@@ -238,7 +238,7 @@ func checkServable(served, request Config) error {
 	case served.SourceFile != request.SourceFile:
 		return fmt.Errorf("the sourceFile %q is not the pre-started %q", request.SourceFile, served.SourceFile)
 	}
-	return nil
+	return checkNoCompileStep(request)
 }
 
 func describe(value *int) string {

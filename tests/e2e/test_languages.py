@@ -1,0 +1,130 @@
+"""Compiled languages (go, csharp) end to end on the cluster, with the real images: hello
+world and a compile error, through kubectl and through the gateway; the gateway's language
+list and tool enum name them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from executions import kubectl, wait_for
+from gateway_process import Gateway
+from kubernetes import client
+from sandpod_testkit.kube import ensure_crd
+
+pytestmark = pytest.mark.usefixtures("sandpod_operator")
+
+
+@pytest.fixture(autouse=True)
+def this_crd(api_client: client.ApiClient) -> None:
+    """This checkout's CRD, again: on a cluster shared with other checkouts, a CRD without
+    compileOutput may have replaced it since the session began (its status would be pruned)."""
+    ensure_crd(api_client)
+
+
+HELLO = {
+    "go": 'package main\n\nimport "fmt"\n\nfunc main() {\n\tfmt.Println("hello from go")\n}\n',
+    "csharp": "using System;\n\nclass Hello {\n    static void Main() {\n"
+    '        Console.WriteLine("hello from csharp");\n    }\n}\n',
+}
+BROKEN = {
+    "go": 'package main\n\nimport "fmt"\n\nfunc main() {\n\tfmt.Printn("never")\n}\n',
+    "csharp": "class Broken {\n    static void Main() {\n"
+    '        System.Console.WriteLin("never");\n    }\n}\n',
+}
+# What each compiler says about BROKEN (it names the missing member).
+COMPILER_SAYS = {"go": "undefined: fmt.Printn", "csharp": "error CS0117"}
+
+
+def kubectl_run(
+    kubeconfig: Path,
+    objects: client.CustomObjectsApi,
+    namespace: str,
+    name: str,
+    language: str,
+    source: str,
+) -> Any:
+    """`kubectl apply` of a CodeExecution, a wait until it ended, its status by `kubectl get`."""
+    manifest = {
+        "apiVersion": "sandpod.dev/v1alpha1",
+        "kind": "CodeExecution",
+        "metadata": {"name": name},
+        "spec": {"language": language, "source": source, "timeoutSeconds": 60},
+    }
+    ns = f"--namespace={namespace}"
+    applied = kubectl(kubeconfig, ns, "apply", "-f", "-", stdin=yaml.safe_dump(manifest))
+    assert applied.returncode == 0, applied.stderr
+    wait_for(objects, namespace, name)
+    got = kubectl(kubeconfig, ns, "get", f"cx/{name}", "-o", "json")
+    assert got.returncode == 0, got.stderr
+    return json.loads(got.stdout)["status"]
+
+
+@pytest.mark.parametrize("language", sorted(HELLO))
+def test_hello_world_through_kubectl(
+    kubeconfig_path: Path, custom_objects: client.CustomObjectsApi, namespace: str, language: str
+) -> None:
+    st = kubectl_run(kubeconfig_path, custom_objects, namespace, "hello", language, HELLO[language])
+    assert (st["phase"], st["reason"], st["exitCode"]) == ("Succeeded", "Completed", 0), st
+    assert st["stdout"] == f"hello from {language}\n"
+    assert st["stderr"] == ""
+    assert st["compileOutput"] == "" and st["compileOutputTruncated"] is False
+
+
+@pytest.mark.parametrize("language", sorted(BROKEN))
+def test_a_compile_error_through_kubectl(
+    kubeconfig_path: Path, custom_objects: client.CustomObjectsApi, namespace: str, language: str
+) -> None:
+    st = kubectl_run(
+        kubeconfig_path, custom_objects, namespace, "broken", language, BROKEN[language]
+    )
+    assert (st["phase"], st["reason"]) == ("Failed", "CompilationError"), st
+    assert st["message"].startswith("the program did not build (compiler exit ")
+    assert COMPILER_SAYS[language] in st["compileOutput"]
+    assert "exitCode" not in st
+    assert st["stdout"] == "" and st["stderr"] == ""
+    assert st["retryable"] is False
+
+
+@pytest.fixture
+def agent(gateway: Gateway, namespace: str) -> httpx.Client:
+    key = gateway.add_tenant(namespace, namespace, maxTimeoutSeconds=120, maxConcurrent=2)
+    return gateway.client(key)
+
+
+@pytest.mark.parametrize("language", sorted(HELLO))
+def test_hello_world_and_a_compile_error_through_the_gateway(
+    agent: httpx.Client, language: str
+) -> None:
+    with agent:
+        hello = agent.post("/v1/executions", json={"language": language, "code": HELLO[language]})
+        broken = agent.post("/v1/executions", json={"language": language, "code": BROKEN[language]})
+
+    assert hello.status_code == 200, hello.text
+    assert hello.json()["status"] == "success"
+    assert hello.json()["stdout"] == f"hello from {language}\n"
+    assert hello.json()["compile_output"] == ""
+    assert broken.status_code == 200, broken.text
+    result = broken.json()
+    assert result["status"] == "compile_error", result
+    assert result["reason"] == "CompilationError"
+    assert COMPILER_SAYS[language] in result["compile_output"]
+    assert result["error_message"].startswith("the program did not build")
+    assert result["stdout"] == "" and result["exit_code"] is None
+
+
+def test_the_gateway_offers_the_compiled_languages(agent: httpx.Client) -> None:
+    with agent:
+        languages = agent.get("/v1/languages").json()["languages"]
+        tool = agent.get("/v1/tools/openai").json()
+
+    compiled = {item["name"] for item in languages if item["compiled"]}
+    assert compiled == {"csharp", "go"}
+    enum = tool["function"]["parameters"]["properties"]["language"]["enum"]
+    assert {"csharp", "go"} <= set(enum)
+    assert enum == sorted(item["name"] for item in languages)
