@@ -39,6 +39,13 @@ type Result struct {
 	Diagnostics     []Diagnostic `json:"diagnostics"`
 	// Error says why the runner could not run the program; ExitCode is then null.
 	Error *string `json:"error"`
+	// Outputs lists the files that came back as file frames (null in lint
+	// mode, and in a termination message they would not fit in).
+	Outputs []OutputFile `json:"outputs"`
+	// OutputsTruncated: a limit left files out; OutputsSkipped counts entries
+	// not collected (symlinks, fifos, devices, too large, ...).
+	OutputsTruncated bool `json:"outputsTruncated"`
+	OutputsSkipped   int  `json:"outputsSkipped"`
 }
 
 // Diagnostic is one lint finding, with 1-based line and column.
@@ -55,7 +62,8 @@ func failedResult(err error) Result {
 }
 
 // TerminationMessage encodes the summary in at most MaxTerminationMessageBytes,
-// dropping the diagnostics, then shortening the error, when it does not fit.
+// dropping the diagnostics and the outputs list, then shortening the error,
+// when it does not fit.
 func TerminationMessage(summary summaryRecord) []byte {
 	message := marshalJSONLine(summary)
 	if len(message) <= MaxTerminationMessageBytes {
@@ -63,6 +71,7 @@ func TerminationMessage(summary summaryRecord) []byte {
 	}
 	result := &summary.Result
 	result.Diagnostics = nil
+	result.Outputs = nil
 	message = marshalJSONLine(summary)
 	if len(message) <= MaxTerminationMessageBytes || result.Error == nil {
 		return message

@@ -148,7 +148,7 @@ func execute(ctx context.Context, opts Options, frames *frameWriter) Result {
 		return lint(ctx, spec, cfg, frames)
 	}
 	spec.argv = append(slices.Clone(cfg.Command), cfg.Args...)
-	return runCaptured(cfg, frames, func(stdout, stderr io.Writer) processOutcome {
+	return runCaptured(cfg, frames, outputsDir(opts.WorkDir), func(stdout, stderr io.Writer) processOutcome {
 		return runProcess(ctx, spec, stdout, stderr)
 	})
 }
@@ -169,15 +169,19 @@ func newProcessSpec(cfg Config, opts Options, stdin *os.File) processSpec {
 	}
 }
 
-// runCaptured frames the program's stdout and stderr as run produces them
-// and returns the run's result.
-func runCaptured(cfg Config, frames *frameWriter, run func(stdout, stderr io.Writer) processOutcome) Result {
+// runCaptured frames the program's stdout and stderr as run produces them,
+// then the files it left in outputs, and returns the run's result.
+func runCaptured(cfg Config, frames *frameWriter, outputs string, run func(stdout, stderr io.Writer) processOutcome) Result {
 	stdoutCapture := newStreamCapture(StreamStdout, cfg.MaxOutputBytes, frames)
 	stderrCapture := newStreamCapture(StreamStderr, cfg.MaxOutputBytes, frames)
 	outcome := run(stdoutCapture, stderrCapture)
 	stdoutCapture.finish()
 	stderrCapture.finish()
-	return newResult(outcome, stdoutCapture, stderrCapture)
+	result := newResult(outcome, stdoutCapture, stderrCapture)
+	if outcome.startErr == nil {
+		result.addOutputs(collectOutputs(outputs, cfg, frames))
+	}
+	return result
 }
 
 // lint runs the linter, parses its JSON report into diagnostics and frames

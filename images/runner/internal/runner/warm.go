@@ -1,7 +1,9 @@
 package runner
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"maps"
@@ -143,7 +145,7 @@ func (c *warmChild) run(ctx context.Context, cfg Config, request runRequest, fra
 		argv = argv[1:]
 	}
 	c.spec.timeout = time.Duration(cfg.TimeoutSeconds) * time.Second
-	return runCaptured(cfg, frames, func(stdout, stderr io.Writer) processOutcome {
+	return runCaptured(cfg, frames, outputsDir(c.spec.dir), func(stdout, stderr io.Writer) processOutcome {
 		c.process.started = time.Now()
 		go feedStdin(c.stdin, request.Stdin)
 		// A child that died already shows in its outcome.
@@ -178,7 +180,11 @@ func writeRequestFiles(cfg Config, request runRequest, workDir string) error {
 		if !filepath.IsLocal(file.Path) {
 			return fmt.Errorf("file path %q is not a relative path inside the work dir", file.Path)
 		}
-		if err := writeWorkFile(filepath.Join(workDir, file.Path), strings.NewReader(file.Content), file.Path); err != nil {
+		content, err := file.bytes()
+		if err != nil {
+			return err
+		}
+		if err := writeWorkFile(filepath.Join(workDir, file.Path), bytes.NewReader(content), file.Path); err != nil {
 			return err
 		}
 	}
@@ -208,4 +214,19 @@ func describe(value *int) string {
 		return "none"
 	}
 	return strconv.Itoa(*value)
+}
+
+// bytes is the file's content: its text, or what its base64 encodes.
+func (f inlineFile) bytes() ([]byte, error) {
+	if f.Encoding == "" {
+		return []byte(f.Content), nil
+	}
+	if f.Encoding != "base64" {
+		return nil, fmt.Errorf("file %q: unknown encoding %q", f.Path, f.Encoding)
+	}
+	content, err := base64.StdEncoding.DecodeString(f.Content)
+	if err != nil {
+		return nil, fmt.Errorf("file %q: invalid base64: %w", f.Path, err)
+	}
+	return content, nil
 }
