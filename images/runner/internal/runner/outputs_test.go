@@ -292,3 +292,25 @@ func jsonStrict(data []byte, into any) error {
 	decoder.DisallowUnknownFields()
 	return decoder.Decode(into)
 }
+
+func TestServeReturnsOutputsAndTakesBase64Files(t *testing.T) {
+	f := newPythonFixture(t, `import os, pathlib
+data = pathlib.Path("in.bin").read_bytes()
+pathlib.Path(os.environ["SANDPOD_OUTPUTS"], "out.bin").write_bytes(data[::-1])
+`)
+	s := f.serve()
+	request := s.request("exec-1")
+	request.Files = []inlineFile{{Path: "in.bin", Content: base64.StdEncoding.EncodeToString([]byte{0, 1, 2, 255}), Encoding: "base64"}}
+	response := s.post(request, s.bearer())
+	assertStatus(t, response, 200)
+
+	output := f.decodeLog(readStream(t, response))
+
+	assertExit(t, output, intPtr(0), nil)
+	want := []byte{255, 2, 1, 0}
+	content, err := base64.StdEncoding.DecodeString(output.text(FileStreamPrefix + "out.bin"))
+	if err != nil || !bytes.Equal(content, want) {
+		t.Fatalf("out.bin came back as %v (%v)", content, err)
+	}
+	assertSameJSON(t, "outputs", []OutputFile{{Path: "out.bin", Size: 4, SHA256: sha256Hex(want), MediaType: "application/octet-stream"}}, output.result.Outputs)
+}
