@@ -17,12 +17,19 @@ from sandpod_contract.models import (
     CodeExecutionStatus,
     Condition,
     Diagnostic,
+    OutputFileStatus,
     Phase,
     format_time,
     is_terminal,
 )
 from sandpod_contract.quantities import parse_quantity
-from sandpod_contract.runner import LogSummary, RunnerResult, Summary, parse_summary
+from sandpod_contract.runner import (
+    LogSummary,
+    RunnerResult,
+    Summary,
+    VerifiedFile,
+    parse_summary,
+)
 
 from sandpod_operator.settings import OperatorSettings
 
@@ -78,6 +85,11 @@ class Verdict:
     diagnostics: list[dict[str, Any]] | None = field(default=None)
     start_mode: StartMode | None = None
     wait_ms: int | None = None
+    # The verified output files (with their bytes) until the reconciler stores them and
+    # sets `outputs` (their status entries).
+    files: tuple[VerifiedFile, ...] = ()
+    outputs: list[dict[str, Any]] | None = None
+    outputs_truncated: bool | None = None
 
     @property
     def terminal(self) -> bool:
@@ -299,16 +311,21 @@ def _accepted_result(pod: Pod, log: LogSummary | None) -> RunnerResult | None:
 
 
 def _output_fields(log: LogSummary | None, result: RunnerResult) -> dict[str, Any]:
+    listed = bool(result.outputs)
     if log is None:
         return {
             "stdout_truncated": result.stdout_truncated,
             "stderr_truncated": result.stderr_truncated,
+            # Listed files whose bytes were in the unreadable log are lost.
+            "outputs_truncated": (result.outputs_truncated or listed) or None,
         }
     return {
         "stdout": log.stdout,
         "stderr": log.stderr,
         "stdout_truncated": log.stdout_clipped or result.stdout_truncated,
         "stderr_truncated": log.stderr_clipped or result.stderr_truncated,
+        "files": log.files,
+        "outputs_truncated": (result.outputs_truncated or log.dropped_files > 0) or None,
     }
 
 
@@ -718,6 +735,10 @@ def next_status(
         stdout_truncated=verdict.stdout_truncated,
         stderr_truncated=verdict.stderr_truncated,
         diagnostics=_diagnostics(verdict.diagnostics),
+        outputs=None
+        if verdict.outputs is None
+        else [OutputFileStatus.model_validate(entry) for entry in verdict.outputs],
+        outputs_truncated=verdict.outputs_truncated,
         started_at=started_at,
         finished_at=verdict.finished_at,
         duration_ms=verdict.duration_ms,
