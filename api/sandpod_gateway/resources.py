@@ -1,7 +1,9 @@
 """Pure translation between the gateway's HTTP shapes and CodeExecution resources."""
 
+import base64
 import hashlib
 import json
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -11,13 +13,20 @@ from sandpod_contract.models import (
     TERMINAL_PHASES,
     CodeExecutionSpec,
     CodeExecutionStatus,
+    OutputFileStatus,
     Resources,
     SourceFile,
 )
 from sandpod_contract.names import API_VERSION, KIND, REQUEST_HASH_ANNOTATION, TENANT_LABEL
 
 from sandpod_gateway.errors import ErrorDetail, GatewayError, format_location
-from sandpod_gateway.schemas import CreateExecutionRequest, ExecutionResult, ExecutionStatus
+from sandpod_gateway.schemas import (
+    CreateExecutionRequest,
+    ExecutionResult,
+    ExecutionStatus,
+    FileInput,
+    FileOutput,
+)
 
 PHASE_STATUS: dict[str, ExecutionStatus] = {
     "Pending": ExecutionStatus.pending,
@@ -44,6 +53,12 @@ def request_fingerprint(request: CreateExecutionRequest) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def _source_file(file: FileInput) -> SourceFile:
+    if file.content_base64 is not None:
+        return SourceFile(path=file.path, content=file.content_base64, encoding="base64")
+    return SourceFile(path=file.path, content=file.content or "")
+
+
 def _spec_error_field(location: tuple[int | str, ...]) -> str:
     head, *rest = location or ("spec",)
     return format_location(("body", REQUEST_FIELDS.get(str(head), str(head)), *rest))
@@ -68,7 +83,7 @@ def build_code_execution(
         spec = CodeExecutionSpec(
             language=request.language,
             source=request.code,
-            files=[SourceFile(path=f.path, content=f.content) for f in request.files],
+            files=[_source_file(f) for f in request.files],
             stdin=request.stdin,
             args=request.args,
             mode=request.mode,
@@ -182,8 +197,51 @@ def _created_at(metadata: Resource) -> datetime | None:
         return None
 
 
-def execution_result(resource: Resource) -> ExecutionResult:
-    """The agent-facing view of a CodeExecution."""
+def output_file(resource: Resource, path: str) -> OutputFileStatus | None:
+    """The status entry of an output file, by its path."""
+    st = read_status(resource)
+    return next((o for o in (st.outputs if st else None) or [] if o.path == path), None)
+
+
+def stored_outputs(resource: Resource) -> str | None:
+    """The ConfigMap holding the stored output files, if any are."""
+    st = read_status(resource)
+    if st is None or not any(o.stored for o in st.outputs or []):
+        return None
+    return st.outputs_config_map
+
+
+def output_files(
+    st: CodeExecutionStatus, contents: Mapping[str, bytes], inline_bytes: int
+) -> list[FileOutput]:
+    """The output files, their content inline (from `contents`, by key) while the total
+    stays within `inline_bytes`."""
+    files = []
+    for entry in st.outputs or []:
+        content = contents.get(entry.key or "") if entry.stored else None
+        inline = content is not None and len(content) <= inline_bytes
+        if inline and content is not None:
+            inline_bytes -= len(content)
+        else:
+            content = None
+        files.append(
+            FileOutput(
+                path=entry.path,
+                size=entry.size,
+                media_type=entry.media_type,
+                sha256=entry.sha256,
+                stored=entry.stored,
+                content_base64=None if content is None else base64.b64encode(content).decode(),
+            )
+        )
+    return files
+
+
+def execution_result(
+    resource: Resource, contents: Mapping[str, bytes] | None = None, inline_bytes: int = 0
+) -> ExecutionResult:
+    """The agent-facing view of a CodeExecution; output files inline from `contents` (the
+    outputs ConfigMap's binaryData, decoded) up to `inline_bytes`."""
     metadata = resource.get("metadata") or {}
     spec = resource.get("spec") or {}
     st = read_status(resource) or CodeExecutionStatus(phase="Pending")
@@ -204,6 +262,8 @@ def execution_result(resource: Resource) -> ExecutionResult:
         stdout_truncated=st.stdout_truncated is True,
         stderr_truncated=st.stderr_truncated is True,
         diagnostics=st.diagnostics,
+        files=output_files(st, contents or {}, inline_bytes),
+        files_truncated=st.outputs_truncated is True,
         created_at=_created_at(metadata),
         started_at=st.started_at,
         finished_at=st.finished_at,

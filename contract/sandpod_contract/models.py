@@ -401,8 +401,8 @@ class OutputFileStatus(_Model):
     media_type: str = Field(description="Media type from the file name's extension.")
     key: str | None = Field(
         default=None,
-        description="Key of the content in the ConfigMap <podName>-outputs (binaryData), "
-        "when stored.",
+        description="Key of the content in the ConfigMap status.outputsConfigMap "
+        "(binaryData), when stored.",
     )
     stored: bool = Field(
         description="Whether the content is stored (false: over the per-execution limit)."
@@ -443,8 +443,13 @@ class CodeExecutionStatus(_Model):
     )
     outputs: list[OutputFileStatus] | None = Field(
         default=None,
-        description="Files the program left in /tmp/outputs that came back intact; their "
-        "content is in the ConfigMap <podName>-outputs.",
+        description="Files the program left in /tmp/outputs that came back intact; the "
+        "content of those stored is in the ConfigMap outputsConfigMap.",
+    )
+    outputs_config_map: str | None = Field(
+        default=None,
+        description="The ConfigMap (owned by the execution) whose binaryData holds the "
+        "stored output files, under their key.",
     )
     outputs_truncated: bool | None = Field(
         default=None,

@@ -19,6 +19,7 @@ from sandpod_contract.names import (
     ROLE_LABEL,
     SANDBOX_ROLE,
     child_name,
+    outputs_configmap_name,
 )
 from sandpod_contract.quantities import parse_quantity, smaller_quantity
 from sandpod_contract.runner import VerifiedFile
@@ -223,14 +224,11 @@ def build_configmap(
     return manifest
 
 
-def outputs_configmap_name(execution_name: str, uid: str) -> str:
-    return f"{child_name(execution_name, uid)}-outputs"
-
-
 def plan_outputs(files: Sequence[VerifiedFile], limit_bytes: int) -> list[dict[str, Any]]:
     """Status entries of the verified output files, in the runner's order: stored under
     file-0, file-1, ... while they fit in `limit_bytes` together, else listed only."""
-    entries, room = [], limit_bytes
+    entries: list[dict[str, Any]] = []
+    room, stored_count = limit_bytes, 0
     for file in files:
         stored = file.content is not None and file.size <= room
         entry: dict[str, Any] = {
@@ -241,8 +239,8 @@ def plan_outputs(files: Sequence[VerifiedFile], limit_bytes: int) -> list[dict[s
             "stored": stored,
         }
         if stored:
-            entry["key"] = file_key(sum(1 for e in entries if e["stored"]))
-            room -= file.size
+            entry["key"] = file_key(stored_count)
+            room, stored_count = room - file.size, stored_count + 1
         entries.append(entry)
     return entries
 

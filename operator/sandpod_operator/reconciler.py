@@ -455,7 +455,10 @@ class Reconciler:
                     raise kopf.TemporaryError("the outputs ConfigMap vanished", delay=1)
                 if not owned_by(found, meta["uid"]):
                     return _child_conflict(configmap, verdict)
-        return replace(verdict, files=(), outputs=entries)
+        stored = configmap["metadata"]["name"] if configmap is not None else None
+        if not any(entry["stored"] for entry in entries):
+            stored = None
+        return replace(verdict, files=(), outputs=entries, outputs_config_map=stored)
 
     # --- warm: a pod claimed from a pool -----------------------------------------------
 

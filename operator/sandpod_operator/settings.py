@@ -94,7 +94,7 @@ class OperatorSettings(BaseSettings):
         ge=0,
         le=900 * 1024,
         description="Bytes of output files stored per execution in its ConfigMap "
-        "<pod name>-outputs (a ConfigMap holds at most 1 MiB); files past it are listed in "
+        "status.outputsConfigMap (a ConfigMap holds at most 1 MiB); files past it are listed in "
         "status with stored: false.",
     )
     max_diagnostics: int = Field(default=200, ge=0, description="Lint findings kept in status.")

@@ -89,6 +89,7 @@ class Verdict:
     # sets `outputs` (their status entries).
     files: tuple[VerifiedFile, ...] = ()
     outputs: list[dict[str, Any]] | None = None
+    outputs_config_map: str | None = None
     outputs_truncated: bool | None = None
 
     @property
@@ -738,6 +739,7 @@ def next_status(
         outputs=None
         if verdict.outputs is None
         else [OutputFileStatus.model_validate(entry) for entry in verdict.outputs],
+        outputs_config_map=verdict.outputs_config_map,
         outputs_truncated=verdict.outputs_truncated,
         started_at=started_at,
         finished_at=verdict.finished_at,

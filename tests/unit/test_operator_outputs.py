@@ -87,6 +87,7 @@ async def test_verified_files_are_stored_within_the_limit_and_listed(
     assert status["outputsTruncated"] is True  # forged.txt did not verify
     execution = latest(kube)
     name = child_name("hello", execution["metadata"]["uid"]) + "-outputs"
+    assert status["outputsConfigMap"] == name
     configmap = kube.configmaps[(NAMESPACE, name)]
     assert configmap["binaryData"] == {
         "file-0": base64.b64encode(PNG).decode(),
