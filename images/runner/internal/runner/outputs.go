@@ -122,7 +122,8 @@ func (c *outputCollector) walk(fd int, prefix string, depth int) {
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		if c.entriesLeft == 0 {
+		if c.filesLeft == 0 || c.entriesLeft == 0 {
+			// Nothing more can come back: what is left is left out, unexamined.
 			c.report.truncated = true
 			return
 		}
@@ -174,7 +175,7 @@ func (c *outputCollector) file(dirFd int, name, relative string, seen syscall.St
 		return
 	}
 	// By the size the file claims: a huge sparse file is never read.
-	if c.filesLeft == 0 || seen.Size > c.bytesLeft || fileFramesCost(relative, seen.Size) > c.framedRoom {
+	if seen.Size > c.bytesLeft || fileFramesCost(relative, seen.Size) > c.framedRoom {
 		c.report.skipped++
 		c.report.truncated = true
 		return

@@ -314,3 +314,19 @@ pathlib.Path(os.environ["SANDPOD_OUTPUTS"], "out.bin").write_bytes(data[::-1])
 	}
 	assertSameJSON(t, "outputs", []OutputFile{{Path: "out.bin", Size: 4, SHA256: sha256Hex(want), MediaType: "application/octet-stream"}}, output.result.Outputs)
 }
+
+func TestCollectOutputsStopsLookingOnceTheFileLimitIsReached(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string][]byte{"a.txt": []byte("a"), "b.txt": []byte("b"), "c.txt": []byte("c")})
+	if err := os.Symlink("/etc/passwd", filepath.Join(dir, "d-link")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := outputsConfig()
+	cfg.MaxOutputFiles = 2
+
+	got := collect(t, dir, cfg)
+
+	if len(got.report.files) != 2 || !got.report.truncated || got.report.skipped != 0 {
+		t.Fatalf("report %+v", got.report)
+	}
+}
