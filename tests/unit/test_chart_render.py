@@ -84,6 +84,9 @@ EVERY_OPERATOR_SETTING: dict[str, Any] = {
     "defaultTtlSeconds": 600,
     "statusOutputBytes": 32768,
     "maxDiagnostics": 50,
+    "maxOutputFiles": 32,
+    "maxOutputFilesBytes": 4194304,
+    "outputsStoredBytes": 524288,
     "logReadLimitBytes": 104857600,
     "sandboxUid": 10001,
     "sandboxGid": 10002,
@@ -124,6 +127,7 @@ TENANTS: list[dict[str, Any]] = [
             "maxConcurrent": 3,
             "maxOpenWaits": 10,
             "maxWaitsPerExecution": 2,
+            "maxInlineFileBytes": 262144,
         },
         "resourceQuota": {"pods": "20"},
         "pools": [
