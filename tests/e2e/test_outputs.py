@@ -15,6 +15,7 @@ import os
 import struct
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -137,18 +138,37 @@ def configmap_file(kubeconfig: Path, namespace: str, configmap: str, key: str) -
     return base64.b64decode(found.stdout)
 
 
-def run_to_end(objects: client.CustomObjectsApi, namespace: str, source: str) -> dict[str, Any]:
-    create(objects, namespace, "out", language="python", source=source, timeoutSeconds=60)
-    return status(wait_for(objects, namespace, "out", timeout=180))
+@dataclass
+class ClusterRun:
+    """Runs a python program as a CodeExecution in the test's namespace, read as kubectl
+    users read it."""
+
+    objects: client.CustomObjectsApi
+    namespace: str
+    kubeconfig: Path
+
+    def to_end(self, source: str) -> dict[str, Any]:
+        create(
+            self.objects, self.namespace, "out", language="python", source=source, timeoutSeconds=60
+        )
+        return status(wait_for(self.objects, self.namespace, "out", timeout=180))
+
+    def file(self, found: dict[str, Any], key: str) -> bytes:
+        return configmap_file(self.kubeconfig, self.namespace, found["outputsConfigMap"], key)
 
 
-def test_a_csv_and_a_png_come_back_intact_through_kubectl(
+@pytest.fixture
+def cluster(
     sandpod_operator: Any,
     custom_objects: client.CustomObjectsApi,
     namespace: str,
     kubeconfig_path: Path,
-) -> None:
-    found = run_to_end(custom_objects, namespace, WRITES_CSV_AND_PNG)
+) -> ClusterRun:
+    return ClusterRun(custom_objects, namespace, kubeconfig_path)
+
+
+def test_a_csv_and_a_png_come_back_intact_through_kubectl(cluster: ClusterRun) -> None:
+    found = cluster.to_end(WRITES_CSV_AND_PNG)
 
     assert found["phase"] == "Succeeded", found
     outputs = {o["path"]: o for o in found["outputs"]}
@@ -157,18 +177,12 @@ def test_a_csv_and_a_png_come_back_intact_through_kubectl(
     assert outputs["img/gradient.png"]["mediaType"] == "image/png"
     for entry in outputs.values():
         assert entry["stored"] is True
-        content = configmap_file(
-            kubeconfig_path, namespace, found["outputsConfigMap"], entry["key"]
-        )
+        content = cluster.file(found, entry["key"])
         assert (len(content), sha256(content)) == (entry["size"], entry["sha256"])
-    png = configmap_file(
-        kubeconfig_path, namespace, found["outputsConfigMap"], outputs["img/gradient.png"]["key"]
-    )
+    png = cluster.file(found, outputs["img/gradient.png"]["key"])
     width, height, pixels = png_pixels(png)
     assert (width, height, len(pixels)) == (64, 64, 64 * 65)
-    csv = configmap_file(
-        kubeconfig_path, namespace, found["outputsConfigMap"], outputs["table.csv"]["key"]
-    )
+    csv = cluster.file(found, outputs["table.csv"]["key"])
     assert csv.startswith(b"x,y\n0,0\n1,1\n") and csv.endswith(b"999,998001\n")
 
 
@@ -220,13 +234,8 @@ def test_binary_input_files_reach_the_program(tenant: httpx.Client) -> None:
     assert base64.b64decode(result["files"][0]["content_base64"]) == blob
 
 
-def test_shown_and_open_figures_come_back_as_pngs(
-    sandpod_operator: Any,
-    custom_objects: client.CustomObjectsApi,
-    namespace: str,
-    kubeconfig_path: Path,
-) -> None:
-    found = run_to_end(custom_objects, namespace, PLOTS)
+def test_shown_and_open_figures_come_back_as_pngs(cluster: ClusterRun) -> None:
+    found = cluster.to_end(PLOTS)
 
     assert found["phase"] == "Succeeded", found
     assert found.get("stderr", "") == ""
@@ -234,19 +243,16 @@ def test_shown_and_open_figures_come_back_as_pngs(
     assert set(outputs) == {"figure-1.png", "figure-2.png"}
     for entry in outputs.values():
         assert entry["mediaType"] == "image/png"
-        png = configmap_file(kubeconfig_path, namespace, found["outputsConfigMap"], entry["key"])
+        png = cluster.file(found, entry["key"])
         assert sha256(png) == entry["sha256"]
         width, height, pixels = png_pixels(png)
         assert width > 100 and height > 100 and len(pixels) > width * height
 
 
 def test_a_hostile_outputs_dir_gives_a_clear_result_and_nothing_from_outside(
-    sandpod_operator: Any,
-    custom_objects: client.CustomObjectsApi,
-    namespace: str,
-    kubeconfig_path: Path,
+    cluster: ClusterRun,
 ) -> None:
-    found = run_to_end(custom_objects, namespace, HOSTILE)
+    found = cluster.to_end(HOSTILE)
 
     assert found["phase"] == "Succeeded", found
     assert found["stdout"].endswith("done\n")
@@ -259,11 +265,16 @@ def test_a_hostile_outputs_dir_gives_a_clear_result_and_nothing_from_outside(
     assert len(paths) == 64 and all(p.startswith("many/") for p in paths[1:])
     assert not {"passwd", "fifo", "sparse.bin"} & set(paths)
     assert found["outputsTruncated"] is True
-    stored = configmap_file(
-        kubeconfig_path, namespace, found["outputsConfigMap"], found["outputs"][0]["key"]
-    )
+    stored = cluster.file(found, found["outputs"][0]["key"])
     assert stored == b"kept"
     everything = kubectl(
-        kubeconfig_path, "-n", namespace, "get", "cm", found["outputsConfigMap"], "-o", "json"
+        cluster.kubeconfig,
+        "-n",
+        cluster.namespace,
+        "get",
+        "cm",
+        found["outputsConfigMap"],
+        "-o",
+        "json",
     ).stdout
     assert "root:" not in everything and base64.b64encode(b"root:x:0:0").decode() not in everything

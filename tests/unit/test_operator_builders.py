@@ -143,9 +143,10 @@ def test_runner_config_follows_the_protocol(catalog: Catalog, settings: Operator
     }
 
 
-def test_configmap_carries_code_and_config(catalog: Catalog, settings: OperatorSettings) -> None:
-    parsed = spec(source="print(2)", files=[{"path": "x.txt", "content": "hi"}])
-    configmap = build_configmap(
+def configmap_of(
+    parsed: CodeExecutionSpec, catalog: Catalog, settings: OperatorSettings
+) -> Manifest:
+    return build_configmap(
         namespace="team-a",
         execution_name="hello",
         uid=UID,
@@ -153,6 +154,11 @@ def test_configmap_carries_code_and_config(catalog: Catalog, settings: OperatorS
         plan=plan_execution(parsed, catalog, settings),
         settings=settings,
     )
+
+
+def test_configmap_carries_code_and_config(catalog: Catalog, settings: OperatorSettings) -> None:
+    parsed = spec(source="print(2)", files=[{"path": "x.txt", "content": "hi"}])
+    configmap = configmap_of(parsed, catalog, settings)
     assert configmap["metadata"]["name"] == "hello-0a1b2c3d"
     assert configmap["metadata"]["namespace"] == "team-a"
     assert configmap["immutable"] is True
@@ -169,14 +175,7 @@ def test_binary_input_files_go_to_binary_data(catalog: Catalog, settings: Operat
         {"path": "b.txt", "content": "t"},
     ]
     parsed = spec(files=files)
-    configmap = build_configmap(
-        namespace="ns",
-        execution_name="hello",
-        uid=UID,
-        spec=parsed,
-        plan=plan_execution(parsed, catalog, settings),
-        settings=settings,
-    )
+    configmap = configmap_of(parsed, catalog, settings)
     assert configmap["binaryData"] == {"file-0": "AAH/"}
     assert configmap["data"]["file-1"] == "t" and "file-0" not in configmap["data"]
     assert parsed.files[0].data() == b"\x00\x01\xff"

@@ -161,12 +161,9 @@ func (c *outputCollector) directory(dirFd int, name, relative string, depth int,
 		c.report.truncated = true
 		return
 	}
-	fd, ok := openSame(dirFd, name, syscall.O_RDONLY|syscall.O_DIRECTORY, seen)
-	if !ok {
-		c.report.skipped++
-		return
+	if fd, ok := c.open(dirFd, name, syscall.O_RDONLY|syscall.O_DIRECTORY, seen); ok {
+		c.walk(fd, relative, depth+1)
 	}
-	c.walk(fd, relative, depth+1)
 }
 
 func (c *outputCollector) file(dirFd int, name, relative string, seen syscall.Stat_t) {
@@ -180,9 +177,8 @@ func (c *outputCollector) file(dirFd int, name, relative string, seen syscall.St
 		c.report.truncated = true
 		return
 	}
-	fd, ok := openSame(dirFd, name, syscall.O_RDONLY|syscall.O_NONBLOCK, seen)
+	fd, ok := c.open(dirFd, name, syscall.O_RDONLY|syscall.O_NONBLOCK, seen)
 	if !ok {
-		c.report.skipped++
 		return
 	}
 	file := os.NewFile(uintptr(fd), relative)
@@ -234,6 +230,15 @@ func (c *outputCollector) frameFile(file io.Reader, relative string, size int64)
 
 func writeHash(digest hash.Hash, data []byte) {
 	_, _ = digest.Write(data)
+}
+
+// open is openSame, counting what it could not open as skipped.
+func (c *outputCollector) open(dirFd int, name string, flags int, seen syscall.Stat_t) (int, bool) {
+	fd, ok := openSame(dirFd, name, flags, seen)
+	if !ok {
+		c.report.skipped++
+	}
+	return fd, ok
 }
 
 // openSame opens name in dirFd without following a symlink, and only if it is
