@@ -90,7 +90,7 @@ def merged(cluster: Any, ours: Any) -> Any:
     return ours
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(autouse=True)
 def output_fields_in_the_crd(sandpod_crd: str, api_client: client.ApiClient) -> None:
     """The CRD is cluster-wide and shared with concurrent test sessions of other branches,
     each applying its own: add this branch's fields (spec.files[].encoding, status.outputs,
