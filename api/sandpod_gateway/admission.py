@@ -106,7 +106,9 @@ def _too_many_waits(kind: str, limit: int, settings: GatewaySettings) -> Gateway
 def code_size(request: CreateExecutionRequest) -> int:
     """UTF-8 bytes of everything the execution carries as content."""
     size = len(request.code.encode())
-    size += sum(len(f.content.encode()) + len(f.path) for f in request.files)
+    size += sum(
+        len((f.content or f.content_base64 or "").encode()) + len(f.path) for f in request.files
+    )
     size += len(request.stdin.encode()) if request.stdin is not None else 0
     size += sum(len(arg.encode()) for arg in request.args)
     return size

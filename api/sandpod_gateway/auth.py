@@ -56,6 +56,12 @@ class TenantLimits(_CamelModel):
         description="Requests waiting for a result plus output streams open at once, per "
         "gateway replica.",
     )
+    max_inline_file_bytes: int = Field(
+        default=256 * 1024,
+        ge=0,
+        description="Bytes of output files returned inline (content_base64) in one result, "
+        "in total; the rest by GET /v1/executions/{id}/files/{path}.",
+    )
     max_waits_per_execution: int = Field(
         default=4,
         ge=1,

@@ -5,6 +5,7 @@ ExecutionService. Kubernetes being unavailable and not-found are answered by the
 handlers (errors.py).
 """
 
+import hashlib
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Protocol
@@ -27,7 +28,9 @@ from sandpod_gateway.resources import (
     belongs_to,
     build_code_execution,
     execution_result,
+    output_file,
     request_fingerprint,
+    stored_outputs,
 )
 from sandpod_gateway.schemas import CreateExecutionRequest, ExecutionResult
 from sandpod_gateway.service import (
@@ -91,7 +94,7 @@ async def create_execution(
             raise GatewayError(
                 409, "execution_deleted", f"Execution {name!r} was deleted while in use"
             ) from exc
-    return CreateOutcome(execution_result(resource), created)
+    return CreateOutcome(await result_with_files(resource, tenant, service), created)
 
 
 async def _admit(
@@ -151,6 +154,38 @@ async def get_owned(
     if not belongs_to(resource, tenant.name):
         raise not_found(name)
     return resource
+
+
+async def result_with_files(
+    resource: Resource, tenant: Tenant, service: ExecutionService
+) -> ExecutionResult:
+    """The result with the output files' content inline, up to the tenant's limit."""
+    configmap = stored_outputs(resource)
+    limit = tenant.limits.max_inline_file_bytes
+    if configmap is None or limit == 0:
+        return execution_result(resource)
+    contents = await service.read_outputs(tenant.namespace, configmap)
+    return execution_result(resource, contents, limit)
+
+
+async def read_output_file(
+    resource: Resource, path: str, tenant: Tenant, service: ExecutionService
+) -> tuple[bytes, str]:
+    """An output file's content and media type; 404 for a path it does not have."""
+    entry = output_file(resource, path)
+    if entry is None:
+        raise GatewayError(404, "not_found", f"The execution has no output file {path!r}")
+    configmap = stored_outputs(resource)
+    if not entry.stored or entry.key is None or configmap is None:
+        raise GatewayError(
+            404,
+            "file_not_stored",
+            f"The output file {path!r} was not stored (over the per-execution limit)",
+        )
+    content = (await service.read_outputs(tenant.namespace, configmap)).get(entry.key)
+    if content is None or hashlib.sha256(content).hexdigest() != entry.sha256:
+        raise GatewayError(404, "file_not_stored", f"The output file {path!r} is gone")
+    return content, entry.media_type
 
 
 async def get_owned_execution(

@@ -1,6 +1,7 @@
 """ExecutionService backed by the Kubernetes API (kubernetes_asyncio)."""
 
 import asyncio
+import base64
 import json
 import logging
 import math
@@ -283,6 +284,17 @@ class KubernetesExecutionService:
                     yield chunk
         finally:
             response.close()
+
+    async def read_outputs(self, namespace: str, configmap: str) -> dict[str, bytes]:
+        try:
+            found = await self._core.read_namespaced_config_map(configmap, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return {}
+            raise _unavailable("reading the output files", exc) from exc
+        except TRANSPORT_ERRORS as exc:
+            raise _unavailable("reading the output files", exc) from exc
+        return {key: base64.b64decode(value) for key, value in (found.binary_data or {}).items()}
 
     async def check_ready(self) -> None:
         try:

@@ -1,7 +1,9 @@
 """Pure translation between the gateway's HTTP shapes and CodeExecution resources."""
 
+import base64
 import hashlib
 import json
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -16,6 +18,7 @@ from sandpod_contract.models import (
     CodeExecutionStatus,
     CodeSessionSpec,
     CodeSessionStatus,
+    OutputFileStatus,
     Resources,
     SourceFile,
 )
@@ -33,6 +36,8 @@ from sandpod_gateway.schemas import (
     CreateSessionRequest,
     ExecutionResult,
     ExecutionStatus,
+    FileInput,
+    FileOutput,
     SessionInfo,
     SessionStatus,
 )
@@ -94,6 +99,12 @@ def _manifest(kind: str, name: str, tenant: str, fingerprint: str, spec: BaseMod
     }
 
 
+def _source_file(file: FileInput) -> SourceFile:
+    if file.content_base64 is not None:
+        return SourceFile(path=file.path, content=file.content_base64, encoding="base64")
+    return SourceFile(path=file.path, content=file.content or "")
+
+
 def _spec_error_field(location: tuple[int | str, ...]) -> str:
     head, *rest = location or ("spec",)
     return format_location(("body", REQUEST_FIELDS.get(str(head), str(head)), *rest))
@@ -120,7 +131,7 @@ def build_code_execution(
         spec = CodeExecutionSpec(
             language=request.language,
             source=request.code,
-            files=[SourceFile(path=f.path, content=f.content) for f in request.files],
+            files=[_source_file(f) for f in request.files],
             stdin=request.stdin,
             args=request.args,
             mode=request.mode,
@@ -230,8 +241,51 @@ def _created_at(metadata: Resource) -> datetime | None:
         return None
 
 
-def execution_result(resource: Resource) -> ExecutionResult:
-    """The agent-facing view of a CodeExecution."""
+def output_file(resource: Resource, path: str) -> OutputFileStatus | None:
+    """The status entry of an output file, by its path."""
+    st = read_status(resource, CodeExecutionStatus)
+    return next((o for o in (st.outputs if st else None) or [] if o.path == path), None)
+
+
+def stored_outputs(resource: Resource) -> str | None:
+    """The ConfigMap holding the stored output files, if any are."""
+    st = read_status(resource, CodeExecutionStatus)
+    if st is None or not any(o.stored for o in st.outputs or []):
+        return None
+    return st.outputs_config_map
+
+
+def output_files(
+    st: CodeExecutionStatus, contents: Mapping[str, bytes], inline_bytes: int
+) -> list[FileOutput]:
+    """The output files, their content inline (from `contents`, by key) while the total
+    stays within `inline_bytes`."""
+    files = []
+    for entry in st.outputs or []:
+        content = contents.get(entry.key or "") if entry.stored else None
+        inline = content is not None and len(content) <= inline_bytes
+        if inline and content is not None:
+            inline_bytes -= len(content)
+        else:
+            content = None
+        files.append(
+            FileOutput(
+                path=entry.path,
+                size=entry.size,
+                media_type=entry.media_type,
+                sha256=entry.sha256,
+                stored=entry.stored,
+                content_base64=None if content is None else base64.b64encode(content).decode(),
+            )
+        )
+    return files
+
+
+def execution_result(
+    resource: Resource, contents: Mapping[str, bytes] | None = None, inline_bytes: int = 0
+) -> ExecutionResult:
+    """The agent-facing view of a CodeExecution; output files inline from `contents` (the
+    outputs ConfigMap's binaryData, decoded) up to `inline_bytes`."""
     metadata = resource.get("metadata") or {}
     spec = resource.get("spec") or {}
     st = read_status(resource, CodeExecutionStatus) or CodeExecutionStatus(phase="Pending")
@@ -254,6 +308,8 @@ def execution_result(resource: Resource) -> ExecutionResult:
         diagnostics=st.diagnostics,
         compile_output=st.compile_output,
         compile_output_truncated=st.compile_output_truncated is True,
+        files=output_files(st, contents or {}, inline_bytes),
+        files_truncated=st.outputs_truncated is True,
         created_at=_created_at(metadata),
         started_at=st.started_at,
         finished_at=st.finished_at,

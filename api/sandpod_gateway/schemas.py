@@ -5,7 +5,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from sandpod_contract.models import (
     CPU_BOUNDS,
     MAX_ARG_CHARS,
@@ -73,7 +73,33 @@ class FileInput(BaseModel):
         pattern=RELATIVE_PATH_PATTERN,
         description="Relative path in the work directory, e.g. data/input.csv",
     )
-    content: Text
+    content: Text | None = Field(default=None, description="The file's text")
+    content_base64: str | None = Field(
+        default=None, description="Or the file's bytes in base64 (binary files)"
+    )
+
+    @model_validator(mode="after")
+    def _one_content(self) -> "FileInput":
+        if (self.content is None) == (self.content_base64 is None):
+            raise ValueError("give exactly one of content and content_base64")
+        return self
+
+
+class FileOutput(BaseModel):
+    """A file the program left in its outputs directory (/tmp/outputs)."""
+
+    path: str = Field(description="Path relative to the outputs directory")
+    size: int
+    media_type: str
+    sha256: str
+    stored: bool = Field(
+        description="Whether its content is kept (GET /v1/executions/{id}/files/{path})"
+    )
+    content_base64: str | None = Field(
+        default=None,
+        description="The content, when it fits in the tenant's inline limit "
+        "(maxInlineFileBytes in total per result)",
+    )
 
 
 class ProgramFields(BaseModel):
@@ -153,6 +179,12 @@ class ExecutionResult(BaseModel):
         "program's stdout and stderr; with status compile_error the program did not run",
     )
     compile_output_truncated: bool = False
+    files: list[FileOutput] = Field(
+        default_factory=list, description="Files the program left in /tmp/outputs"
+    )
+    files_truncated: bool = Field(
+        default=False, description="Some output files were left out (count or size limits)"
+    )
     created_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None

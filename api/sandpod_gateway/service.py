@@ -93,6 +93,11 @@ class ExecutionService(Protocol):
         """
         ...
 
+    async def read_outputs(self, namespace: str, configmap: str) -> dict[str, bytes]:
+        """The output files stored in an execution's outputs ConfigMap, by key (decoded
+        binaryData); empty if it does not exist."""
+        ...
+
     async def check_ready(self) -> None:
         """Raise KubernetesUnavailable if the API server cannot serve CodeExecutions."""
         ...

@@ -8,6 +8,8 @@ Every rule the API server enforces through a CEL expression (`x-kubernetes-valid
 also enforced here by a validator, with the same message, so that both refuse the same specs.
 """
 
+import base64
+import binascii
 import ipaddress
 import re
 from datetime import UTC, datetime
@@ -157,7 +159,29 @@ class SourceFile(_Model):
         description="Path relative to the work directory, e.g. data/input.csv. No absolute "
         "paths, no '..', no segment starting with a dot.",
     )
-    content: str = Field(max_length=MAX_FILE_CHARS, description="The file's text content.")
+    content: str = Field(
+        max_length=MAX_FILE_CHARS,
+        description="The file's text content, or with encoding base64 its bytes in base64.",
+    )
+    encoding: Literal["base64"] | None = Field(
+        default=None,
+        description="base64: content is base64 (binary files); omitted: content is text.",
+    )
+
+    @model_validator(mode="after")
+    def _base64_content(self) -> "SourceFile":
+        if self.encoding == "base64":
+            try:
+                base64.b64decode(self.content, validate=True)
+            except (binascii.Error, ValueError) as exc:
+                raise ValueError(f"{self.path}: content is not valid base64") from exc
+        return self
+
+    def data(self) -> bytes:
+        """The file's bytes."""
+        if self.encoding == "base64":
+            return base64.b64decode(self.content)
+        return self.content.encode()
 
 
 CpuQuantity = Annotated[
@@ -383,6 +407,23 @@ class Diagnostic(_Model):
     column: int | None = Field(default=None, description="1-based column.")
 
 
+class OutputFileStatus(_Model):
+    """A file the program left in its outputs directory (/tmp/outputs)."""
+
+    path: str = Field(description="Path relative to the outputs directory.")
+    size: int = Field(ge=0, description="Size in bytes.")
+    sha256: str = Field(description="Hex SHA-256 of the content.")
+    media_type: str = Field(description="Media type from the file name's extension.")
+    key: str | None = Field(
+        default=None,
+        description="Key of the content in the ConfigMap status.outputsConfigMap "
+        "(binaryData), when stored.",
+    )
+    stored: bool = Field(
+        description="Whether the content is stored (false: over the per-execution limit)."
+    )
+
+
 class CodeExecutionStatus(_Model):
     """What happened, written by the operator."""
 
@@ -423,6 +464,20 @@ class CodeExecutionStatus(_Model):
     )
     compile_output_truncated: bool | None = Field(
         default=None, description="compileOutput is not all the compiler wrote."
+    )
+    outputs: list[OutputFileStatus] | None = Field(
+        default=None,
+        description="Files the program left in /tmp/outputs that came back intact; the "
+        "content of those stored is in the ConfigMap outputsConfigMap.",
+    )
+    outputs_config_map: str | None = Field(
+        default=None,
+        description="The ConfigMap (owned by the execution) whose binaryData holds the "
+        "stored output files, under their key.",
+    )
+    outputs_truncated: bool | None = Field(
+        default=None,
+        description="Some output files were left out (count, size or walk limits).",
     )
     started_at: Timestamp | None = Field(default=None, description="When the program started.")
     finished_at: Timestamp | None = Field(

@@ -63,6 +63,11 @@ def pool_runner_config_name(pool_name: str) -> str:
     return f"{pool_name}-runner"
 
 
+def outputs_configmap_name(execution_name: str, uid: str) -> str:
+    """The ConfigMap that holds an execution's output files (status.outputsConfigMap)."""
+    return f"{child_name(execution_name, uid)}-outputs"
+
+
 def child_name(execution_name: str, uid: str) -> str:
     """Deterministic name of an execution's children: one per CR instance, a valid DNS label.
 

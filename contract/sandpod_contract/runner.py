@@ -12,6 +12,8 @@ before the summary); `parse_summary` reads a termination message; `LogReader` ke
 tail of each stream of the verified frames and finds the runner's summary in the log.
 """
 
+import base64
+import binascii
 import hashlib
 import hmac
 import json
@@ -23,6 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 Stream = Literal["stdout", "stderr"]
+# The stream of a file frame: "file:<path in the outputs directory>".
+FILE_STREAM_PREFIX = "file:"
 
 # The runner frames reads of at most 8 KiB (48 KiB escaped); a longer line is not its frame.
 MAX_FRAME_BYTES = 4 * 1024 * 1024
@@ -36,6 +40,19 @@ MAX_VALUE_CHARS = 128 * 1024
 MAX_COMPILE_OUTPUT_CHARS = 16 * 1024
 # Escaped as \u003c etc. by the API server's JSON encoder (Python's escapes neither).
 _HTML_ESCAPED = ("<", ">", "&")
+
+
+class OutputFile(BaseModel):
+    """A file the program left in its outputs directory, as the runner listed it."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, strict=True
+    )
+
+    path: str = Field(min_length=1, max_length=255)
+    size: int = Field(ge=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    media_type: str = Field(min_length=1, max_length=127)
 
 
 class _ProcessOutcome(BaseModel):
@@ -78,12 +95,19 @@ class RunnerResult(_ProcessOutcome):
     state_lost: bool = False
     compile: CompileResult | None = None
 
+    # Absent from runners older than the outputs directory.
+    outputs: list[OutputFile] | None = None
+    outputs_truncated: bool = False
+    outputs_skipped: int = Field(default=0, ge=0)
+
     def agrees_with(self, shortened: "RunnerResult") -> bool:
-        """The log's copy against the termination message's (whose diagnostics and compiler
-        output may have been dropped and whose error may have been shortened, ending in an
-        ellipsis, to fit)."""
-        if shortened.diagnostics is not None and shortened.diagnostics != self.diagnostics:
-            return False
+        """The log's copy against the termination message's (whose diagnostics, outputs and
+        compiler output may have been dropped and whose error may have been shortened,
+        ending in an ellipsis, to fit)."""
+        for dropped in ("diagnostics", "outputs"):
+            told = getattr(shortened, dropped)
+            if told is not None and told != getattr(self, dropped):
+                return False
         if not _compile_agrees(self.compile, shortened.compile):
             return False
         told = shortened.error
@@ -91,7 +115,7 @@ class RunnerResult(_ProcessOutcome):
             told is None or not told.endswith("…") or not (self.error or "").startswith(told[:-1])
         ):
             return False
-        same = {"diagnostics", "error", "compile"}
+        same = {"diagnostics", "outputs", "error", "compile"}
         return self.model_dump(exclude=same) == shortened.model_dump(exclude=same)
 
 
@@ -119,7 +143,7 @@ class _Frame(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     seq: int = Field(ge=1)
-    stream: Stream
+    stream: str = Field(pattern=r"^(stdout|stderr|file:.+)$")
     data: str
     mac: str
 
@@ -262,6 +286,49 @@ class Tail:
 
 
 @dataclass(frozen=True)
+class VerifiedFile:
+    """An output file whose frames verified and whose bytes match the runner's listing.
+    `content` is None when it was not kept (past the reader's `files_bytes`)."""
+
+    path: str
+    size: int
+    sha256: str
+    media_type: str
+    content: bytes | None
+
+
+class _FileAssembly:
+    """One file's frames as they arrive: size and digest always, bytes while there is room."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.digest = hashlib.sha256()
+        self.content: bytearray | None = bytearray()
+        self.broken = False
+
+    def add(self, data: str, room: int) -> int:
+        """Add a chunk (base64); the bytes of room it took."""
+        try:
+            chunk = base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError):
+            self.broken = True
+            return 0
+        self.size += len(chunk)
+        self.digest.update(chunk)
+        if self.content is not None and len(chunk) <= room:
+            self.content += chunk
+            return len(chunk)
+        self.content = None
+        return 0
+
+    def verified(self, listed: OutputFile) -> VerifiedFile | None:
+        if self.broken or self.size != listed.size or self.digest.hexdigest() != listed.sha256:
+            return None
+        content = None if self.content is None else bytes(self.content)
+        return VerifiedFile(listed.path, listed.size, listed.sha256, listed.media_type, content)
+
+
+@dataclass(frozen=True)
 class LogSummary:
     """What the pod log says, verified: output tails and the runner's result.
 
@@ -278,6 +345,8 @@ class LogSummary:
     result: RunnerResult | None
     dropped_lines: int = 0
     missing_frames: int = 0
+    files: tuple[VerifiedFile, ...] = ()
+    dropped_files: int = 0
 
 
 class LogReader:
@@ -286,10 +355,13 @@ class LogReader:
     Only frames whose MAC verifies under the summary's key, in increasing sequence (a gap is
     a lost piece of the log; a repeat or step back is a replay), become output. Reading stops
     at the first summary with the key: nothing can have been written by the runner after it.
+    File frames are reassembled per path; the bytes of at most `files_bytes` are kept.
     """
 
-    def __init__(self, tail_bytes: int, summary: Summary) -> None:
+    def __init__(self, tail_bytes: int, summary: Summary, files_bytes: int = 0) -> None:
         self._summary = summary
+        self._files: dict[str, _FileAssembly] = {}
+        self._files_room = files_bytes
         self._key = bytes.fromhex(summary.key)
         self._stdout = Tail(tail_bytes)
         self._stderr = Tail(tail_bytes)
@@ -317,7 +389,22 @@ class LogReader:
             self._dropped += 1
             return
         self._last_seq, self._verified = frame.seq, self._verified + 1
+        if frame.stream.startswith(FILE_STREAM_PREFIX):
+            path = frame.stream.removeprefix(FILE_STREAM_PREFIX)
+            assembly = self._files.setdefault(path, _FileAssembly())
+            self._files_room -= assembly.add(frame.data, self._files_room)
+            return
         (self._stdout if frame.stream == "stdout" else self._stderr).add(frame.data)
+
+    def _verified_files(self) -> tuple[tuple[VerifiedFile, ...], int]:
+        """The listed files whose frames add up to the listing, and how many did not."""
+        listed = (self._result.outputs if self._result else None) or []
+        files = []
+        for entry in listed:
+            assembly = self._files.get(entry.path, _FileAssembly())
+            if (verified := assembly.verified(entry)) is not None:
+                files.append(verified)
+        return tuple(files), len(listed) - len(files)
 
     def _summary_line(self, line: bytes) -> None:
         try:
@@ -337,6 +424,7 @@ class LogReader:
         for line in self._lines.finish():
             self._line(line)
         missing = max(0, self._summary.frames - self._verified) if self._result else 0
+        files, dropped_files = self._verified_files()
         return LogSummary(
             stdout=self._stdout.text(),
             stderr=self._stderr.text(),
@@ -345,4 +433,6 @@ class LogReader:
             result=self._result,
             dropped_lines=self._dropped,
             missing_frames=missing,
+            files=files,
+            dropped_files=dropped_files,
         )

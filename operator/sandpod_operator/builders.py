@@ -4,7 +4,9 @@ No I/O here. Handlers add ownerReferences (kopf.adopt) and create what these ret
 The ConfigMap layout and config.json follow docs/runner-protocol.md.
 """
 
+import base64
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,8 +19,10 @@ from sandpod_contract.names import (
     ROLE_LABEL,
     SANDBOX_ROLE,
     child_name,
+    outputs_configmap_name,
 )
 from sandpod_contract.quantities import parse_quantity, smaller_quantity
+from sandpod_contract.runner import VerifiedFile
 
 from sandpod_operator.egress_policy import EgressBounds, excepts, refusal
 from sandpod_operator.settings import CONFIG_KEY, INPUT_DIR, RUNNER_PATH, OperatorSettings
@@ -172,6 +176,8 @@ def build_runner_config(
         "args": list(spec.args),
         "timeoutSeconds": plan.timeout_seconds,
         "maxOutputBytes": spec.max_output_bytes,
+        "maxOutputFiles": settings.max_output_files,
+        "maxOutputFilesBytes": settings.max_output_files_bytes,
         "files": [{"key": file_key(i), "path": f.path} for i, f in enumerate(spec.files)],
         "hasStdin": spec.stdin is not None,
     }
@@ -197,9 +203,13 @@ def build_configmap(
     }
     if spec.stdin is not None:
         data[STDIN_KEY] = spec.stdin
+    binary_data = {}
     for index, extra in enumerate(spec.files):
-        data[file_key(index)] = extra.content
-    return {
+        if extra.encoding == "base64":
+            binary_data[file_key(index)] = extra.content
+        else:
+            data[file_key(index)] = extra.content
+    manifest: Manifest = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
@@ -210,6 +220,60 @@ def build_configmap(
         # Immutable: kubelets need not watch it, and nobody can swap the code under a run.
         "immutable": True,
         "data": data,
+    }
+    if binary_data:
+        manifest["binaryData"] = binary_data
+    return manifest
+
+
+def plan_outputs(files: Sequence[VerifiedFile], limit_bytes: int) -> list[dict[str, Any]]:
+    """Status entries of the verified output files, in the runner's order: stored under
+    file-0, file-1, ... while they fit in `limit_bytes` together, else listed only."""
+    entries: list[dict[str, Any]] = []
+    room, stored_count = limit_bytes, 0
+    for file in files:
+        stored = file.content is not None and file.size <= room
+        entry: dict[str, Any] = {
+            "path": file.path,
+            "size": file.size,
+            "sha256": file.sha256,
+            "media_type": file.media_type,
+            "stored": stored,
+        }
+        if stored:
+            entry["key"] = file_key(stored_count)
+            room, stored_count = room - file.size, stored_count + 1
+        entries.append(entry)
+    return entries
+
+
+def build_outputs_configmap(
+    *,
+    namespace: str,
+    execution_name: str,
+    uid: str,
+    files: Sequence[VerifiedFile],
+    entries: list[dict[str, Any]],
+) -> Manifest | None:
+    """The ConfigMap holding the stored output files (binaryData), or None if none is."""
+    contents = {file.path: file.content for file in files}
+    binary_data = {
+        entry["key"]: base64.b64encode(contents[entry["path"]] or b"").decode()
+        for entry in entries
+        if entry["stored"]
+    }
+    if not binary_data:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": outputs_configmap_name(execution_name, uid),
+            "namespace": namespace,
+            "labels": sandbox_labels(execution_name),
+        },
+        "immutable": True,
+        "binaryData": binary_data,
     }
 
 

@@ -118,6 +118,7 @@ class KubeApi(Protocol):
         summary: Summary,
         tail_bytes: int,
         limit_bytes: int,
+        files_bytes: int = 0,
     ) -> LogSummary: ...
     async def latest_warning(
         self, namespace: str, pod_name: str, *, uid: str | None
@@ -261,12 +262,13 @@ class Kube:
         summary: Summary,
         tail_bytes: int,
         limit_bytes: int,
+        files_bytes: int = 0,
     ) -> LogSummary:
         """Stream the pod log through a LogReader that verifies it against the runner's
         summary: memory stays bounded by `tail_bytes`."""
         log = self._pod_log(namespace, name, uid, limit_bytes, LOG_TIMEOUT_SECONDS)
         async with log as response:
-            reader = LogReader(tail_bytes, summary)
+            reader = LogReader(tail_bytes, summary, files_bytes)
             async for chunk in response.content.iter_chunked(64 * 1024):
                 reader.feed(chunk)
             return reader.finish()

@@ -37,9 +37,11 @@ from sandpod_operator.builders import (
     build_configmap,
     build_egress_policy,
     build_network_policy,
+    build_outputs_configmap,
     build_pod,
     check_egress,
     plan_execution,
+    plan_outputs,
 )
 from sandpod_operator.kube import KubeApi, KubeError
 from sandpod_operator.owners import as_body, owned_by
@@ -331,6 +333,7 @@ class Reconciler:
             self.observations[str(pod_meta.get("uid"))] = FINAL
             return
         verdict = _started_cold(execution, await self.judge(execution, pod))
+        verdict = await self.store_outputs(execution, verdict)
         await self.record(execution, verdict, pod_name=pod_meta["name"])
         if verdict.terminal:
             await self.kube.delete_pod(meta["namespace"], pod_meta["name"], uid=meta["uid"])
@@ -356,6 +359,7 @@ class Reconciler:
                     summary=summary,
                     tail_bytes=self.settings.status_output_bytes,
                     limit_bytes=self.settings.log_read_limit_bytes,
+                    files_bytes=self.settings.outputs_stored_bytes,
                 )
             except (KubeError, *TRANSIENT_ERRORS) as error:
                 # The termination message still has the result; only the output tails are lost.
@@ -440,6 +444,40 @@ class Reconciler:
         until = (deadline - now()).total_seconds() + DEADLINE_SLACK_SECONDS
         return until if 0 < until < interval else interval
 
+    async def store_outputs(self, execution: Manifest, verdict: Verdict) -> Verdict:
+        """Put the verified output files of a final verdict into the execution's ConfigMap
+        `<child>-outputs` (within the stored limit) and list them in the verdict. A namesake
+        that is not this execution's ends it with ChildConflict, as any other child does."""
+        if not verdict.files:
+            return verdict
+        meta = execution["metadata"]
+        entries = plan_outputs(verdict.files, self.settings.outputs_stored_bytes)
+        configmap = build_outputs_configmap(
+            namespace=meta["namespace"],
+            execution_name=meta["name"],
+            uid=meta["uid"],
+            files=verdict.files,
+            entries=entries,
+        )
+        if configmap is not None:
+            kopf.adopt(configmap, owner=as_body(execution))
+            try:
+                found = await self.kube.create_configmap(configmap, uid=meta["uid"])
+            except KubeError as error:
+                if error.transient:
+                    raise
+                logger.warning("outputs of %s not stored: %s", meta["name"], error)
+                entries = [{**entry, "stored": False, "key": None} for entry in entries]
+            else:
+                if found is None:
+                    raise kopf.TemporaryError("the outputs ConfigMap vanished", delay=1)
+                if not owned_by(found, meta["uid"]):
+                    return _child_conflict(configmap, verdict)
+        stored = configmap["metadata"]["name"] if configmap is not None else None
+        if not any(entry["stored"] for entry in entries):
+            stored = None
+        return replace(verdict, files=(), outputs=entries, outputs_config_map=stored)
+
     # --- warm: a pod claimed from a pool -----------------------------------------------
 
     async def _record_claim(self, execution: Manifest, pod: Manifest) -> None:
@@ -491,6 +529,7 @@ class Reconciler:
             verdict = observe_served(
                 pod, log, mode=spec.mode, started_at=started, now=now(), settings=self.settings
             )
+            verdict = await self.store_outputs(execution, verdict)
         await self.record(execution, verdict)
         await self.kube.delete_pod(meta["namespace"], pod["metadata"]["name"], uid=meta["uid"])
 
@@ -641,6 +680,23 @@ class Reconciler:
                 new.get("reason"),
                 requests,
             )
+
+
+def _child_conflict(wanted: Manifest, verdict: Verdict) -> Verdict:
+    """The run ended, but its outputs' ConfigMap name is taken by someone else's object."""
+    return Verdict(
+        "Error",
+        "ChildConflict",
+        f"a {wanted['kind']} named {wanted['metadata']['name']} already exists and does not "
+        "belong to this execution; it was left alone and the program's output files were "
+        "not stored",
+        retryable=False,
+        started_at=verdict.started_at,
+        finished_at=verdict.finished_at or now(),
+        duration_ms=verdict.duration_ms,
+        start_mode=verdict.start_mode,
+        wait_ms=verdict.wait_ms,
+    )
 
 
 def _without_result(verdict: Verdict) -> Verdict:

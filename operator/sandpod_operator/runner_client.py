@@ -54,9 +54,9 @@ class _Answer:
                 self._kept.append(line)
                 self._room -= len(line) + 1
 
-    def verified(self, tail_bytes: int) -> LogSummary:
+    def verified(self, tail_bytes: int, files_bytes: int) -> LogSummary:
         assert self.summary is not None
-        reader = LogReader(tail_bytes, self.summary)
+        reader = LogReader(tail_bytes, self.summary, files_bytes)
         reader.feed(b"".join(line + b"\n" for line in self._kept))
         return reader.finish()
 
@@ -69,6 +69,7 @@ async def run(
     *,
     tail_bytes: int,
     limit_bytes: int,
+    files_bytes: int = 0,
 ) -> LogSummary:
     """Start (or re-attach to: same executionId) the run and wait for its verified answer."""
     headers = {"Authorization": f"Bearer {credential}"}
@@ -85,4 +86,4 @@ async def run(
         raise RunnerUnavailable(type(error).__name__) from error
     if answer.summary is None:
         raise RunnerUnavailable("the answer ended before the summary")
-    return answer.verified(tail_bytes)
+    return answer.verified(tail_bytes, files_bytes)

@@ -76,6 +76,27 @@ class OperatorSettings(BaseSettings):
         description="Bytes of each of stdout and stderr kept in status (the tail). The whole "
         "object must fit etcd's 1.5 MiB with the spec.",
     )
+    max_output_files: int = Field(
+        default=64,
+        ge=0,
+        le=1024,
+        description="Files the runner brings back from /tmp/outputs per run, at most.",
+    )
+    max_output_files_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        ge=0,
+        le=64 * 1024 * 1024,
+        description="Bytes the runner brings back from /tmp/outputs per run, at most (a "
+        "larger file is skipped by its size, never read).",
+    )
+    outputs_stored_bytes: int = Field(
+        default=768 * 1024,
+        ge=0,
+        le=900 * 1024,
+        description="Bytes of output files stored per execution in its ConfigMap "
+        "status.outputsConfigMap (a ConfigMap holds at most 1 MiB); files past it are listed in "
+        "status with stored: false.",
+    )
     max_diagnostics: int = Field(default=200, ge=0, description="Lint findings kept in status.")
     log_read_limit_bytes: int = Field(
         default=64 * 1024 * 1024, ge=64 * 1024, description="Most pod log bytes read per run."

@@ -18,6 +18,7 @@ from sandpod_contract.models import (
     CodeExecutionStatus,
     Condition,
     Diagnostic,
+    OutputFileStatus,
     Phase,
     format_time,
     is_terminal,
@@ -28,6 +29,7 @@ from sandpod_contract.runner import (
     LogSummary,
     RunnerResult,
     Summary,
+    VerifiedFile,
     json_size,
     parse_summary,
 )
@@ -93,6 +95,12 @@ class Verdict:
     session: str | None = None
     result: str | None = None
     state_lost: bool | None = None
+    # The verified output files (with their bytes) until the reconciler stores them and
+    # sets `outputs` (their status entries).
+    files: tuple[VerifiedFile, ...] = ()
+    outputs: list[dict[str, Any]] | None = None
+    outputs_config_map: str | None = None
+    outputs_truncated: bool | None = None
 
     @property
     def terminal(self) -> bool:
@@ -317,11 +325,14 @@ def _output_fields(
     log: LogSummary | None, result: RunnerResult, settings: OperatorSettings
 ) -> dict[str, Any]:
     fields = _compile_fields(result.compile, settings.status_output_bytes)
+    listed = bool(result.outputs)
     if log is None:
         return {
             **fields,
             "stdout_truncated": result.stdout_truncated,
             "stderr_truncated": result.stderr_truncated,
+            # Listed files whose bytes were in the unreadable log are lost.
+            "outputs_truncated": (result.outputs_truncated or listed) or None,
         }
     return {
         **fields,
@@ -329,6 +340,8 @@ def _output_fields(
         "stderr": log.stderr,
         "stdout_truncated": log.stdout_clipped or result.stdout_truncated,
         "stderr_truncated": log.stderr_clipped or result.stderr_truncated,
+        "files": log.files,
+        "outputs_truncated": (result.outputs_truncated or log.dropped_files > 0) or None,
     }
 
 
@@ -806,6 +819,11 @@ def next_status(
         diagnostics=_diagnostics(verdict.diagnostics),
         compile_output=verdict.compile_output,
         compile_output_truncated=verdict.compile_output_truncated,
+        outputs=None
+        if verdict.outputs is None
+        else [OutputFileStatus.model_validate(entry) for entry in verdict.outputs],
+        outputs_config_map=verdict.outputs_config_map,
+        outputs_truncated=verdict.outputs_truncated,
         started_at=started_at,
         finished_at=verdict.finished_at,
         duration_ms=verdict.duration_ms,

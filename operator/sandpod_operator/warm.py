@@ -228,7 +228,14 @@ def run_request(
         "config": build_runner_config(spec, plan, settings),
         "source": spec.source,
         "stdin": spec.stdin,
-        "files": [{"path": f.path, "content": f.content} for f in spec.files],
+        "files": [
+            {
+                "path": f.path,
+                "content": f.content,
+                **({"encoding": f.encoding} if f.encoding else {}),
+            }
+            for f in spec.files
+        ],
     }
 
 
@@ -378,6 +385,7 @@ class WarmPath:
                     request,
                     tail_bytes=self.settings.status_output_bytes,
                     limit_bytes=self.settings.log_read_limit_bytes,
+                    files_bytes=self.settings.outputs_stored_bytes,
                 )
         except RunnerUnavailable as error:
             RUNNER_FAILURES.labels(why=error.why).inc()

@@ -269,11 +269,12 @@ class FakeKube:
         summary: Summary,
         tail_bytes: int,
         limit_bytes: int,
+        files_bytes: int = 0,
     ) -> LogSummary:
         await self._enter("read_pod_log")
         if (namespace, name) not in self.pods:
             raise KubeError(404, "NotFound", f'pods "{name}" not found')
-        reader = LogReader(tail_bytes, summary)
+        reader = LogReader(tail_bytes, summary, files_bytes)
         reader.feed(self.logs.get((namespace, name), b"")[:limit_bytes])
         return reader.finish()
 

@@ -43,6 +43,8 @@ class Run:
 
     status: dict[str, Any]
     chunks: list[OutputChunk] = field(default_factory=list)
+    # The stored output files (status.outputsConfigMap's binaryData, decoded), by key.
+    files: dict[str, bytes] = field(default_factory=dict)
 
 
 def echo_runner(spec: Resource) -> Run:
@@ -114,6 +116,8 @@ class FakeExecutionService:
         self.pod_gone: set[str] = set()
         self.ready = True
         self.metadata_lists = 0
+        self.configmaps: dict[tuple[str, str], dict[str, bytes]] = {}
+        self.configmap_reads = 0
         self._versions = itertools.count(1)
 
     def _store(self, namespace: str, resource: Resource) -> Resource:
@@ -126,7 +130,10 @@ class FakeExecutionService:
         resource = self.objects[(namespace, name)]
         if resource.get("status", {}).get("phase") in TERMINAL_PHASES or self.runner is None:
             return
-        resource["status"] = self.runner(resource["spec"]).status
+        run = self.runner(resource["spec"])
+        resource["status"] = run.status
+        if run.files:
+            self.configmaps[(namespace, run.status["outputsConfigMap"])] = run.files
         mark_finished(resource)
         self._store(namespace, resource)
 
@@ -187,6 +194,10 @@ class FakeExecutionService:
         for chunk in self.runner(resource["spec"]).chunks:
             yield chunk
         self.finish(namespace, name)
+
+    async def read_outputs(self, namespace: str, configmap: str) -> dict[str, bytes]:
+        self.configmap_reads += 1
+        return dict(self.configmaps.get((namespace, configmap), {}))
 
     async def check_ready(self) -> None:
         if not self.ready:

@@ -1,6 +1,8 @@
 """The runner's side of docs/runner-protocol.md, for tests: MAC'd frames and summaries as
 the runner writes them (the product only ever reads them, in sandpod_contract.runner)."""
 
+import base64
+import hashlib
 import json
 from typing import Any
 
@@ -48,3 +50,17 @@ def pod_log(outputs: list[Output], runner_result: dict[str, Any], key: bytes = K
     """Output frames numbered from 1, then the summary: the pod log of a run."""
     frames = [frame(seq, stream, data, key) for seq, (stream, data) in enumerate(outputs, 1)]
     return lines(*frames, summary(runner_result, len(frames), key))
+
+
+def file_frames(path: str, content: bytes, chunk: int = 6 * 1024) -> list[Output]:
+    """The (stream, data) pairs of one output file: base64 chunks on `file:<path>`."""
+    return [
+        (f"file:{path}", base64.b64encode(content[start : start + chunk]).decode())
+        for start in range(0, len(content), chunk)
+    ]
+
+
+def listing(path: str, content: bytes, media_type: str = "application/octet-stream") -> dict:
+    """The summary's entry for an output file."""
+    digest = hashlib.sha256(content).hexdigest()
+    return {"path": path, "size": len(content), "sha256": digest, "mediaType": media_type}

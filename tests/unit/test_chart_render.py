@@ -84,6 +84,9 @@ EVERY_OPERATOR_SETTING: dict[str, Any] = {
     "defaultTtlSeconds": 600,
     "statusOutputBytes": 32768,
     "maxDiagnostics": 50,
+    "maxOutputFiles": 32,
+    "maxOutputFilesBytes": 4194304,
+    "outputsStoredBytes": 524288,
     "logReadLimitBytes": 104857600,
     "sandboxUid": 10001,
     "sandboxGid": 10002,
@@ -128,6 +131,7 @@ TENANTS: list[dict[str, Any]] = [
             "maxIdleTimeoutSeconds": 300,
             "maxLifetimeSeconds": 600,
             "maxFileBytes": 65536,
+            "maxInlineFileBytes": 262144,
         },
         "resourceQuota": {"pods": "20"},
         "pools": [

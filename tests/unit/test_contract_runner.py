@@ -4,10 +4,11 @@ import json
 
 import pytest
 import runner_wire
-from runner_wire import KEY, frame, lines, pod_log, summary
+from runner_wire import KEY, file_frames, frame, lines, listing, pod_log, summary
 from sandpod_contract.runner import (
     MAX_FRAME_BYTES,
     LogReader,
+    LogSummary,
     RunnerResult,
     Summary,
     Tail,
@@ -174,3 +175,56 @@ def test_overlong_line_is_skipped() -> None:
     log = b"x" * (MAX_FRAME_BYTES + 1) + b"yyy\n" + LOG
     found = read(log).finish()
     assert found.stdout == "hello\nwörld\n" and found.result is not None
+
+
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 40
+CSV = b"a,b\n1,2\n"
+
+
+def files_log(
+    files: dict[str, bytes], listed: list[dict], files_bytes: int = 1 << 20
+) -> LogSummary:
+    outputs = [frame for path, content in files.items() for frame in file_frames(path, content)]
+    runner_result = runner_wire.result(outputs=listed, outputsTruncated=False, outputsSkipped=1)
+    reader = LogReader(
+        1024, Summary.model_validate(summary(runner_result, len(outputs))), files_bytes
+    )
+    reader.feed(pod_log(outputs, runner_result))
+    return reader.finish()
+
+
+def test_file_frames_are_reassembled_and_verified_against_the_listing() -> None:
+    found = files_log(
+        {"plot.png": PNG, "data/t.csv": CSV},
+        [listing("plot.png", PNG, "image/png"), listing("data/t.csv", CSV, "text/csv")],
+    )
+    assert found.result is not None and found.result.outputs_skipped == 1
+    assert [(f.path, f.content, f.media_type) for f in found.files] == [
+        ("plot.png", PNG, "image/png"),
+        ("data/t.csv", CSV, "text/csv"),
+    ]
+    assert found.dropped_files == 0 and found.stdout == ""
+
+
+def test_a_file_whose_bytes_do_not_match_its_listing_is_dropped() -> None:
+    found = files_log(
+        {"a.csv": CSV, "b.csv": CSV + b"more"},
+        [listing("a.csv", CSV), listing("b.csv", CSV), listing("never-sent.txt", b"x")],
+    )
+    assert [f.path for f in found.files] == ["a.csv"]
+    assert found.dropped_files == 2
+
+
+def test_file_bytes_past_the_limit_are_verified_but_not_kept() -> None:
+    found = files_log(
+        {"a.png": PNG, "b.csv": CSV}, [listing("a.png", PNG), listing("b.csv", CSV)], 100
+    )
+    assert [(f.path, f.content) for f in found.files] == [("a.png", None), ("b.csv", CSV)]
+
+
+def test_a_termination_message_without_the_outputs_list_agrees() -> None:
+    full = RunnerResult.model_validate(runner_wire.result(outputs=[listing("a.csv", CSV)]))
+    told = RunnerResult.model_validate(runner_wire.result(outputs=None))
+    other = RunnerResult.model_validate(runner_wire.result(outputs=[listing("b.csv", CSV)]))
+    assert full.agrees_with(told)
+    assert not full.agrees_with(other)

@@ -1,3 +1,4 @@
+import base64
 import json
 import os
 import re
@@ -7,6 +8,7 @@ import pytest
 from sandpod_contract.catalog import Catalog, load_catalog
 from sandpod_contract.models import CodeExecutionSpec, Network
 from sandpod_contract.names import child_name
+from sandpod_contract.runner import VerifiedFile
 from sandpod_operator.builders import (
     DENY_ALL_POLICY_NAME,
     InvalidSpecError,
@@ -15,9 +17,11 @@ from sandpod_operator.builders import (
     build_configmap,
     build_egress_policy,
     build_network_policy,
+    build_outputs_configmap,
     build_pod,
     build_runner_config,
     plan_execution,
+    plan_outputs,
 )
 from sandpod_operator.settings import RUNNER_PATH, OperatorSettings
 
@@ -123,18 +127,26 @@ def test_runner_config_follows_the_protocol(catalog: Catalog, settings: Operator
             "main.py",
         ],
         "args": ["-v"],
-        "env": {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"},
+        "env": {
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "MPLBACKEND": "module://sandpod_mpl",
+            "MPLCONFIGDIR": "/tmp/matplotlib",
+        },
         "timeoutSeconds": 7,
         "maxOutputBytes": 1024 * 1024,
+        "maxOutputFiles": 64,
+        "maxOutputFilesBytes": 8 * 1024 * 1024,
         "files": [{"key": "file-0", "path": "data/a.csv"}, {"key": "file-1", "path": "b.txt"}],
         "hasStdin": True,
         "limits": {"processes": 128, "fileSizeBytes": 100 * 1024 * 1024, "openFiles": 1024},
     }
 
 
-def test_configmap_carries_code_and_config(catalog: Catalog, settings: OperatorSettings) -> None:
-    parsed = spec(source="print(2)", files=[{"path": "x.txt", "content": "hi"}])
-    configmap = build_configmap(
+def configmap_of(
+    parsed: CodeExecutionSpec, catalog: Catalog, settings: OperatorSettings
+) -> Manifest:
+    return build_configmap(
         namespace="team-a",
         execution_name="hello",
         uid=UID,
@@ -142,6 +154,11 @@ def test_configmap_carries_code_and_config(catalog: Catalog, settings: OperatorS
         plan=plan_execution(parsed, catalog, settings),
         settings=settings,
     )
+
+
+def test_configmap_carries_code_and_config(catalog: Catalog, settings: OperatorSettings) -> None:
+    parsed = spec(source="print(2)", files=[{"path": "x.txt", "content": "hi"}])
+    configmap = configmap_of(parsed, catalog, settings)
     assert configmap["metadata"]["name"] == "hello-0a1b2c3d"
     assert configmap["metadata"]["namespace"] == "team-a"
     assert configmap["immutable"] is True
@@ -150,6 +167,65 @@ def test_configmap_carries_code_and_config(catalog: Catalog, settings: OperatorS
     assert data["file-0"] == "hi"
     assert "stdin" not in data
     assert json.loads(data["config.json"])["hasStdin"] is False
+
+
+def test_binary_input_files_go_to_binary_data(catalog: Catalog, settings: OperatorSettings) -> None:
+    files = [
+        {"path": "a.bin", "content": "AAH/", "encoding": "base64"},
+        {"path": "b.txt", "content": "t"},
+    ]
+    parsed = spec(files=files)
+    configmap = configmap_of(parsed, catalog, settings)
+    assert configmap["binaryData"] == {"file-0": "AAH/"}
+    assert configmap["data"]["file-1"] == "t" and "file-0" not in configmap["data"]
+    assert parsed.files[0].data() == b"\x00\x01\xff"
+
+
+def test_a_base64_file_that_is_not_base64_is_refused() -> None:
+    with pytest.raises(ValueError, match="not valid base64"):
+        spec(files=[{"path": "a.bin", "content": "not base64!", "encoding": "base64"}])
+
+
+def verified(path: str, content: bytes | None, size: int | None = None) -> VerifiedFile:
+    size = len(content or b"") if size is None else size
+    return VerifiedFile(path, size, "0" * 64, "text/plain", content)
+
+
+def test_output_files_are_stored_in_order_while_they_fit() -> None:
+    files = [
+        verified("a.txt", b"a" * 60),
+        verified("big.bin", b"b" * 50),
+        verified("c.txt", b"c" * 40),
+        verified("unkept.bin", None, 5),
+    ]
+    entries = plan_outputs(files, 100)
+    assert [(e["path"], e["stored"], e.get("key")) for e in entries] == [
+        ("a.txt", True, "file-0"),
+        ("big.bin", False, None),
+        ("c.txt", True, "file-1"),
+        ("unkept.bin", False, None),
+    ]
+    configmap = build_outputs_configmap(
+        namespace="ns", execution_name="hello", uid=UID, files=files, entries=entries
+    )
+    assert configmap is not None
+    assert configmap["metadata"]["name"] == "hello-0a1b2c3d-outputs"
+    assert configmap["binaryData"] == {
+        "file-0": base64.b64encode(b"a" * 60).decode(),
+        "file-1": base64.b64encode(b"c" * 40).decode(),
+    }
+    assert configmap["immutable"] is True and "data" not in configmap
+
+
+def test_no_outputs_configmap_when_nothing_is_stored() -> None:
+    files = [verified("big.bin", b"b" * 50)]
+    entries = plan_outputs(files, 10)
+    assert (
+        build_outputs_configmap(
+            namespace="ns", execution_name="hello", uid=UID, files=files, entries=entries
+        )
+        is None
+    )
 
 
 def test_pod_is_hardened(catalog: Catalog, settings: OperatorSettings) -> None:

@@ -2,6 +2,7 @@
 
 from collections.abc import AsyncIterator
 from typing import Annotated
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Header, Query, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
@@ -20,6 +21,8 @@ from sandpod_gateway.executions import (
     create_execution,
     get_owned_execution,
     list_page,
+    read_output_file,
+    result_with_files,
 )
 from sandpod_gateway.metrics import GatewayMetrics
 from sandpod_gateway.resources import Resource, execution_result, is_terminal
@@ -144,8 +147,39 @@ async def list_executions(
     summary="Get an execution",
     responses=error_responses(*COMMON_ERRORS, 404),
 )
-async def get_execution(execution: OwnedExecution) -> ExecutionResult:
-    return execution_result(execution)
+async def get_execution(
+    execution: OwnedExecution, tenant: CurrentTenant, service: ExecutionServiceDep
+) -> ExecutionResult:
+    return await result_with_files(execution, tenant, service)
+
+
+@router.get(
+    "/{execution_id}/files/{path:path}",
+    response_class=Response,
+    summary="Get an output file",
+    description="The bytes of a file the program left in /tmp/outputs, with its media type "
+    "(served as an attachment, never rendered). 404 for a path the execution does not "
+    "have, or whose content was not stored.",
+    responses={
+        200: {"content": {"application/octet-stream": {}}, "description": "The file"},
+        **error_responses(*COMMON_ERRORS, 404),
+    },
+)
+async def get_output_file(
+    execution: OwnedExecution, path: str, tenant: CurrentTenant, service: ExecutionServiceDep
+) -> Response:
+    content, media_type = await read_output_file(execution, path, tenant, service)
+    filename = path.rsplit("/", 1)[-1]
+    return Response(
+        content,
+        media_type=media_type,
+        headers={
+            # The program chose these bytes: never let a browser run them on this origin.
+            "Content-Disposition": f"attachment; filename*=UTF-8''{quote(filename)}",
+            "X-Content-Type-Options": "nosniff",
+            "Content-Security-Policy": "sandbox; default-src 'none'",
+        },
+    )
 
 
 @router.delete(

@@ -30,9 +30,13 @@ type Config struct {
 	Env            map[string]string `json:"env"`
 	TimeoutSeconds int               `json:"timeoutSeconds"`
 	MaxOutputBytes int64             `json:"maxOutputBytes"`
-	Files          []FileMapping     `json:"files"`
-	HasStdin       bool              `json:"hasStdin"`
-	Limits         Limits            `json:"limits"`
+	// MaxOutputFiles and MaxOutputFilesBytes bound what comes back from the
+	// outputs directory (outputs.go).
+	MaxOutputFiles      int           `json:"maxOutputFiles"`
+	MaxOutputFilesBytes int64         `json:"maxOutputFilesBytes"`
+	Files               []FileMapping `json:"files"`
+	HasStdin            bool          `json:"hasStdin"`
+	Limits              Limits        `json:"limits"`
 }
 
 // FileMapping places the input file Key at Path, relative to the work dir.
@@ -69,6 +73,12 @@ func ParseConfig(data []byte) (Config, error) {
 	if cfg.MaxOutputBytes == 0 {
 		cfg.MaxOutputBytes = DefaultMaxOutputBytes
 	}
+	if cfg.MaxOutputFiles == 0 {
+		cfg.MaxOutputFiles = DefaultMaxOutputFiles
+	}
+	if cfg.MaxOutputFilesBytes == 0 {
+		cfg.MaxOutputFilesBytes = DefaultMaxOutputFilesBytes
+	}
 	if err := cfg.validate(); err != nil {
 		return Config{}, fmt.Errorf("invalid config: %w", err)
 	}
@@ -100,6 +110,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxOutputBytes < 0 {
 		problems = append(problems, fmt.Errorf("maxOutputBytes must not be negative, got %d", c.MaxOutputBytes))
+	}
+	if c.MaxOutputFiles < 0 || c.MaxOutputFilesBytes < 0 {
+		problems = append(problems, errors.New("maxOutputFiles and maxOutputFilesBytes must not be negative"))
 	}
 	for _, f := range c.Files {
 		if !isPlainFileName(f.Key) {

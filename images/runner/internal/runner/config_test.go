@@ -15,6 +15,8 @@ const protocolExampleConfig = `{
   "env": {"PYTHONUNBUFFERED": "1"},
   "timeoutSeconds": 10,
   "maxOutputBytes": 1048576,
+  "maxOutputFiles": 64,
+  "maxOutputFilesBytes": 8388608,
   "files": [{"key": "file-0", "path": "data/in.csv"}],
   "hasStdin": false,
   "limits": {"processes": 128, "fileSizeBytes": 104857600, "openFiles": 1024}
@@ -26,16 +28,18 @@ func TestParseConfigReadsTheProtocolExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Config{
-		Mode:           ModeRun,
-		SourceFile:     "main.py",
-		Command:        []string{"python3", "main.py"},
-		LintCommand:    []string{"ruff", "check", "--output-format=json", "--no-cache", "--isolated", "main.py"},
-		Args:           []string{},
-		Env:            map[string]string{"PYTHONUNBUFFERED": "1"},
-		TimeoutSeconds: 10,
-		MaxOutputBytes: 1 << 20,
-		Files:          []FileMapping{{Key: "file-0", Path: "data/in.csv"}},
-		Limits:         Limits{Processes: 128, FileSizeBytes: 100 << 20, OpenFiles: 1024},
+		Mode:                ModeRun,
+		SourceFile:          "main.py",
+		Command:             []string{"python3", "main.py"},
+		LintCommand:         []string{"ruff", "check", "--output-format=json", "--no-cache", "--isolated", "main.py"},
+		Args:                []string{},
+		Env:                 map[string]string{"PYTHONUNBUFFERED": "1"},
+		TimeoutSeconds:      10,
+		MaxOutputBytes:      1 << 20,
+		MaxOutputFiles:      64,
+		MaxOutputFilesBytes: 8 << 20,
+		Files:               []FileMapping{{Key: "file-0", Path: "data/in.csv"}},
+		Limits:              Limits{Processes: 128, FileSizeBytes: 100 << 20, OpenFiles: 1024},
 	}
 	assertSameJSON(t, "config", want, cfg)
 }
@@ -119,6 +123,6 @@ func TestParseOptionsServeMode(t *testing.T) {
 func TestProgramEnvMergesConfigOverTheCleanBase(t *testing.T) {
 	env := programEnv(map[string]string{"PYTHONUNBUFFERED": "1", "PATH": "/opt/bin"}, "/tmp/work")
 
-	want := []string{"HOME=/tmp/work", "LANG=C.UTF-8", "PATH=/opt/bin", "PYTHONUNBUFFERED=1", "TMPDIR=/tmp"}
+	want := []string{"HOME=/tmp/work", "LANG=C.UTF-8", "PATH=/opt/bin", "PYTHONUNBUFFERED=1", "SANDPOD_OUTPUTS=/tmp/outputs", "TMPDIR=/tmp"}
 	assertSameJSON(t, "env", want, env)
 }

@@ -74,6 +74,15 @@ def _sandpod_kernel():
         (size,) = unpack(">I", read_exactly(4, header))
         return loads(read_exactly(size)), fds
 
+    def save_figures():
+        # Charts the run showed or left open come back as its output files.
+        backend = sys.modules.get("sandpod_mpl")
+        if backend is not None:
+            try:
+                backend.flush()
+            except BaseException:
+                pass
+
     def flush():
         for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
             try:
@@ -144,6 +153,7 @@ def _sandpod_kernel():
             addsitedir(user_site)
         invalidate()
         status, value = run(request["run"], request["source"])
+        save_figures()
         flush()
         detach()
         reply = dumps({"run": request["run"], "exitCode": status, "value": value}).encode()
@@ -236,7 +246,11 @@ func (k *kernel) run(ctx context.Context, cfg Config, request runRequest, number
 	}
 	var value *string
 	alive := true
-	result := runCaptured(cfg, frames, func(stdout, stderr io.Writer) processOutcome {
+	outputs := outputsDir(k.child.spec.dir)
+	if err := resetOutputsDir(outputs); err != nil {
+		return failedResult(err), nil, true
+	}
+	result := runCaptured(cfg, frames, outputs, func(stdout, stderr io.Writer) processOutcome {
 		var readers sync.WaitGroup
 		readers.Add(2)
 		go func() { defer readers.Done(); drain(pipes.stdout[0], stdout) }()

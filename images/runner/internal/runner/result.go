@@ -48,6 +48,13 @@ type Result struct {
 	// Compile is the compile step's outcome when the language has one; when it
 	// failed the program did not run (ExitCode and Signal are null).
 	Compile *CompileResult `json:"compile,omitempty"`
+	// Outputs lists the files that came back as file frames (null in lint
+	// mode, and in a termination message they would not fit in).
+	Outputs []OutputFile `json:"outputs"`
+	// OutputsTruncated: a limit left files out; OutputsSkipped counts entries
+	// not collected (symlinks, fifos, devices, too large, ...).
+	OutputsTruncated bool `json:"outputsTruncated"`
+	OutputsSkipped   int  `json:"outputsSkipped"`
 }
 
 // sessionValue is text or null, present in session mode only.
@@ -77,8 +84,8 @@ func failedResult(err error) Result {
 }
 
 // TerminationMessage encodes the summary in at most MaxTerminationMessageBytes,
-// dropping the diagnostics, the compiler's output and a session value, then
-// shortening the error, when it does not fit.
+// dropping the diagnostics, the outputs list, the compiler's output and a
+// session value, then shortening the error, when it does not fit.
 func TerminationMessage(summary summaryRecord) []byte {
 	message := marshalJSONLine(summary)
 	if len(message) <= MaxTerminationMessageBytes {
@@ -86,6 +93,7 @@ func TerminationMessage(summary summaryRecord) []byte {
 	}
 	result := &summary.Result
 	result.Diagnostics = nil
+	result.Outputs = nil
 	if result.Compile != nil {
 		withoutOutput := *result.Compile
 		withoutOutput.Output = ""

@@ -166,7 +166,7 @@ func runProgram(ctx context.Context, spec processSpec, cfg Config, frames *frame
 		return final
 	}
 	spec.argv = append(slices.Clone(cfg.Command), cfg.Args...)
-	result := runCaptured(cfg, frames, func(stdout, stderr io.Writer) processOutcome {
+	result := runCaptured(cfg, frames, outputsDir(spec.dir), func(stdout, stderr io.Writer) processOutcome {
 		return runProcess(ctx, spec, stdout, stderr)
 	})
 	result.Compile = compiled
@@ -189,15 +189,19 @@ func newProcessSpec(cfg Config, opts Options, stdin *os.File) processSpec {
 	}
 }
 
-// runCaptured frames the program's stdout and stderr as run produces them
-// and returns the run's result.
-func runCaptured(cfg Config, frames *frameWriter, run func(stdout, stderr io.Writer) processOutcome) Result {
+// runCaptured frames the program's stdout and stderr as run produces them,
+// then the files it left in outputs, and returns the run's result.
+func runCaptured(cfg Config, frames *frameWriter, outputs string, run func(stdout, stderr io.Writer) processOutcome) Result {
 	stdoutCapture := newStreamCapture(StreamStdout, cfg.MaxOutputBytes, frames)
 	stderrCapture := newStreamCapture(StreamStderr, cfg.MaxOutputBytes, frames)
 	outcome := run(stdoutCapture, stderrCapture)
 	stdoutCapture.finish()
 	stderrCapture.finish()
-	return newResult(outcome, stdoutCapture, stderrCapture)
+	result := newResult(outcome, stdoutCapture, stderrCapture)
+	if outcome.startErr == nil {
+		result.addOutputs(collectOutputs(outputs, cfg, frames))
+	}
+	return result
 }
 
 // lint runs the linter, parses its JSON report into diagnostics and frames

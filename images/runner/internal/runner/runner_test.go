@@ -244,6 +244,7 @@ func TestRunGivesTheProgramACleanEnvironment(t *testing.T) {
 		"HOME=" + f.opts.WorkDir,
 		"LANG=C",
 		"PATH=" + DefaultPath,
+		"SANDPOD_OUTPUTS=" + outputsDir(f.opts.WorkDir),
 		"TMPDIR=" + filepath.Dir(f.opts.WorkDir),
 	}
 	if !slices.Equal(got, want) {

@@ -54,6 +54,8 @@ type runRequest struct {
 type inlineFile struct {
 	Path    string `json:"path"`
 	Content string `json:"content"`
+	// Encoding is "" (Content is the text) or "base64".
+	Encoding string `json:"encoding,omitempty"`
 }
 
 func serveMain(opts Options, stdout, stderr io.Writer) int {

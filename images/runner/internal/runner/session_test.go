@@ -221,7 +221,7 @@ except PermissionError:
 fds = [int(fd) for fd in os.listdir("/proc/self/fd") if int(fd) < 10]
 print(resource.getrlimit(resource.RLIMIT_NOFILE), sorted(os.environ), fds, os.readlink("/proc/self/fd/4"))
 `)
-	assertRun(t, output, 0, "EPERM\n(1024, 1024) ['HOME', 'LANG', 'PATH', 'PYTHONUNBUFFERED', 'TMPDIR'] [0, 1, 2, 3, 4, 5] /dev/null\n", "", false)
+	assertRun(t, output, 0, "EPERM\n(1024, 1024) ['HOME', 'LANG', 'PATH', 'PYTHONUNBUFFERED', 'SANDPOD_OUTPUTS', 'TMPDIR'] [0, 1, 2, 3, 4, 5] /dev/null\n", "", false)
 }
 
 func TestSessionRunsOtherCommandsFreshInTheSharedWorkDir(t *testing.T) {

@@ -1,7 +1,9 @@
 package runner
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -159,7 +161,7 @@ func (c *warmChild) run(ctx context.Context, cfg Config, request runRequest, fra
 		argv = argv[1:]
 	}
 	c.spec.timeout = time.Duration(cfg.TimeoutSeconds) * time.Second
-	return runCaptured(cfg, frames, func(stdout, stderr io.Writer) processOutcome {
+	return runCaptured(cfg, frames, outputsDir(c.spec.dir), func(stdout, stderr io.Writer) processOutcome {
 		c.process.started = time.Now()
 		go feedStdin(c.stdin, request.Stdin)
 		// A child that died already shows in its outcome.
@@ -216,7 +218,11 @@ func writeRequestFiles(workDir string, files []inlineFile, replace bool) error {
 				return fmt.Errorf("replacing %s: %w", path, err)
 			}
 		}
-		if err := writeWorkFile(path, strings.NewReader(file.Content), file.Path); err != nil {
+		content, err := file.bytes()
+		if err != nil {
+			return err
+		}
+		if err := writeWorkFile(path, bytes.NewReader(content), file.Path); err != nil {
 			return err
 		}
 	}
@@ -246,4 +252,19 @@ func describe(value *int) string {
 		return "none"
 	}
 	return strconv.Itoa(*value)
+}
+
+// bytes is the file's content: its text, or what its base64 encodes.
+func (f inlineFile) bytes() ([]byte, error) {
+	if f.Encoding == "" {
+		return []byte(f.Content), nil
+	}
+	if f.Encoding != "base64" {
+		return nil, fmt.Errorf("file %q: unknown encoding %q", f.Path, f.Encoding)
+	}
+	content, err := base64.StdEncoding.DecodeString(f.Content)
+	if err != nil {
+		return nil, fmt.Errorf("file %q: invalid base64: %w", f.Path, err)
+	}
+	return content, nil
 }

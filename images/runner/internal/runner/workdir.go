@@ -33,11 +33,12 @@ func prepareWorkDir(cfg *Config, inputDir, workDir string) error {
 	return nil
 }
 
+// createWorkDir creates workDir and an empty outputs dir next to it.
 func createWorkDir(workDir string) error {
 	if err := os.MkdirAll(workDir, 0o755); err != nil {
 		return fmt.Errorf("creating the work dir: %w", err)
 	}
-	return nil
+	return resetOutputsDir(outputsDir(workDir))
 }
 
 func copyInputFile(src, dst string) error {
@@ -88,10 +89,11 @@ func openStdin(fromInput bool, inputDir string) (*os.File, error) {
 // sorted by name.
 func programEnv(extra map[string]string, workDir string) []string {
 	vars := map[string]string{
-		"PATH":   DefaultPath,
-		"LANG":   "C.UTF-8",
-		"HOME":   workDir,
-		"TMPDIR": filepath.Dir(workDir),
+		"PATH":     DefaultPath,
+		"LANG":     "C.UTF-8",
+		"HOME":     workDir,
+		"TMPDIR":   filepath.Dir(workDir),
+		OutputsEnv: outputsDir(workDir),
 	}
 	maps.Copy(vars, extra)
 	env := make([]string, 0, len(vars))
