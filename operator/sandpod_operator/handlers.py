@@ -172,8 +172,9 @@ async def stop_deleted_execution(
     namespace: str | None, uid: str, memo: kopf.Memo, status: kopf.Status, **_: Any
 ) -> None:
     """Remove a deleted execution's pod at once instead of waiting for garbage collection."""
-    kube = reconciler_of(memo).kube
-    kube.counter.forget(uid)
+    reconciler = reconciler_of(memo)
+    reconciler.forget(uid)
+    kube = reconciler.kube
     # A session's pod is the session's: it stays for the session's other executions.
     if namespace and status.get("podName") and not status.get("session"):
         await kube.delete_pod(namespace, status["podName"], uid=None)
@@ -224,8 +225,9 @@ async def watchdog(
             logger.warning("watchdog check failed, retrying: %s", error)
 
 
-# One run per warm execution and operator process; after a restart it re-attaches to the
-# runner (same executionId), which replays the run's frames instead of running it again.
+# The create handler starts the warm run itself (a task); this daemon waits for it, and
+# after a restart (or when that run could not record) re-attaches to the runner (same
+# executionId), which replays the run's frames instead of running it again.
 @kopf.daemon(*EXECUTIONS, when=running_warm, cancellation_timeout=5)
 async def serve_warm(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
     """Run a warm execution in the pod it claimed and record the runner's result."""

@@ -9,6 +9,7 @@ moves the status, and a terminal status is final. Events are posted only by the 
 whose write made the transition.
 """
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -136,6 +137,10 @@ class Reconciler:
     node_allocatable: dict[str, Manifest] = field(default_factory=dict)
     warm: WarmPath = field(init=False)
     sessions: SessionController = field(init=False)
+    # Per execution uid: its warm run, started in this process right after the claim (the
+    # serve daemon waits for it instead of posting again), and the runs it finished.
+    warm_runs: dict[str, asyncio.Task[bool]] = field(default_factory=dict)
+    warm_done: set[str] = field(default_factory=set)
 
     def on_node_event(self, event_type: str | None, node: Manifest) -> None:
         name = str((node.get("metadata") or {}).get("name"))
@@ -151,8 +156,16 @@ class Reconciler:
         )
 
     async def close(self) -> None:
+        for task in self.warm_runs.values():
+            task.cancel()  # re-attached after a restart (same executionId)
         await self.warm.close()
         await self.kube.close()
+
+    def forget(self, execution_uid: str) -> None:
+        """An execution is gone: drop what this process kept about it."""
+        self.kube.counter.forget(execution_uid)
+        self.warm_done.discard(execution_uid)
+        self.warm.marks.pop(execution_uid, None)
 
     # --- starting -------------------------------------------------------------------------
 
@@ -190,8 +203,8 @@ class Reconciler:
             await self.sessions.accept(execution, spec, session)
             return
         pod_name = child_name(name, uid)
-        if status.get("startMode") == "warm":
-            return  # the serve daemon runs it, and re-attaches after a restart
+        if status.get("startMode") == "warm" or uid in self.warm_runs or uid in self.warm_done:
+            return  # its warm run is under way (or the serve daemon re-attaches to it)
         if status.get("podName"):
             # A pod was created before (this process or an earlier one): follow it, never
             # create a second one. If it is gone, the run is lost.
@@ -205,7 +218,9 @@ class Reconciler:
             execution, EXECUTION_LABEL, execution_wants(spec, plan), pools or []
         )
         if claimed is not None:
-            await self._record_claim(execution, claimed)
+            written = await self._record_claim(execution, claimed)
+            if written is not None:
+                self._serve_soon(written)
             return
         pod = await self._create_children(execution, spec, plan, deny_all_present)
         if pod is not None:
@@ -442,8 +457,9 @@ class Reconciler:
 
     # --- warm: a pod claimed from a pool -----------------------------------------------
 
-    async def _record_claim(self, execution: Manifest, pod: Manifest) -> None:
-        """The program starts at the claim; the status names the pod before it runs."""
+    async def _record_claim(self, execution: Manifest, pod: Manifest) -> Manifest | None:
+        """The program starts at the claim; the status names the pod before it runs. The
+        execution as written, or None when another writer moved its status first."""
         started = now()
         verdict = Verdict(
             "Running",
@@ -455,14 +471,50 @@ class Reconciler:
         )
         meta, pod_name = execution["metadata"], pod["metadata"]["name"]
         self.warm.claimed[meta["uid"]] = pod
-        if not await self.record(execution, verdict, pod_name=pod_name):
+        written = await self._write(execution, verdict, pod_name=pod_name)
+        if written is None:
+            self.warm.claimed.pop(meta["uid"], None)
             current = await self.kube.get_execution(meta["namespace"], meta["name"], uid=None)
             if current is None or is_terminal((current.get("status") or {}).get("phase")):
                 await self.kube.delete_pod(meta["namespace"], pod_name, uid=meta["uid"])
+            return None
+        self.warm.mark(meta["uid"], "running")
+        return written
+
+    def _serve_soon(self, execution: Manifest) -> None:
+        """Run the claimed execution now, beside kopf's handlers (a kopf daemon would start
+        only once the status write comes back as an event)."""
+        uid = execution["metadata"]["uid"]
+        self.warm_runs[uid] = asyncio.create_task(self._serve(execution), name=f"warm run {uid}")
+
+    async def _serve(self, execution: Manifest) -> bool:
+        """The warm run as a task: True once its result is recorded. On an API error the
+        serve daemon (kopf's retries) takes over and re-attaches."""
+        uid = execution["metadata"]["uid"]
+        try:
+            await self._run_warm_now(execution)
+        except (*API_ERRORS, kopf.TemporaryError) as error:
+            logger.warning("warm run of %s: %s", execution["metadata"]["name"], error)
+            return False
+        finally:
+            self.warm_runs.pop(uid, None)
+        self.warm_done.add(uid)
+        return True
 
     async def run_warm(self, execution: Manifest) -> None:
-        """The serve daemon: run (or re-attach to) the program in its claimed pod, record the
-        runner's verified result (never the kubelet's), then remove the pod."""
+        """The serve daemon: wait for the run this process started, or (after a restart, or
+        when that run failed to record) run or re-attach to the program in its claimed pod."""
+        uid = execution["metadata"]["uid"]
+        task = self.warm_runs.get(uid)
+        if task is not None and await asyncio.shield(task):
+            return
+        if uid in self.warm_done:
+            return
+        await self._run_warm_now(execution)
+
+    async def _run_warm_now(self, execution: Manifest) -> None:
+        """Run (or re-attach to) the program in its claimed pod, record the runner's
+        verified result (never the kubelet's), then remove the pod."""
         status = execution.get("status") or {}
         meta = execution["metadata"]
         if is_terminal(status.get("phase")) or status.get("startMode") != "warm":
@@ -492,7 +544,10 @@ class Reconciler:
                 pod, log, mode=spec.mode, started_at=started, now=now(), settings=self.settings
             )
         await self.record(execution, verdict)
+        self.warm.mark(meta["uid"], "recorded")
         await self.kube.delete_pod(meta["namespace"], pod["metadata"]["name"], uid=meta["uid"])
+        self.warm.mark(meta["uid"], "pod_deleted")
+        self.warm.log_marks(execution)
 
     async def _warm_backstop(self, execution: Manifest) -> None:
         """A warm run whose serve daemon did not end it well past its deadline."""
@@ -575,15 +630,21 @@ class Reconciler:
         self, execution: Manifest, verdict: Verdict, *, pod_name: str | None = None
     ) -> bool:
         """Write the verdict into status (compare-and-swap); True if this call moved it."""
+        return await self._write(execution, verdict, pod_name=pod_name) is not None
+
+    async def _write(
+        self, execution: Manifest, verdict: Verdict, *, pod_name: str | None = None
+    ) -> Manifest | None:
+        """`record`, answering the execution as written (None if this call did not move it)."""
         meta = execution["metadata"]
         namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
         current: Manifest | None = execution
         for _ in range(MAX_WRITE_ATTEMPTS):
             if current is None or current["metadata"].get("uid") != uid:
-                return False
+                return None
             previous = current.get("status") or {}
             if not supersedes(verdict, previous):
-                return False
+                return None
             new = next_status(
                 previous,
                 verdict,
@@ -593,9 +654,9 @@ class Reconciler:
             )
             patch = status_patch(previous, new)
             if not patch:
-                return False
+                return None
             try:
-                await self.kube.patch_execution_status(
+                written = await self.kube.patch_execution_status(
                     namespace,
                     name,
                     uid=uid,
@@ -604,7 +665,7 @@ class Reconciler:
                 )
             except KubeError as error:
                 if error.status == 404:
-                    return False
+                    return None
                 if too_large(error) and verdict.reason != STATUS_TOO_LARGE:
                     verdict = _without_result(verdict)
                     continue
@@ -615,7 +676,7 @@ class Reconciler:
             self._announce(current, previous, new)
             if is_terminal(new["phase"]):
                 await self._try_mark_finished(current)
-            return True
+            return written
         raise kopf.TemporaryError(f"status of {namespace}/{name} kept changing", delay=1)
 
     def _announce(self, execution: Manifest, previous: Manifest, new: Manifest) -> None:

@@ -16,6 +16,7 @@ import asyncio
 import json
 import logging
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -41,6 +42,10 @@ from sandpod_operator.settings import OperatorSettings
 Manifest = dict[str, Any]
 
 logger = logging.getLogger(__name__)
+
+# The operator's log line with one warm run's milestones (wall-clock seconds, JSON), read by
+# the bench's breakdown: `warm timings <namespace>/<name> {"claiming": ..., ...}`.
+TIMINGS_LOG = "warm timings"
 
 # The runner's first log line is short; more than this is not it.
 CREDENTIAL_LINE_BYTES = 4096
@@ -291,6 +296,8 @@ class WarmPath:
     credentials: dict[str, str] = field(default_factory=dict)
     # Per execution uid: the pod just claimed, handed to its serve daemon (saves a read).
     claimed: dict[str, Manifest] = field(default_factory=dict)
+    # Per execution uid: wall-clock times of its warm run's milestones in this process.
+    marks: dict[str, dict[str, float]] = field(default_factory=dict)
     _session: aiohttp.ClientSession | None = None
 
     async def close(self) -> None:
@@ -309,6 +316,7 @@ class WarmPath:
             return None
         meta = owner["metadata"]
         namespace, uid = meta["namespace"], meta["uid"]
+        self.mark(uid, "claiming")
         pods = await self.kube.list_pods(namespace, label_selector=names.POOL_LABEL, uid=uid)
         earlier = earlier_claim(pods, uid)
         if earlier is not None:
@@ -319,15 +327,30 @@ class WarmPath:
         for pod in candidates(pods, fitting):
             patch = claim_patch(pod, owner, owner_label)
             try:
-                return await self.kube.patch_pod(
+                claimed = await self.kube.patch_pod(
                     namespace, pod["metadata"]["name"], uid=uid, patch=patch
                 )
+                self.mark(uid, "claimed")
+                return claimed
             except KubeError as error:
                 if error.status not in (404, 409):
                     raise
                 CLAIM_CONFLICTS.inc()
         POOL_MISSES.inc()
+        self.marks.pop(uid, None)
         return None
+
+    def mark(self, execution_uid: str, milestone: str) -> None:
+        self.marks.setdefault(execution_uid, {}).setdefault(milestone, time.time())
+
+    def log_marks(self, execution: Manifest) -> None:
+        """One log line with the run's milestones in this process (cheap, always on)."""
+        meta = execution["metadata"]
+        marks = self.marks.pop(meta["uid"], None)
+        if marks:
+            logger.info(
+                "%s %s/%s %s", TIMINGS_LOG, meta["namespace"], meta["name"], json.dumps(marks)
+            )
 
     async def credential(self, pod: Manifest) -> str | None:
         pod_uid = str(pod["metadata"].get("uid"))
@@ -378,6 +401,7 @@ class WarmPath:
                     request,
                     tail_bytes=self.settings.status_output_bytes,
                     limit_bytes=self.settings.log_read_limit_bytes,
+                    marks=self.marks.setdefault(str(request["executionId"]), {}),
                 )
         except RunnerUnavailable as error:
             RUNNER_FAILURES.labels(why=error.why).inc()
