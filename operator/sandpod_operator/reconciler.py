@@ -166,8 +166,31 @@ class Reconciler:
         self.kube.counter.forget(execution_uid)
         self.warm_done.discard(execution_uid)
         self.warm.marks.pop(execution_uid, None)
+        self.warm.claimed.pop(execution_uid, None)
+        self.warm.unsure.discard(execution_uid)
 
     # --- starting -------------------------------------------------------------------------
+
+    async def start_early(
+        self, execution: Manifest, *, pools: list[Manifest], pool_pods: list[Manifest]
+    ) -> None:
+        """On an execution's first events, before kopf's own cycle (its finalizer) lets the
+        create handler run: claim a pool pod and start the run if it can; anything else
+        (no pool, no free pod, an invalid spec, a cancel) is left to the create handler."""
+        meta = execution["metadata"]
+        uid = meta["uid"]
+        started = uid in self.warm_runs or uid in self.warm_done or uid in self.warm.claimed
+        if not pools or execution.get("status") or started or meta.get("deletionTimestamp"):
+            return
+        if cancel_requested(execution):
+            return
+        try:
+            spec = CodeExecutionSpec.model_validate(execution.get("spec") or {})
+            plan = plan_execution(spec, self.catalog, self.settings)
+        except (ValidationError, InvalidSpecError):
+            return
+        if spec.session is None:
+            await self._start_warm(execution, spec, plan, pools, pool_pods)
 
     async def start(
         self,
@@ -176,10 +199,12 @@ class Reconciler:
         deny_all_present: bool,
         pools: list[Manifest] | None = None,
         session: Manifest | None = None,
+        pool_pods: list[Manifest] | None = None,
     ) -> None:
         """on.create / on.resume: make sure an unfinished execution has its pod, once: one
-        claimed from a fitting pool of its namespace (`pools`), else one of its own. One
-        that names a session (`session`: as last seen, if at all) waits for its turn there."""
+        claimed from a fitting pool of its namespace (`pools`; `pool_pods`: the operator's
+        index of their pods, when fresh enough), else one of its own. One that names a
+        session (`session`: as last seen, if at all) waits for its turn there."""
         status = execution.get("status") or {}
         if is_terminal(status.get("phase")):
             return
@@ -214,17 +239,30 @@ class Reconciler:
             else:
                 await self.follow(execution, pod)
             return
-        claimed = await self.warm.claim(
-            execution, EXECUTION_LABEL, execution_wants(spec, plan), pools or []
-        )
-        if claimed is not None:
-            written = await self._record_claim(execution, claimed)
-            if written is not None:
-                self._serve_soon(written)
+        if await self._start_warm(execution, spec, plan, pools or [], pool_pods):
             return
         pod = await self._create_children(execution, spec, plan, deny_all_present)
         if pod is not None:
             await self.follow(execution, pod)
+
+    async def _start_warm(
+        self,
+        execution: Manifest,
+        spec: CodeExecutionSpec,
+        plan: Plan,
+        pools: list[Manifest],
+        pool_pods: list[Manifest] | None,
+    ) -> bool:
+        """Claim a pool pod, name it in the status, start the run: False when there is no
+        pod to claim (go cold)."""
+        wanted = execution_wants(spec, plan)
+        claimed = await self.warm.claim(execution, EXECUTION_LABEL, wanted, pools, pool_pods)
+        if claimed is None:
+            return False
+        written = await self._record_claim(execution, claimed)
+        if written is not None:
+            self._serve_soon(written)
+        return True
 
     async def _create_children(
         self, execution: Manifest, spec: CodeExecutionSpec, plan: Plan, deny_all_present: bool
@@ -473,9 +511,9 @@ class Reconciler:
         self.warm.claimed[meta["uid"]] = pod
         written = await self._write(execution, verdict, pod_name=pod_name)
         if written is None:
-            self.warm.claimed.pop(meta["uid"], None)
             current = await self.kube.get_execution(meta["namespace"], meta["name"], uid=None)
             if current is None or is_terminal((current.get("status") or {}).get("phase")):
+                self.warm.claimed.pop(meta["uid"], None)
                 await self.kube.delete_pod(meta["namespace"], pod_name, uid=meta["uid"])
             return None
         self.warm.mark(meta["uid"], "running")

@@ -296,6 +296,8 @@ class WarmPath:
     credentials: dict[str, str] = field(default_factory=dict)
     # Per execution uid: the pod just claimed, handed to its serve daemon (saves a read).
     claimed: dict[str, Manifest] = field(default_factory=dict)
+    # Executions whose last claim patch got no answer (it may have been applied).
+    unsure: set[str] = field(default_factory=set)
     # Per execution uid: wall-clock times of its warm run's milestones in this process.
     marks: dict[str, dict[str, float]] = field(default_factory=dict)
     _session: aiohttp.ClientSession | None = None
@@ -310,34 +312,62 @@ class WarmPath:
         owner_label: str,
         wanted: Wanted | None,
         pools: list[Manifest],
+        known_pods: list[Manifest] | None = None,
     ) -> Manifest | None:
-        """A pod claimed for `owner` (earlier or now), or None: go cold."""
+        """A pod claimed for `owner` (earlier or now), or None: go cold. `known_pods` (the
+        operator's index of pool pods) saves the list when it is fresh enough: a claim of a
+        pod whose index entry is behind gets a 409, and then the pods are listed."""
         if not pools:
             return None
         meta = owner["metadata"]
         namespace, uid = meta["namespace"], meta["uid"]
-        self.mark(uid, "claiming")
-        pods = await self.kube.list_pods(namespace, label_selector=names.POOL_LABEL, uid=uid)
-        earlier = earlier_claim(pods, uid)
-        if earlier is not None:
-            return earlier
+        if uid in self.claimed:
+            return self.claimed[uid]  # claimed by this process, its status not yet written
         fitting = fitting_pools(wanted, pools, self.catalog, self.settings)
-        if not fitting:
-            return None
-        for pod in candidates(pods, fitting):
-            patch = claim_patch(pod, owner, owner_label)
-            try:
-                claimed = await self.kube.patch_pod(
-                    namespace, pod["metadata"]["name"], uid=uid, patch=patch
+        self.mark(uid, "claiming")
+        # After an uncertain claim (its answer lost) only a fresh list shows what it did.
+        sources = [known_pods] if known_pods is not None and uid not in self.unsure else []
+        for pods in [*sources, None]:
+            if pods is None:
+                pods = await self.kube.list_pods(
+                    namespace, label_selector=names.POOL_LABEL, uid=uid
                 )
-                self.mark(uid, "claimed")
+            earlier = earlier_claim(pods, uid)
+            if earlier is not None:
+                return earlier
+            if not fitting:
+                return None
+            claimed = await self._claim_one(owner, owner_label, candidates(pods, fitting))
+            if claimed is not None:
                 return claimed
-            except KubeError as error:
-                if error.status not in (404, 409):
-                    raise
-                CLAIM_CONFLICTS.inc()
         POOL_MISSES.inc()
         self.marks.pop(uid, None)
+        return None
+
+    async def _claim_one(
+        self, owner: Manifest, owner_label: str, pods: list[Manifest]
+    ) -> Manifest | None:
+        meta = owner["metadata"]
+        for pod in pods:
+            try:
+                claimed = await self.kube.patch_pod(
+                    meta["namespace"],
+                    pod["metadata"]["name"],
+                    uid=meta["uid"],
+                    patch=claim_patch(pod, owner, owner_label),
+                )
+            except KubeError as error:
+                if error.status not in (404, 409):
+                    self.unsure.add(meta["uid"])
+                    raise
+                CLAIM_CONFLICTS.inc()
+                continue
+            except Exception:
+                self.unsure.add(meta["uid"])
+                raise
+            self.unsure.discard(meta["uid"])
+            self.mark(meta["uid"], "claimed")
+            return claimed
         return None
 
     def mark(self, execution_uid: str, milestone: str) -> None:

@@ -563,3 +563,68 @@ async def test_a_run_that_could_not_record_is_re_attached_by_the_daemon(
     assert server.runs == 1 and len(server.requests) == 2
     assert (NAMESPACE, "py-0") not in kube.pods
     await reconciler.close()
+
+
+def pool_pods(kube: FakeKube) -> list[Manifest]:
+    """The operator's index of pool pods, as last seen."""
+    return [copy.deepcopy(pod) for pod in kube.pods.values()]
+
+
+async def test_the_first_event_claims_from_the_index_before_the_create_handler(
+    kube: FakeKube, runners: list[ServeDouble]
+) -> None:
+    (server,) = await pool_with(kube, runners, Script())
+    reconciler = new_reconciler(kube)
+    submit(kube)
+    await reconciler.start_early(latest(kube), pools=[pool()], pool_pods=pool_pods(kube))
+    assert "list_pods" not in kube.calls
+    assert (status_of(kube)["startMode"], status_of(kube)["podName"]) == ("warm", "py-0")
+    uid = latest(kube)["metadata"]["uid"]
+    await asyncio.wait_for(reconciler.warm_runs[uid], timeout=10)
+    calls = len(kube.calls)
+    await start(reconciler, kube)  # on.create, once kopf's finalizer is on
+    await reconciler.start_early(latest(kube), pools=[pool()], pool_pods=pool_pods(kube))
+    assert len(kube.calls) == calls and server.runs == 1
+    assert status_of(kube)["phase"] == "Succeeded"
+    await reconciler.close()
+
+
+async def test_a_stale_index_costs_a_conflict_and_a_list_never_a_second_claim(
+    kube: FakeKube, runners: list[ServeDouble]
+) -> None:
+    await pool_with(kube, runners, Script(hold=asyncio.Event()), Script(hold=asyncio.Event()))
+    stale = pool_pods(kube)
+    kube.pods[(NAMESPACE, "py-0")]["metadata"]["labels"][POOL_STATE_LABEL] = POOL_CLAIMED
+    kube.pods[(NAMESPACE, "py-0")]["metadata"]["resourceVersion"] += "1"
+    reconciler = new_reconciler(kube)
+    submit(kube)
+    await reconciler.start(latest(kube), deny_all_present=True, pools=[pool()], pool_pods=stale)
+    assert status_of(kube)["podName"] == "py-1"
+    assert kube.calls.count("patch_pod") == 2 and kube.calls.count("list_pods") == 0
+    await reconciler.close()
+
+
+async def test_after_a_claim_whose_answer_was_lost_the_pods_are_listed(
+    kube: FakeKube, runners: list[ServeDouble]
+) -> None:
+    await pool_with(kube, runners, Script(hold=asyncio.Event()), Script(hold=asyncio.Event()))
+    index = pool_pods(kube)
+    reconciler = new_reconciler(kube)
+    submit(kube)
+    applied = kube.pods[(NAMESPACE, "py-0")]["metadata"]
+
+    def claimed_then_lost(*_: Any) -> None:
+        applied["labels"][CLAIMED_BY_LABEL] = latest(kube)["metadata"]["uid"]
+        applied["labels"][POOL_STATE_LABEL] = POOL_CLAIMED
+        raise TimeoutError("the answer was lost")
+
+    kube.before("patch_pod", claimed_then_lost)
+    with pytest.raises(TimeoutError):
+        await reconciler.start(latest(kube), deny_all_present=True, pools=[pool()], pool_pods=index)
+    # The retry (kopf's, or on.create after the early claim) with the same stale index:
+    await reconciler.start(latest(kube), deny_all_present=True, pools=[pool()], pool_pods=index)
+    assert status_of(kube)["podName"] == "py-0"
+    assert kube.calls.count("list_pods") == 1
+    labels = kube.pods[(NAMESPACE, "py-1")]["metadata"]["labels"]
+    assert labels[POOL_STATE_LABEL] == "free"
+    await reconciler.close()
