@@ -58,7 +58,7 @@ WARM_MILESTONE_NAMES = tuple(name for name, _ in WARM_MILESTONES)
 WARM_SLICE_NAMES: dict[str, str] = {
     "created": "create: client to API server",
     "op_claiming": "operator sees it, finalizer, create handler",
-    "op_claimed": "claim: list pool pods, patch one",
+    "op_claimed": "claim: patch a free pod (from the index)",
     "op_running": "status write Running",
     "op_posted": "start the run (task, credential, request)",
     "op_first_frame": "runner: start the program, first frame",

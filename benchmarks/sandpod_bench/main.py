@@ -539,6 +539,10 @@ class GatewayClients:
     pool: httpx.Client
 
 
+def ran_warm(recorder: Recorder, name: str) -> bool:
+    return start_modes(recorder, [name]) == {"warm": 1}
+
+
 def start_modes(recorder: Recorder, names: Iterable[str]) -> dict[str, int]:
     """How the named executions started (warm: from the pool, cold), as their status says."""
     modes: Counter[str] = Counter()
@@ -827,8 +831,11 @@ class Bench:
                 key, label, f"sandpod-pool-{path}", workload, runs=options.runs, concurrency=1
             )
             modes = start_modes(recorder, [a.name for a in attempts if a.name])
-            self.results["latency"][key]["start_modes"] = modes
-            progress(f"  started {modes}")
+            warm = summarize([a.seconds for a in attempts if a.ok and ran_warm(recorder, a.name)])
+            entry = self.results["latency"][key]
+            entry["start_modes"] = modes
+            entry["warm_only"] = warm.as_dict() if warm else None
+            progress(f"  started {modes}; warm runs only: p50 {warm.p50 if warm else '-'}")
             measured[path] = attempts
         marks = operator_marks(self.log_dir / "operator.log")
         breakdown = {}

@@ -63,10 +63,14 @@ def start_modes(modes: Mapping[str, int] | None) -> str:
 
 
 def latency_table(latency: Mapping[str, Mapping[str, Any]]) -> str:
-    rows = [
-        [entry.get("label", key), *latency_cells(entry), start_modes(entry.get("start_modes"))]
-        for key, entry in latency.items()
-    ]
+    rows = []
+    for key, entry in latency.items():
+        rows.append(
+            [entry.get("label", key), *latency_cells(entry), start_modes(entry.get("start_modes"))]
+        )
+        if entry.get("warm_only"):
+            warm = {"summary": entry["warm_only"]}
+            rows.append(["  of which the warm runs", *latency_cells(warm), ""])
     return table(["sandpod, print(1) end to end", *LATENCY_COLUMNS, "started"], rows)
 
 

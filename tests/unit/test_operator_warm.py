@@ -570,6 +570,15 @@ def pool_pods(kube: FakeKube) -> list[Manifest]:
     return [copy.deepcopy(pod) for pod in kube.pods.values()]
 
 
+async def two_held_pods(
+    kube: FakeKube, runners: list[ServeDouble]
+) -> tuple[Reconciler, list[Manifest]]:
+    """A pool of two pods whose runs never end, an execution, and the index of the pods."""
+    await pool_with(kube, runners, Script(hold=asyncio.Event()), Script(hold=asyncio.Event()))
+    submit(kube)
+    return new_reconciler(kube), pool_pods(kube)
+
+
 async def test_the_first_event_claims_from_the_index_before_the_create_handler(
     kube: FakeKube, runners: list[ServeDouble]
 ) -> None:
@@ -592,12 +601,9 @@ async def test_the_first_event_claims_from_the_index_before_the_create_handler(
 async def test_a_stale_index_costs_a_conflict_and_a_list_never_a_second_claim(
     kube: FakeKube, runners: list[ServeDouble]
 ) -> None:
-    await pool_with(kube, runners, Script(hold=asyncio.Event()), Script(hold=asyncio.Event()))
-    stale = pool_pods(kube)
+    reconciler, stale = await two_held_pods(kube, runners)
     kube.pods[(NAMESPACE, "py-0")]["metadata"]["labels"][POOL_STATE_LABEL] = POOL_CLAIMED
     kube.pods[(NAMESPACE, "py-0")]["metadata"]["resourceVersion"] += "1"
-    reconciler = new_reconciler(kube)
-    submit(kube)
     await reconciler.start(latest(kube), deny_all_present=True, pools=[pool()], pool_pods=stale)
     assert status_of(kube)["podName"] == "py-1"
     assert kube.calls.count("patch_pod") == 2 and kube.calls.count("list_pods") == 0
@@ -607,10 +613,7 @@ async def test_a_stale_index_costs_a_conflict_and_a_list_never_a_second_claim(
 async def test_after_a_claim_whose_answer_was_lost_the_pods_are_listed(
     kube: FakeKube, runners: list[ServeDouble]
 ) -> None:
-    await pool_with(kube, runners, Script(hold=asyncio.Event()), Script(hold=asyncio.Event()))
-    index = pool_pods(kube)
-    reconciler = new_reconciler(kube)
-    submit(kube)
+    reconciler, index = await two_held_pods(kube, runners)
     applied = kube.pods[(NAMESPACE, "py-0")]["metadata"]
 
     def claimed_then_lost(*_: Any) -> None:
