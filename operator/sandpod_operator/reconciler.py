@@ -256,6 +256,7 @@ class Reconciler:
         """Claim a pool pod, name it in the status, start the run: False when there is no
         pod to claim (go cold)."""
         wanted = execution_wants(spec, plan)
+        self.warm.begin_marks(execution["metadata"]["uid"])
         claimed = await self.warm.claim(execution, EXECUTION_LABEL, wanted, pools, pool_pods)
         if claimed is None:
             return False

@@ -324,7 +324,6 @@ class WarmPath:
         if uid in self.claimed:
             return self.claimed[uid]  # claimed by this process, its status not yet written
         fitting = fitting_pools(wanted, pools, self.catalog, self.settings)
-        self.mark(uid, "claiming")
         # After an uncertain claim (its answer lost) only a fresh list shows what it did.
         sources = [known_pods] if known_pods is not None and uid not in self.unsure else []
         for pods in [*sources, None]:
@@ -370,8 +369,13 @@ class WarmPath:
             return claimed
         return None
 
+    def begin_marks(self, execution_uid: str) -> None:
+        """Time this execution's warm run (a session's runs are not timed)."""
+        self.marks[execution_uid] = {"claiming": time.time()}
+
     def mark(self, execution_uid: str, milestone: str) -> None:
-        self.marks.setdefault(execution_uid, {}).setdefault(milestone, time.time())
+        if execution_uid in self.marks:
+            self.marks[execution_uid].setdefault(milestone, time.time())
 
     def log_marks(self, execution: Manifest) -> None:
         """One log line with the run's milestones in this process (cheap, always on)."""
@@ -431,7 +435,7 @@ class WarmPath:
                     request,
                     tail_bytes=self.settings.status_output_bytes,
                     limit_bytes=self.settings.log_read_limit_bytes,
-                    marks=self.marks.setdefault(str(request["executionId"]), {}),
+                    marks=self.marks.get(str(request["executionId"])),
                 )
         except RunnerUnavailable as error:
             RUNNER_FAILURES.labels(why=error.why).inc()
