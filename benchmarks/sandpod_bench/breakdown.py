@@ -5,6 +5,10 @@ Every milestone is a wall-clock time (seconds since the epoch) at which the benc
 its own call times, and the arrival times of watch events on the CodeExecution and its pod.
 Kubernetes' own timestamps have 1-second granularity, too coarse for slices of a few hundred
 milliseconds; they are kept beside the slices for reference (`kubernetes_timestamps`).
+
+A warm execution (a pod claimed from a SandboxPool) has milestones of its own (`WARM`): no pod
+starts for it, and the runner is reached over HTTP, whose times come from the operator's
+"warm timings" log line (same machine, same wall clock).
 """
 
 from __future__ import annotations
@@ -37,6 +41,32 @@ MILESTONES: tuple[tuple[str, str], ...] = (
 )
 MILESTONE_NAMES = tuple(name for name, _ in MILESTONES)
 
+# A warm run, from the same two ends. The operator's marks are the `op_*` ones.
+WARM_MILESTONES: tuple[tuple[str, str], ...] = (
+    ("submitted", "the client starts its request"),
+    ("created", "the CodeExecution's ADDED watch event arrives"),
+    ("op_claiming", "the operator's create handler starts the claim (operator log)"),
+    ("op_claimed", "the operator's claim patch of a pool pod returned (operator log)"),
+    ("op_running", "the operator's status write Running returned (operator log)"),
+    ("op_posted", "the operator sends POST /v1/run to the runner (operator log)"),
+    ("op_first_frame", "the first bytes of the runner's answer arrive (operator log)"),
+    ("op_summary", "the runner's summary arrives (operator log)"),
+    ("status_written", "the terminal status of the CodeExecution arrives (bench's watch)"),
+    ("client_returned", "the client has the result (kubectl wait exits, HTTP response)"),
+)
+WARM_MILESTONE_NAMES = tuple(name for name, _ in WARM_MILESTONES)
+WARM_SLICE_NAMES: dict[str, str] = {
+    "created": "create: client to API server",
+    "op_claiming": "operator sees it, finalizer, create handler",
+    "op_claimed": "claim: patch a free pod (from the index)",
+    "op_running": "status write Running",
+    "op_posted": "start the run (task, credential, request)",
+    "op_first_frame": "runner: start the program, first frame",
+    "op_summary": "program ends, summary",
+    "status_written": "verify, terminal status written and seen",
+    "client_returned": "client sees the result",
+}
+
 # The slice that ends at a milestone, named for what happened in it.
 SLICE_NAMES: dict[str, str] = {
     "created": "create: client to API server",
@@ -61,7 +91,11 @@ class Slice:
     estimated: bool  # an endpoint was not observed and borrowed its neighbour's time
 
 
-def slices(timeline: Mapping[str, float]) -> list[Slice]:
+def slices(
+    timeline: Mapping[str, float],
+    names: Sequence[str] = MILESTONE_NAMES,
+    slice_names: Mapping[str, str] = SLICE_NAMES,
+) -> list[Slice]:
     """Consecutive slices between milestones. A milestone that was not observed (e.g. a pod
     that went from Pending straight to terminated between two kubelet status updates) takes
     the time of the next one that was, so that the slices always add up to the total; such
@@ -71,7 +105,7 @@ def slices(timeline: Mapping[str, float]) -> list[Slice]:
     filled: dict[str, float] = {}
     missing: set[str] = set()
     later = timeline["client_returned"]
-    for name in reversed(MILESTONE_NAMES):
+    for name in reversed(names):
         if name in timeline:
             # Watch events arrive in order per object, but the CR and pod watches are two
             # streams: never let a slice go negative.
@@ -81,11 +115,11 @@ def slices(timeline: Mapping[str, float]) -> list[Slice]:
             filled[name] = later
             missing.add(name)
     result = []
-    for previous, current in itertools.pairwise(MILESTONE_NAMES):
+    for previous, current in itertools.pairwise(names):
         result.append(
             Slice(
                 milestone=current,
-                name=SLICE_NAMES[current],
+                name=slice_names[current],
                 seconds=filled[current] - filled[previous],
                 estimated=current in missing or previous in missing,
             )
@@ -106,6 +140,7 @@ def summarize_slices(runs: Sequence[Sequence[Slice]]) -> list[SliceSummary]:
     """Median of each slice over several runs, with its share of the whole."""
     if not runs:
         return []
+    names = {s.milestone: s.name for s in runs[0]}
     medians = {
         milestone: median(
             [
@@ -115,20 +150,20 @@ def summarize_slices(runs: Sequence[Sequence[Slice]]) -> list[SliceSummary]:
                 if run_slice.milestone == milestone
             ]
         )
-        for milestone in MILESTONE_NAMES[1:]
+        for milestone in names
     }
     total = sum(medians.values())
     return [
         SliceSummary(
             milestone=milestone,
-            name=SLICE_NAMES[milestone],
+            name=names[milestone],
             median_seconds=medians[milestone],
             share=medians[milestone] / total if total > 0 else 0.0,
             estimated_runs=sum(
                 1 for run in runs for s in run if s.milestone == milestone and s.estimated
             ),
         )
-        for milestone in MILESTONE_NAMES[1:]
+        for milestone in names
     ]
 
 

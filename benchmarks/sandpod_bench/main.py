@@ -20,7 +20,7 @@ import time
 import traceback
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -31,15 +31,18 @@ import httpx
 import yaml
 from kubernetes import client
 from sandpod_contract.catalog import Catalog, load_catalog
-from sandpod_contract.names import GROUP, PLURAL, VERSION
+from sandpod_contract.names import GROUP, PLURAL, POOL_PLURAL, VERSION
 from sandpod_operator.settings import OperatorSettings
-from sandpod_testkit.kube import create_namespace, ensure_crd, executions_left, request_deletion
+from sandpod_testkit.kube import create_namespace, ensure_crd
 from sandpod_testkit.paths import REPO_ROOT, default_kubeconfig, kube_bin_dir
 from urllib3.exceptions import HTTPError
 
 from sandpod_bench import manifests
 from sandpod_bench.breakdown import (
-    MILESTONES,
+    MILESTONE_NAMES,
+    SLICE_NAMES,
+    WARM_MILESTONE_NAMES,
+    WARM_SLICE_NAMES,
     kubernetes_timestamps,
     largest,
     slices,
@@ -48,6 +51,7 @@ from sandpod_bench.breakdown import (
 from sandpod_bench.containerd import ContainerdEvents
 from sandpod_bench.cost import cost_summary, wait_quiet
 from sandpod_bench.kube import connect, list_raw
+from sandpod_bench.pool import create_pool, node_address, operator_marks, wait_pool_full
 from sandpod_bench.processes import GatewayProcess, OperatorProcess, ProxyProcess
 from sandpod_bench.procstat import ProcessSample
 from sandpod_bench.proxy import proxy_kubeconfig
@@ -71,10 +75,15 @@ from sandpod_bench.workloads import (
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 CONTAINERD_SOCKET = REPO_ROOT / ".cluster" / "run" / "containerd.sock"
 KEYS_SECRET = "bench-api-keys"
-SECTIONS = ("latency", "baselines", "throughput", "cost")
+SECTIONS = ("latency", "baselines", "throughput", "pool", "pool-throughput", "cost")
+POOL_SECTIONS = ("pool", "pool-throughput")
+# Filling the pool boots `--pool-size` gVisor sandboxes at once on a busy node.
+POOL_FILL_SECONDS = 300
 BASELINES = ("job", "pod", "llm-sandbox")
 CLEANUP_SECONDS = 180
 BENCH_LABELS = {manifests.PART_OF_LABEL: manifests.PART_OF}
+# What carries the operator's finalizer: executions and pools.
+FINALIZED_PLURALS = (PLURAL, POOL_PLURAL)
 
 
 class BenchError(RuntimeError):
@@ -92,6 +101,7 @@ class Options:
     think_time: float
     cost_executions: int
     cost_concurrency: int
+    pool_size: int
     sections: tuple[str, ...]
     baselines: tuple[str, ...]
     quick: bool
@@ -139,9 +149,15 @@ def argument_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--cost-concurrency", type=int, help="their concurrency (default 8)")
     parser.add_argument(
+        "--pool-size",
+        type=int,
+        help="ready sandboxes in the SandboxPool of the pool sections (default 8)",
+    )
+    parser.add_argument(
         "--sections",
         default=",".join(SECTIONS),
-        help=f"comma-separated subset of {','.join(SECTIONS)} (the breakdown comes with latency)",
+        help=f"comma-separated subset of {','.join(SECTIONS)} (the breakdowns come with latency "
+        "and pool)",
     )
     parser.add_argument(
         "--baselines",
@@ -191,6 +207,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         think_time=arguments.think_time,
         cost_executions=pick(arguments.cost_executions, 100, 10),
         cost_concurrency=pick(arguments.cost_concurrency, 8, 2),
+        pool_size=pick(arguments.pool_size, 8, 4),
         sections=sections,
         baselines=baselines,
         quick=quick,
@@ -304,27 +321,38 @@ class Namespaces:
         return f"{self.prefix}-cost"
 
     @property
+    def pool(self) -> str:
+        return f"{self.prefix}-pool"
+
+    @property
     def sandpod(self) -> list[str]:
         """Those the main operator watches."""
-        return [self.kubectl, self.gateway, self.load]
+        return [self.kubectl, self.gateway, self.load, self.pool]
 
 
 def delete_executions(
     custom: client.CustomObjectsApi, namespaces: Sequence[str], operator: OperatorProcess
 ) -> None:
-    """Delete every execution while the operator still runs (it releases its finalizer);
-    what is left when the operator is gone or after CLEANUP_SECONDS loses the finalizer by
-    force. Survives an API server that is briefly away (other sessions restart it)."""
+    """Delete every execution and pool while the operator still runs (it releases its
+    finalizer); what is left when the operator is gone or after CLEANUP_SECONDS loses the
+    finalizer by force. Survives an API server that is briefly away (other sessions restart
+    it)."""
     deadline = time.monotonic() + CLEANUP_SECONDS
-    requested: set[str] = set()
+    requested: set[tuple[str, str]] = set()
     while time.monotonic() < deadline:
         try:
             left = 0
             for namespace in namespaces:
-                if namespace not in requested:
-                    request_deletion(custom, namespace)
-                    requested.add(namespace)
-                left += executions_left(custom, namespace)
+                for plural in FINALIZED_PLURALS:
+                    if (namespace, plural) not in requested:
+                        custom.delete_collection_namespaced_custom_object(
+                            GROUP, VERSION, namespace, plural
+                        )
+                        requested.add((namespace, plural))
+                    listed: Any = custom.list_namespaced_custom_object(
+                        GROUP, VERSION, namespace, plural
+                    )
+                    left += len(listed["items"])
         except (client.ApiException, HTTPError) as error:
             progress(f"clean-up: the API server failed ({type(error).__name__}), retrying")
             time.sleep(2)
@@ -338,22 +366,27 @@ def delete_executions(
 
 
 def release_finalizers(custom: client.CustomObjectsApi, namespaces: Sequence[str]) -> None:
-    """Remove the operator's finalizer from every execution left in `namespaces`."""
+    """Remove the operator's finalizer from every execution and pool left in `namespaces`."""
     for namespace in namespaces:
-        try:
-            remaining: Any = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
-            for item in remaining["items"]:
-                finalizers = [f for f in item["metadata"].get("finalizers") or [] if f != FINALIZER]
-                custom.patch_namespaced_custom_object(
-                    GROUP,
-                    VERSION,
-                    namespace,
-                    PLURAL,
-                    item["metadata"]["name"],
-                    {"metadata": {"finalizers": finalizers or None}},
+        for plural in FINALIZED_PLURALS:
+            try:
+                remaining: Any = custom.list_namespaced_custom_object(
+                    GROUP, VERSION, namespace, plural
                 )
-        except (client.ApiException, HTTPError) as error:
-            progress(f"could not release the executions in {namespace}: {error}")
+                for item in remaining["items"]:
+                    finalizers = [
+                        f for f in item["metadata"].get("finalizers") or [] if f != FINALIZER
+                    ]
+                    custom.patch_namespaced_custom_object(
+                        GROUP,
+                        VERSION,
+                        namespace,
+                        plural,
+                        item["metadata"]["name"],
+                        {"metadata": {"finalizers": finalizers or None}},
+                    )
+            except (client.ApiException, HTTPError) as error:
+                progress(f"could not release the {plural} in {namespace}: {error}")
 
 
 def delete_namespaces(core: client.CoreV1Api, namespaces: Sequence[str]) -> None:
@@ -432,18 +465,31 @@ def latency_entry(
 
 
 def breakdown_entry(
-    recorder: Recorder | None, attempts: Sequence[Attempt]
+    recorder: Recorder | None,
+    attempts: Sequence[Attempt],
+    warm_marks: Mapping[tuple[str, str], Mapping[str, float]] | None = None,
 ) -> dict[str, Any] | None:
     """Median slices over the successful attempts; milestones from the attempt itself and,
-    for sandpod, from the recorder (watch events, containerd)."""
+    for sandpod, from the recorder (watch events, containerd). With `warm_marks` (the
+    operator's timing lines): the warm milestones, over the attempts that ran warm."""
+    names, slice_names = (
+        (MILESTONE_NAMES, SLICE_NAMES)
+        if warm_marks is None
+        else (WARM_MILESTONE_NAMES, WARM_SLICE_NAMES)
+    )
     runs = []
     details = []
     for attempt in attempts:
         if not attempt.ok or not attempt.name:
             continue
         recorded = recorder.timeline(attempt.name) if recorder else {}
+        if warm_marks is not None:
+            marks = warm_marks.get((recorder.namespace if recorder else "", attempt.name))
+            if not marks:
+                continue  # it went cold (or the operator logged no timings)
+            recorded = {**recorded, **marks}
         timeline = {**recorded, **attempt.milestones}
-        runs.append(slices(timeline))
+        runs.append(slices(timeline, names, slice_names))
         details.append((attempt, timeline))
     if not runs:
         return None
@@ -464,7 +510,7 @@ def breakdown_entry(
             "name": attempt.name,
             "seconds": attempt.seconds,
             "milestones_seconds_after_submit": {
-                name: round(timeline[name] - start, 4) for name, _ in MILESTONES if name in timeline
+                name: round(timeline[name] - start, 4) for name in names if name in timeline
             },
             "kubernetes_timestamps": kubernetes_timestamps(
                 observation.execution if observation else None,
@@ -481,6 +527,30 @@ class Recorders:
     kubectl: Recorder
     gateway: Recorder
     load: Recorder
+    pool: Recorder
+
+
+@dataclass(frozen=True)
+class GatewayClients:
+    """One gateway client per tenant: latency, load, pool."""
+
+    gateway: httpx.Client
+    load: httpx.Client
+    pool: httpx.Client
+
+
+def ran_warm(recorder: Recorder, name: str) -> bool:
+    return start_modes(recorder, [name]) == {"warm": 1}
+
+
+def start_modes(recorder: Recorder, names: Iterable[str]) -> dict[str, int]:
+    """How the named executions started (warm: from the pool, cold), as their status says."""
+    modes: Counter[str] = Counter()
+    for name in names:
+        observation = recorder.get(name)
+        status = ((observation.execution if observation else None) or {}).get("status") or {}
+        modes[str(status.get("startMode") or "unknown")] += 1
+    return dict(modes)
 
 
 def gateway_client(url: str, key: str) -> httpx.Client:
@@ -563,35 +633,39 @@ class Bench:
                 kubectl=self.recorder(self.namespaces.kubectl, stack),
                 gateway=self.recorder(self.namespaces.gateway, stack),
                 load=self.recorder(self.namespaces.load, stack),
+                pool=self.recorder(self.namespaces.pool, stack),
             )
-            operator, gateway_http, load_http = self.start_sandpod(stack)
+            operator, clients = self.start_sandpod(stack)
             operator_start = operator.sample()
             if "latency" in sections:
-                self.run_latency(recorders, SandpodGateway(gateway_http, recorders.gateway))
+                self.run_latency(recorders, SandpodGateway(clients.gateway, recorders.gateway))
             if "baselines" in sections:
                 self.run_baselines()
-                self.record_ratios()
             if "throughput" in sections:
-                self.run_throughput(load_http, recorders.load)
+                self.results["throughput"] = self.run_throughput(
+                    self.namespaces.load, clients.load, recorders.load, "cold"
+                )
+            # After the cold sections: the pool's sandboxes would share the node with them.
+            if any(section in sections for section in POOL_SECTIONS):
+                self.run_pool(clients.pool, recorders.pool)
+            self.record_ratios()
             self.record_main_operator(operator_start, operator.sample(), recorders)
             progress("removing the executions (the operator releases them)")
         if "cost" in sections:
             self.run_cost()
 
-    def start_sandpod(self, stack: ExitStack) -> tuple[OperatorProcess, httpx.Client, httpx.Client]:
+    def start_sandpod(self, stack: ExitStack) -> tuple[OperatorProcess, GatewayClients]:
         """The main operator and the gateway, stopped by `stack`, and a gateway client for
-        each of the two tenants (latency, load)."""
+        each of the three tenants (latency, load, pool)."""
         options = self.options
-        gateway_key, load_key = (
-            f"sk-{secrets.token_urlsafe(24)}",
-            f"sk-{secrets.token_urlsafe(24)}",
-        )
+        keys = {tenant: f"sk-{secrets.token_urlsafe(24)}" for tenant in ("gateway", "load", "pool")}
         self.core.create_namespaced_secret(
             self.namespaces.gateway,
             tenants_secret(
                 {
-                    "bench-latency": (self.namespaces.gateway, gateway_key),
-                    "bench-load": (self.namespaces.load, load_key),
+                    "bench-latency": (self.namespaces.gateway, keys["gateway"]),
+                    "bench-load": (self.namespaces.load, keys["load"]),
+                    "bench-pool": (self.namespaces.pool, keys["pool"]),
                 }
             ),
         )
@@ -607,9 +681,13 @@ class Bench:
             stack, options.kubeconfig, self.namespaces.sandpod, "operator.log"
         )
         stack.enter_context(running(gateway))
-        gateway_http = stack.enter_context(gateway_client(gateway.url, gateway_key))
-        load_http = stack.enter_context(gateway_client(gateway.url, load_key))
-        return operator, gateway_http, load_http
+        clients = GatewayClients(
+            **{
+                tenant: stack.enter_context(gateway_client(gateway.url, key))
+                for tenant, key in keys.items()
+            }
+        )
+        return operator, clients
 
     def kubectl_workload(self, recorder: Recorder, prefix: str) -> SandpodKubectl:
         options = self.options
@@ -675,37 +753,97 @@ class Bench:
                     statistic,
                 )
 
-    def run_throughput(self, load_http: httpx.Client, load_recorder: Recorder) -> None:
+    def run_throughput(
+        self, namespace: str, http: httpx.Client, recorder: Recorder, what: str
+    ) -> dict[str, Any]:
+        """Closed-loop clients into `namespace` (cold: no pool there; or the pool's), audited;
+        with how the executions started."""
         options = self.options
+        prefix = f"load-{what}"
         workloads: dict[str, Workload] = {
-            "gateway": SandpodGateway(load_http, load_recorder),
-            "api": SandpodApi(self.custom, self.namespaces.load, load_recorder, "load"),
+            "gateway": SandpodGateway(http, recorder),
+            "api": SandpodApi(self.custom, namespace, recorder, prefix),
             "kubectl": SandpodKubectl(
-                options.kubectl,
-                options.kubeconfig,
-                self.namespaces.load,
-                load_recorder,
-                "load",
+                options.kubectl, options.kubeconfig, namespace, recorder, prefix
             ),
         }
         workload = workloads[options.throughput_path]
-        self.warm("the throughput path", workload)
+        self.warm(f"the {what} throughput path", workload)
+        earlier = {observation.name for observation in recorder.all()}
         progress(
-            f"throughput: {options.throughput_concurrency} clients via "
+            f"throughput ({what}): {options.throughput_concurrency} clients via "
             f"{options.throughput_path} for {options.duration:.0f}s"
         )
         throughput = measure_throughput(
             workload,
-            load_recorder,
+            recorder,
             path=options.throughput_path,
             concurrency=options.throughput_concurrency,
             duration_seconds=options.duration,
         )
+        names = [o.name for o in recorder.all() if o.name not in earlier]
+        throughput["start_modes"] = start_modes(recorder, names)
         progress(
             f"  {throughput['executions_per_second']:.2f}/s, lost {throughput['lost']}, "
-            f"duplicated {throughput['duplicated']}, failed {throughput['failed']}"
+            f"duplicated {throughput['duplicated']}, failed {throughput['failed']}, "
+            f"started {throughput['start_modes']}"
         )
-        self.results["throughput"] = throughput
+        return throughput
+
+    def fill_pool(self) -> None:
+        if not wait_pool_full(self.custom, self.namespaces.pool, POOL_FILL_SECONDS):
+            self.notes.append(f"the pool was not full after {POOL_FILL_SECONDS} s")
+
+    def run_pool(self, http: httpx.Client, recorder: Recorder) -> None:
+        """The pool sections: a SandboxPool in its own namespace, filled before each
+        measurement; sequential print(1) through the gateway and kubectl and the warm
+        breakdown ('pool'), and throughput ('pool-throughput')."""
+        options, namespace = self.options, self.namespaces.pool
+        progress(f"pool: a SandboxPool of {options.pool_size} in {namespace}, filling")
+        create_pool(self.custom, namespace, options.pool_size)
+        self.fill_pool()
+        if "pool" in options.sections:
+            self.run_pool_latency(http, recorder)
+        if "pool-throughput" in options.sections:
+            self.fill_pool()
+            self.results["pool_throughput"] = self.run_throughput(namespace, http, recorder, "pool")
+
+    def run_pool_latency(self, http: httpx.Client, recorder: Recorder) -> None:
+        options, namespace = self.options, self.namespaces.pool
+        gateway = SandpodGateway(http, recorder)
+        self.warm("the gateway from a pool", gateway)
+        self.warm(
+            "kubectl from a pool",
+            SandpodKubectl(options.kubectl, options.kubeconfig, namespace, recorder, "pool-warm"),
+        )
+        measured = {}
+        for path, label, workload in (
+            ("gateway", "sandpod via the gateway from a pool, sequential", gateway),
+            (
+                "kubectl",
+                "sandpod via kubectl apply from a pool, sequential",
+                SandpodKubectl(options.kubectl, options.kubeconfig, namespace, recorder, "pool"),
+            ),
+        ):
+            self.fill_pool()
+            key = f"pool_{path}_sequential"
+            attempts = self.measure(
+                key, label, f"sandpod-pool-{path}", workload, runs=options.runs, concurrency=1
+            )
+            modes = start_modes(recorder, [a.name for a in attempts if a.name])
+            warm = summarize([a.seconds for a in attempts if a.ok and ran_warm(recorder, a.name)])
+            entry = self.results["latency"][key]
+            entry["start_modes"] = modes
+            entry["warm_only"] = warm.as_dict() if warm else None
+            progress(f"  started {modes}; warm runs only: p50 {warm.p50 if warm else '-'}")
+            measured[path] = attempts
+        marks = operator_marks(self.log_dir / "operator.log")
+        breakdown = {}
+        for path, attempts in measured.items():
+            entry = breakdown_entry(recorder, attempts, marks)
+            if entry:
+                breakdown[f"pool {path}"] = entry
+        self.results["pool_breakdown"] = breakdown
 
     def record_main_operator(
         self, start: ProcessSample, end: ProcessSample, recorders: Recorders
@@ -714,7 +852,12 @@ class Bench:
         handled = len(
             [
                 observation
-                for recorder in (recorders.kubectl, recorders.gateway, recorders.load)
+                for recorder in (
+                    recorders.kubectl,
+                    recorders.gateway,
+                    recorders.load,
+                    recorders.pool,
+                )
                 for observation in recorder.all()
                 if observation.terminal
             ]
@@ -772,9 +915,12 @@ class Bench:
         self, stack: ExitStack, kubeconfig: Path, namespaces: list[str], log_name: str
     ) -> OperatorProcess:
         """An operator watching `namespaces`, stopped by `stack` once their executions are
-        gone (it releases their finalizers)."""
+        gone (it releases their finalizers); pool pods' runners admit it (it runs here)."""
         operator = OperatorProcess(
-            kubeconfig=kubeconfig, namespaces=namespaces, log_path=self.log_dir / log_name
+            kubeconfig=kubeconfig,
+            namespaces=namespaces,
+            log_path=self.log_dir / log_name,
+            runner_ingress_from=[{"ipBlock": {"cidr": f"{node_address(self.core)}/32"}}],
         )
         stack.callback(operator.stop)
         operator.start()

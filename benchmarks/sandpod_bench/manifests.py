@@ -13,7 +13,7 @@ from typing import Any
 
 from sandpod_contract.catalog import Catalog
 from sandpod_contract.models import CodeExecutionSpec
-from sandpod_contract.names import API_VERSION, KIND
+from sandpod_contract.names import API_VERSION, GROUP, KIND, VERSION
 from sandpod_operator.builders import build_pod, plan_execution
 from sandpod_operator.settings import OperatorSettings
 
@@ -41,6 +41,16 @@ def code_execution(name: str, *, namespace: str | None = None) -> Manifest:
         "kind": KIND,
         "metadata": metadata,
         "spec": {"language": LANGUAGE, "source": PROGRAM, "timeoutSeconds": TIMEOUT_SECONDS},
+    }
+
+
+def sandbox_pool(name: str, size: int) -> Manifest:
+    """A pool of ready sandboxes that the bench's executions fit (default resources)."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "SandboxPool",
+        "metadata": {"name": name, "labels": {PART_OF_LABEL: PART_OF}},
+        "spec": {"language": LANGUAGE, "size": size},
     }
 
 

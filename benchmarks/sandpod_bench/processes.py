@@ -8,6 +8,7 @@ import os
 import sys
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 from sandpod_testkit import components
@@ -33,13 +34,22 @@ class OperatorProcess(components.OperatorProcess):
     start_seconds = START_SECONDS
     stop_seconds = STOP_SECONDS
 
-    def __init__(self, *, kubeconfig: Path, namespaces: list[str], log_path: Path) -> None:
+    def __init__(
+        self,
+        *,
+        kubeconfig: Path,
+        namespaces: list[str],
+        log_path: Path,
+        runner_ingress_from: list[dict[str, Any]] | None = None,
+    ) -> None:
         self.metrics_port = free_port()
         env = {
             **os.environ,
             "KUBECONFIG": str(kubeconfig),
             "SANDPOD_METRICS_PORT": str(self.metrics_port),
         }
+        if runner_ingress_from:
+            env["SANDPOD_RUNNER_INGRESS_FROM"] = json.dumps(runner_ingress_from)
         super().__init__(env=env, namespaces=namespaces, log_path=log_path)
 
     def sample(self) -> ProcessSample:

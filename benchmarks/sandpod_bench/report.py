@@ -32,8 +32,8 @@ def table(
     return "\n".join([line(headers), rule, *(line(row) for row in rows)])
 
 
-def seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+def seconds(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def times(value: float | None) -> str:
@@ -51,16 +51,27 @@ def latency_cells(entry: Mapping[str, Any] | None) -> list[str]:
     return [
         str(summary["count"]),
         str(summary["failures"]),
-        seconds(summary["p50"]),
-        seconds(summary["p95"]),
-        seconds(summary["p99"]),
-        seconds(summary["mean"]),
+        seconds(summary["p50"], 3),
+        seconds(summary["p95"], 3),
+        seconds(summary["p99"], 3),
+        seconds(summary["mean"], 3),
     ]
 
 
+def start_modes(modes: Mapping[str, int] | None) -> str:
+    return ", ".join(f"{count} {mode}" for mode, count in sorted((modes or {}).items()))
+
+
 def latency_table(latency: Mapping[str, Mapping[str, Any]]) -> str:
-    rows = [[entry.get("label", key), *latency_cells(entry)] for key, entry in latency.items()]
-    return table(["sandpod, print(1) end to end", *LATENCY_COLUMNS], rows)
+    rows = []
+    for key, entry in latency.items():
+        rows.append(
+            [entry.get("label", key), *latency_cells(entry), start_modes(entry.get("start_modes"))]
+        )
+        if entry.get("warm_only"):
+            warm = {"summary": entry["warm_only"]}
+            rows.append(["  of which the warm runs", *latency_cells(warm), ""])
+    return table(["sandpod, print(1) end to end", *LATENCY_COLUMNS, "started"], rows)
 
 
 def statistic_of(entry: Mapping[str, Any] | None, statistic: str = "p50") -> float | None:
@@ -106,8 +117,8 @@ def baselines_table(
     return table(headers, rows)
 
 
-def throughput_table(throughput: Mapping[str, Any]) -> str:
-    headers = ["throughput", "value"]
+def throughput_table(throughput: Mapping[str, Any], title: str = "throughput") -> str:
+    headers = [title, "value"]
     latency = throughput.get("latency") or {}
     rows = [
         ["path, concurrency", f"{throughput['path']}, {throughput['concurrency']}"],
@@ -123,15 +134,19 @@ def throughput_table(throughput: Mapping[str, Any]) -> str:
             f"{seconds(latency.get('p50'))} / {seconds(latency.get('p95'))} s",
         ],
     ]
+    if throughput.get("start_modes"):
+        rows.append(["started", start_modes(throughput["start_modes"])])
     return table(headers, rows)
 
 
-def breakdown_table(breakdown: Mapping[str, Mapping[str, Any]]) -> str:
+def breakdown_table(
+    breakdown: Mapping[str, Mapping[str, Any]], title: str = "where the time goes"
+) -> str:
     paths = list(breakdown)
     if not paths:
         return ""
     first = breakdown[paths[0]]
-    headers = ["where the time goes (median s)", *paths]
+    headers = [f"{title} (median s)", *paths]
     rows = []
     for index, item in enumerate(first["slices"]):
         cells = [item["name"]]
@@ -182,12 +197,16 @@ def render(results: Mapping[str, Any]) -> str:
         ]
     if results.get("throughput"):
         parts += ["", throughput_table(results["throughput"])]
+    if results.get("pool_throughput"):
+        parts += ["", throughput_table(results["pool_throughput"], "throughput with a pool")]
     if results.get("breakdown"):
         parts += [
             "",
             breakdown_table(results["breakdown"]),
             "* some runs lacked this milestone; it took the next one's time",
         ]
+    if results.get("pool_breakdown"):
+        parts += ["", breakdown_table(results["pool_breakdown"], "where the warm time goes")]
     if results.get("operator_cost"):
         parts += ["", cost_table(results["operator_cost"])]
     main_operator = results.get("main_operator")

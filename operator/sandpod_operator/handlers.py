@@ -21,6 +21,7 @@ from sandpod_contract.names import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
     PLURAL,
+    POOL_LABEL,
     POOL_PLURAL,
     ROLE_LABEL,
     SANDBOX_ROLE,
@@ -140,6 +141,33 @@ def sandbox_pools(body: kopf.Body, namespace: str | None, **_: Any) -> dict[str,
     return {namespace or "": plain(body)}
 
 
+@kopf.index(*PODS, labels={POOL_LABEL: kopf.PRESENT})
+def pool_pods(body: kopf.Body, namespace: str | None, **_: Any) -> dict[str, dict[str, Any]]:
+    """namespace -> its pool pods, as last seen: a claim picks a free ready one without a
+    list (a stale entry only costs a 409 and then a list)."""
+    return {namespace or "": plain(body)}
+
+
+def not_started(status: kopf.Status, type: str | None, **_: Any) -> bool:
+    return not status and type != "DELETED"
+
+
+# Before kopf's first cycle (adding its finalizer) lets on.create run: saves a round trip
+# to the API server on the warm path. Not retried: the create handler does the rest.
+@kopf.on.event(*EXECUTIONS, when=not_started)
+async def claim_early(
+    body: kopf.Body, namespace: str | None, memo: kopf.Memo, logger: kopf.Logger, **kwargs: Any
+) -> None:
+    pools = list(index_of(kwargs, "sandbox_pools").get(namespace or "", []))
+    if not pools:
+        return
+    pods = list(index_of(kwargs, "pool_pods").get(namespace or "", []))
+    try:
+        await reconciler_of(memo).start_early(plain(body), pools=pools, pool_pods=pods)
+    except (*API_ERRORS, kopf.TemporaryError, kopf.PermanentError) as error:
+        logger.warning("claiming early failed, the create handler retries: %s", error)
+
+
 @kopf.on.resume(*EXECUTIONS)
 @kopf.on.create(*EXECUTIONS)
 async def start_execution(
@@ -150,8 +178,12 @@ async def start_execution(
     protected = bool(index_of(kwargs, "deny_all_policies").get(namespace or ""))
     pools = list(index_of(kwargs, "sandbox_pools").get(namespace or "", []))
     session = session_of(kwargs, execution)
+    # A retry lists the pods afresh (the index may not show what the last attempt did).
+    pods = None if retry else list(index_of(kwargs, "pool_pods").get(namespace or "", []))
     try:
-        await reconciler.start(execution, deny_all_present=protected, pools=pools, session=session)
+        await reconciler.start(
+            execution, deny_all_present=protected, pools=pools, session=session, pool_pods=pods
+        )
     except API_ERRORS as error:
         if is_transient(error) and retry < START_RETRIES:
             raise kopf.TemporaryError(str(error), delay=TRANSIENT_DELAY_SECONDS) from error
@@ -172,8 +204,9 @@ async def stop_deleted_execution(
     namespace: str | None, uid: str, memo: kopf.Memo, status: kopf.Status, **_: Any
 ) -> None:
     """Remove a deleted execution's pod at once instead of waiting for garbage collection."""
-    kube = reconciler_of(memo).kube
-    kube.counter.forget(uid)
+    reconciler = reconciler_of(memo)
+    reconciler.forget(uid)
+    kube = reconciler.kube
     # A session's pod is the session's: it stays for the session's other executions.
     if namespace and status.get("podName") and not status.get("session"):
         await kube.delete_pod(namespace, status["podName"], uid=None)
@@ -224,8 +257,9 @@ async def watchdog(
             logger.warning("watchdog check failed, retrying: %s", error)
 
 
-# One run per warm execution and operator process; after a restart it re-attaches to the
-# runner (same executionId), which replays the run's frames instead of running it again.
+# The create handler starts the warm run itself (a task); this daemon waits for it, and
+# after a restart (or when that run could not record) re-attaches to the runner (same
+# executionId), which replays the run's frames instead of running it again.
 @kopf.daemon(*EXECUTIONS, when=running_warm, cancellation_timeout=5)
 async def serve_warm(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
     """Run a warm execution in the pod it claimed and record the runner's result."""

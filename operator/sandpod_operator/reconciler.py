@@ -9,6 +9,7 @@ moves the status, and a terminal status is final. Events are posted only by the 
 whose write made the transition.
 """
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -138,6 +139,10 @@ class Reconciler:
     node_allocatable: dict[str, Manifest] = field(default_factory=dict)
     warm: WarmPath = field(init=False)
     sessions: SessionController = field(init=False)
+    # Per execution uid: its warm run, started in this process right after the claim (the
+    # serve daemon waits for it instead of posting again), and the runs it finished.
+    warm_runs: dict[str, asyncio.Task[bool]] = field(default_factory=dict)
+    warm_done: set[str] = field(default_factory=set)
 
     def on_node_event(self, event_type: str | None, node: Manifest) -> None:
         name = str((node.get("metadata") or {}).get("name"))
@@ -153,10 +158,41 @@ class Reconciler:
         )
 
     async def close(self) -> None:
+        for task in self.warm_runs.values():
+            task.cancel()  # re-attached after a restart (same executionId)
         await self.warm.close()
         await self.kube.close()
 
+    def forget(self, execution_uid: str) -> None:
+        """An execution is gone: drop what this process kept about it."""
+        self.kube.counter.forget(execution_uid)
+        self.warm_done.discard(execution_uid)
+        self.warm.marks.pop(execution_uid, None)
+        self.warm.claimed.pop(execution_uid, None)
+        self.warm.unsure.discard(execution_uid)
+
     # --- starting -------------------------------------------------------------------------
+
+    async def start_early(
+        self, execution: Manifest, *, pools: list[Manifest], pool_pods: list[Manifest]
+    ) -> None:
+        """On an execution's first events, before kopf's own cycle (its finalizer) lets the
+        create handler run: claim a pool pod and start the run if it can; anything else
+        (no pool, no free pod, an invalid spec, a cancel) is left to the create handler."""
+        meta = execution["metadata"]
+        uid = meta["uid"]
+        started = uid in self.warm_runs or uid in self.warm_done or uid in self.warm.claimed
+        if not pools or execution.get("status") or started or meta.get("deletionTimestamp"):
+            return
+        if cancel_requested(execution):
+            return
+        try:
+            spec = CodeExecutionSpec.model_validate(execution.get("spec") or {})
+            plan = plan_execution(spec, self.catalog, self.settings)
+        except (ValidationError, InvalidSpecError):
+            return
+        if spec.session is None:
+            await self._start_warm(execution, spec, plan, pools, pool_pods)
 
     async def start(
         self,
@@ -165,10 +201,12 @@ class Reconciler:
         deny_all_present: bool,
         pools: list[Manifest] | None = None,
         session: Manifest | None = None,
+        pool_pods: list[Manifest] | None = None,
     ) -> None:
         """on.create / on.resume: make sure an unfinished execution has its pod, once: one
-        claimed from a fitting pool of its namespace (`pools`), else one of its own. One
-        that names a session (`session`: as last seen, if at all) waits for its turn there."""
+        claimed from a fitting pool of its namespace (`pools`; `pool_pods`: the operator's
+        index of their pods, when fresh enough), else one of its own. One that names a
+        session (`session`: as last seen, if at all) waits for its turn there."""
         status = execution.get("status") or {}
         if is_terminal(status.get("phase")):
             return
@@ -192,8 +230,8 @@ class Reconciler:
             await self.sessions.accept(execution, spec, session)
             return
         pod_name = child_name(name, uid)
-        if status.get("startMode") == "warm":
-            return  # the serve daemon runs it, and re-attaches after a restart
+        if status.get("startMode") == "warm" or uid in self.warm_runs or uid in self.warm_done:
+            return  # its warm run is under way (or the serve daemon re-attaches to it)
         if status.get("podName"):
             # A pod was created before (this process or an earlier one): follow it, never
             # create a second one. If it is gone, the run is lost.
@@ -203,15 +241,31 @@ class Reconciler:
             else:
                 await self.follow(execution, pod)
             return
-        claimed = await self.warm.claim(
-            execution, EXECUTION_LABEL, execution_wants(spec, plan), pools or []
-        )
-        if claimed is not None:
-            await self._record_claim(execution, claimed)
+        if await self._start_warm(execution, spec, plan, pools or [], pool_pods):
             return
         pod = await self._create_children(execution, spec, plan, deny_all_present)
         if pod is not None:
             await self.follow(execution, pod)
+
+    async def _start_warm(
+        self,
+        execution: Manifest,
+        spec: CodeExecutionSpec,
+        plan: Plan,
+        pools: list[Manifest],
+        pool_pods: list[Manifest] | None,
+    ) -> bool:
+        """Claim a pool pod, name it in the status, start the run: False when there is no
+        pod to claim (go cold)."""
+        wanted = execution_wants(spec, plan)
+        self.warm.begin_marks(execution["metadata"]["uid"])
+        claimed = await self.warm.claim(execution, EXECUTION_LABEL, wanted, pools, pool_pods)
+        if claimed is None:
+            return False
+        written = await self._record_claim(execution, claimed)
+        if written is not None:
+            self._serve_soon(written)
+        return True
 
     async def _create_children(
         self, execution: Manifest, spec: CodeExecutionSpec, plan: Plan, deny_all_present: bool
@@ -480,8 +534,9 @@ class Reconciler:
 
     # --- warm: a pod claimed from a pool -----------------------------------------------
 
-    async def _record_claim(self, execution: Manifest, pod: Manifest) -> None:
-        """The program starts at the claim; the status names the pod before it runs."""
+    async def _record_claim(self, execution: Manifest, pod: Manifest) -> Manifest | None:
+        """The program starts at the claim; the status names the pod before it runs. The
+        execution as written, or None when another writer moved its status first."""
         started = now()
         verdict = Verdict(
             "Running",
@@ -493,14 +548,50 @@ class Reconciler:
         )
         meta, pod_name = execution["metadata"], pod["metadata"]["name"]
         self.warm.claimed[meta["uid"]] = pod
-        if not await self.record(execution, verdict, pod_name=pod_name):
+        written = await self._write(execution, verdict, pod_name=pod_name)
+        if written is None:
             current = await self.kube.get_execution(meta["namespace"], meta["name"], uid=None)
             if current is None or is_terminal((current.get("status") or {}).get("phase")):
+                self.warm.claimed.pop(meta["uid"], None)
                 await self.kube.delete_pod(meta["namespace"], pod_name, uid=meta["uid"])
+            return None
+        self.warm.mark(meta["uid"], "running")
+        return written
+
+    def _serve_soon(self, execution: Manifest) -> None:
+        """Run the claimed execution now, beside kopf's handlers (a kopf daemon would start
+        only once the status write comes back as an event)."""
+        uid = execution["metadata"]["uid"]
+        self.warm_runs[uid] = asyncio.create_task(self._serve(execution), name=f"warm run {uid}")
+
+    async def _serve(self, execution: Manifest) -> bool:
+        """The warm run as a task: True once its result is recorded. On an API error the
+        serve daemon (kopf's retries) takes over and re-attaches."""
+        uid = execution["metadata"]["uid"]
+        try:
+            await self._run_warm_now(execution)
+        except (*API_ERRORS, kopf.TemporaryError) as error:
+            logger.warning("warm run of %s: %s", execution["metadata"]["name"], error)
+            return False
+        finally:
+            self.warm_runs.pop(uid, None)
+        self.warm_done.add(uid)
+        return True
 
     async def run_warm(self, execution: Manifest) -> None:
-        """The serve daemon: run (or re-attach to) the program in its claimed pod, record the
-        runner's verified result (never the kubelet's), then remove the pod."""
+        """The serve daemon: wait for the run this process started, or (after a restart, or
+        when that run failed to record) run or re-attach to the program in its claimed pod."""
+        uid = execution["metadata"]["uid"]
+        task = self.warm_runs.get(uid)
+        if task is not None and await asyncio.shield(task):
+            return
+        if uid in self.warm_done:
+            return
+        await self._run_warm_now(execution)
+
+    async def _run_warm_now(self, execution: Manifest) -> None:
+        """Run (or re-attach to) the program in its claimed pod, record the runner's
+        verified result (never the kubelet's), then remove the pod."""
         status = execution.get("status") or {}
         meta = execution["metadata"]
         if is_terminal(status.get("phase")) or status.get("startMode") != "warm":
@@ -531,7 +622,10 @@ class Reconciler:
             )
             verdict = await self.store_outputs(execution, verdict)
         await self.record(execution, verdict)
+        self.warm.mark(meta["uid"], "recorded")
         await self.kube.delete_pod(meta["namespace"], pod["metadata"]["name"], uid=meta["uid"])
+        self.warm.mark(meta["uid"], "pod_deleted")
+        self.warm.log_marks(execution)
 
     async def _warm_backstop(self, execution: Manifest) -> None:
         """A warm run whose serve daemon did not end it well past its deadline."""
@@ -614,15 +708,21 @@ class Reconciler:
         self, execution: Manifest, verdict: Verdict, *, pod_name: str | None = None
     ) -> bool:
         """Write the verdict into status (compare-and-swap); True if this call moved it."""
+        return await self._write(execution, verdict, pod_name=pod_name) is not None
+
+    async def _write(
+        self, execution: Manifest, verdict: Verdict, *, pod_name: str | None = None
+    ) -> Manifest | None:
+        """`record`, answering the execution as written (None if this call did not move it)."""
         meta = execution["metadata"]
         namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
         current: Manifest | None = execution
         for _ in range(MAX_WRITE_ATTEMPTS):
             if current is None or current["metadata"].get("uid") != uid:
-                return False
+                return None
             previous = current.get("status") or {}
             if not supersedes(verdict, previous):
-                return False
+                return None
             new = next_status(
                 previous,
                 verdict,
@@ -632,9 +732,9 @@ class Reconciler:
             )
             patch = status_patch(previous, new)
             if not patch:
-                return False
+                return None
             try:
-                await self.kube.patch_execution_status(
+                written = await self.kube.patch_execution_status(
                     namespace,
                     name,
                     uid=uid,
@@ -643,7 +743,7 @@ class Reconciler:
                 )
             except KubeError as error:
                 if error.status == 404:
-                    return False
+                    return None
                 if too_large(error) and verdict.reason != STATUS_TOO_LARGE:
                     verdict = _without_result(verdict)
                     continue
@@ -654,7 +754,7 @@ class Reconciler:
             self._announce(current, previous, new)
             if is_terminal(new["phase"]):
                 await self._try_mark_finished(current)
-            return True
+            return written
         raise kopf.TemporaryError(f"status of {namespace}/{name} kept changing", delay=1)
 
     def _announce(self, execution: Manifest, previous: Manifest, new: Manifest) -> None:

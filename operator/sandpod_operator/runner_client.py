@@ -6,6 +6,7 @@ were made with. Lines are kept (at most `limit_bytes`) until the summary arrives
 `sandpod_contract.runner.LogReader` under it: the one decoder of the runner's wire format.
 """
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,17 +71,25 @@ async def run(
     tail_bytes: int,
     limit_bytes: int,
     files_bytes: int = 0,
+    marks: dict[str, float] | None = None,
 ) -> LogSummary:
-    """Start (or re-attach to: same executionId) the run and wait for its verified answer."""
+    """Start (or re-attach to: same executionId) the run and wait for its verified answer.
+    `marks` gets the wall-clock times of the answer's milestones (posted, answered,
+    first_frame, summary), for the operator's timing log."""
     headers = {"Authorization": f"Bearer {credential}"}
     answer = _Answer(limit_bytes)
+    marks = {} if marks is None else marks
     try:
+        marks["posted"] = time.time()
         async with session.post(address.url(RUN_PATH), json=request, headers=headers) as response:
+            marks["answered"] = time.time()
             if response.status != 200:
                 raise RunnerUnavailable(f"HTTP {response.status}")
             async for chunk in response.content.iter_chunked(CHUNK_BYTES):
+                marks.setdefault("first_frame", time.time())
                 answer.feed(chunk)
                 if answer.summary is not None:
+                    marks["summary"] = time.time()
                     break
     except aiohttp.ClientError as error:
         raise RunnerUnavailable(type(error).__name__) from error

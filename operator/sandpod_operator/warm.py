@@ -16,6 +16,7 @@ import asyncio
 import json
 import logging
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -41,6 +42,10 @@ from sandpod_operator.settings import OperatorSettings
 Manifest = dict[str, Any]
 
 logger = logging.getLogger(__name__)
+
+# The operator's log line with one warm run's milestones (wall-clock seconds, JSON), read by
+# the bench's breakdown: `warm timings <namespace>/<name> {"claiming": ..., ...}`.
+TIMINGS_LOG = "warm timings"
 
 # The runner's first log line is short; more than this is not it.
 CREDENTIAL_LINE_BYTES = 4096
@@ -298,6 +303,10 @@ class WarmPath:
     credentials: dict[str, str] = field(default_factory=dict)
     # Per execution uid: the pod just claimed, handed to its serve daemon (saves a read).
     claimed: dict[str, Manifest] = field(default_factory=dict)
+    # Executions whose last claim patch got no answer (it may have been applied).
+    unsure: set[str] = field(default_factory=set)
+    # Per execution uid: wall-clock times of its warm run's milestones in this process.
+    marks: dict[str, dict[str, float]] = field(default_factory=dict)
     _session: aiohttp.ClientSession | None = None
 
     async def close(self) -> None:
@@ -310,31 +319,79 @@ class WarmPath:
         owner_label: str,
         wanted: Wanted | None,
         pools: list[Manifest],
+        known_pods: list[Manifest] | None = None,
     ) -> Manifest | None:
-        """A pod claimed for `owner` (earlier or now), or None: go cold."""
+        """A pod claimed for `owner` (earlier or now), or None: go cold. `known_pods` (the
+        operator's index of pool pods) saves the list when it is fresh enough: a claim of a
+        pod whose index entry is behind gets a 409, and then the pods are listed."""
         if not pools:
             return None
         meta = owner["metadata"]
         namespace, uid = meta["namespace"], meta["uid"]
-        pods = await self.kube.list_pods(namespace, label_selector=names.POOL_LABEL, uid=uid)
-        earlier = earlier_claim(pods, uid)
-        if earlier is not None:
-            return earlier
+        if uid in self.claimed:
+            return self.claimed[uid]  # claimed by this process, its status not yet written
         fitting = fitting_pools(wanted, pools, self.catalog, self.settings)
-        if not fitting:
-            return None
-        for pod in candidates(pods, fitting):
-            patch = claim_patch(pod, owner, owner_label)
+        # After an uncertain claim (its answer lost) only a fresh list shows what it did.
+        sources = [known_pods] if known_pods is not None and uid not in self.unsure else []
+        for pods in [*sources, None]:
+            if pods is None:
+                pods = await self.kube.list_pods(
+                    namespace, label_selector=names.POOL_LABEL, uid=uid
+                )
+            earlier = earlier_claim(pods, uid)
+            if earlier is not None:
+                return earlier
+            if not fitting:
+                return None
+            claimed = await self._claim_one(owner, owner_label, candidates(pods, fitting))
+            if claimed is not None:
+                return claimed
+        POOL_MISSES.inc()
+        self.marks.pop(uid, None)
+        return None
+
+    async def _claim_one(
+        self, owner: Manifest, owner_label: str, pods: list[Manifest]
+    ) -> Manifest | None:
+        meta = owner["metadata"]
+        for pod in pods:
             try:
-                return await self.kube.patch_pod(
-                    namespace, pod["metadata"]["name"], uid=uid, patch=patch
+                claimed = await self.kube.patch_pod(
+                    meta["namespace"],
+                    pod["metadata"]["name"],
+                    uid=meta["uid"],
+                    patch=claim_patch(pod, owner, owner_label),
                 )
             except KubeError as error:
                 if error.status not in (404, 409):
+                    self.unsure.add(meta["uid"])
                     raise
                 CLAIM_CONFLICTS.inc()
-        POOL_MISSES.inc()
+                continue
+            except Exception:
+                self.unsure.add(meta["uid"])
+                raise
+            self.unsure.discard(meta["uid"])
+            self.mark(meta["uid"], "claimed")
+            return claimed
         return None
+
+    def begin_marks(self, execution_uid: str) -> None:
+        """Time this execution's warm run (a session's runs are not timed)."""
+        self.marks[execution_uid] = {"claiming": time.time()}
+
+    def mark(self, execution_uid: str, milestone: str) -> None:
+        if execution_uid in self.marks:
+            self.marks[execution_uid].setdefault(milestone, time.time())
+
+    def log_marks(self, execution: Manifest) -> None:
+        """One log line with the run's milestones in this process (cheap, always on)."""
+        meta = execution["metadata"]
+        marks = self.marks.pop(meta["uid"], None)
+        if marks:
+            logger.info(
+                "%s %s/%s %s", TIMINGS_LOG, meta["namespace"], meta["name"], json.dumps(marks)
+            )
 
     async def credential(self, pod: Manifest) -> str | None:
         pod_uid = str(pod["metadata"].get("uid"))
@@ -386,6 +443,7 @@ class WarmPath:
                     tail_bytes=self.settings.status_output_bytes,
                     limit_bytes=self.settings.log_read_limit_bytes,
                     files_bytes=self.settings.outputs_stored_bytes,
+                    marks=self.marks.get(str(request["executionId"])),
                 )
         except RunnerUnavailable as error:
             RUNNER_FAILURES.labels(why=error.why).inc()

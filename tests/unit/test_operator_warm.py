@@ -5,6 +5,7 @@ goes away, forged frames)."""
 
 import asyncio
 import copy
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -27,6 +28,7 @@ from sandpod_operator.reconciler import Reconciler
 from sandpod_operator.runner_client import RunnerAddress, RunnerUnavailable, run
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.warm import (
+    TIMINGS_LOG,
     candidates,
     claim_patch,
     execution_wants,
@@ -406,7 +408,9 @@ async def test_after_a_restart_the_run_is_re_attached_not_run_again(
     serving = asyncio.create_task(first.run_warm(latest(kube)))
     while not server.requests:
         await asyncio.sleep(0.01)
-    serving.cancel()  # the operator process dies mid-run
+    serving.cancel()  # the operator process dies mid-run: its daemon and its run task
+    for task in first.warm_runs.values():
+        task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await serving
     second = new_reconciler(kube)
@@ -506,7 +510,7 @@ async def test_pool_pod_events_read_the_credential_once_and_never_follow_the_pod
 async def test_the_watchdog_ends_a_warm_run_left_past_its_deadline(
     kube: FakeKube, runners: list[ServeDouble]
 ) -> None:
-    await pool_with(kube, runners, Script())
+    await pool_with(kube, runners, Script(hold=asyncio.Event()))
     reconciler = new_reconciler(kube)
     submit(kube, timeoutSeconds=1)
     await start(reconciler, kube)
@@ -517,3 +521,113 @@ async def test_the_watchdog_ends_a_warm_run_left_past_its_deadline(
     await reconciler.watch(latest(kube), [])
     assert (status_of(kube)["phase"], status_of(kube)["reason"]) == ("TimedOut", "DeadlineExceeded")
     assert (NAMESPACE, "py-0") not in kube.pods
+
+
+async def test_the_claim_starts_the_run_at_once_and_the_daemon_only_waits_for_it(
+    kube: FakeKube, runners: list[ServeDouble], caplog: pytest.LogCaptureFixture
+) -> None:
+    (server,) = await pool_with(kube, runners, Script(outputs=[("stdout", "hi\n")]))
+    reconciler = new_reconciler(kube)
+    submit(kube)
+    await start(reconciler, kube)
+    running = latest(kube)  # the body kopf's serve daemon starts with
+    uid = running["metadata"]["uid"]
+    caplog.set_level("INFO", logger="sandpod_operator.warm")
+    await asyncio.wait_for(reconciler.warm_runs[uid], timeout=10)
+    assert (status_of(kube)["phase"], status_of(kube)["stdout"]) == ("Succeeded", "hi\n")
+    calls = len(kube.calls)
+    await reconciler.run_warm(running)  # the daemon, spawned on the Running event
+    await start(reconciler, kube)  # on.create again (a retry): nothing to claim
+    assert len(kube.calls) == calls and server.runs == 1 and len(server.requests) == 1
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith(TIMINGS_LOG)]
+    marks = json.loads(line.split(" ", 3)[3])
+    order = ["claiming", "claimed", "running", "posted", "answered", "first_frame", "summary"]
+    assert [name for name in marks if name in order] == order
+    assert list(marks.values()) == sorted(marks.values())
+    reconciler.forget(uid)
+    assert uid not in reconciler.warm_done
+    await reconciler.close()
+
+
+async def test_a_run_that_could_not_record_is_re_attached_by_the_daemon(
+    kube: FakeKube, runners: list[ServeDouble]
+) -> None:
+    (server,) = await pool_with(kube, runners, Script())
+    reconciler = new_reconciler(kube)
+    submit(kube)
+    await start(reconciler, kube)
+    running = latest(kube)
+    kube.fail("patch_execution_status", KubeError(500, "InternalError", "etcd hiccup"))
+    await reconciler.run_warm(running)  # the task failed to record: the daemon re-attaches
+    assert status_of(kube)["phase"] == "Succeeded"
+    assert server.runs == 1 and len(server.requests) == 2
+    assert (NAMESPACE, "py-0") not in kube.pods
+    await reconciler.close()
+
+
+def pool_pods(kube: FakeKube) -> list[Manifest]:
+    """The operator's index of pool pods, as last seen."""
+    return [copy.deepcopy(pod) for pod in kube.pods.values()]
+
+
+async def two_held_pods(
+    kube: FakeKube, runners: list[ServeDouble]
+) -> tuple[Reconciler, list[Manifest]]:
+    """A pool of two pods whose runs never end, an execution, and the index of the pods."""
+    await pool_with(kube, runners, Script(hold=asyncio.Event()), Script(hold=asyncio.Event()))
+    submit(kube)
+    return new_reconciler(kube), pool_pods(kube)
+
+
+async def test_the_first_event_claims_from_the_index_before_the_create_handler(
+    kube: FakeKube, runners: list[ServeDouble]
+) -> None:
+    (server,) = await pool_with(kube, runners, Script())
+    reconciler = new_reconciler(kube)
+    submit(kube)
+    await reconciler.start_early(latest(kube), pools=[pool()], pool_pods=pool_pods(kube))
+    assert "list_pods" not in kube.calls
+    assert (status_of(kube)["startMode"], status_of(kube)["podName"]) == ("warm", "py-0")
+    uid = latest(kube)["metadata"]["uid"]
+    await asyncio.wait_for(reconciler.warm_runs[uid], timeout=10)
+    calls = len(kube.calls)
+    await start(reconciler, kube)  # on.create, once kopf's finalizer is on
+    await reconciler.start_early(latest(kube), pools=[pool()], pool_pods=pool_pods(kube))
+    assert len(kube.calls) == calls and server.runs == 1
+    assert status_of(kube)["phase"] == "Succeeded"
+    await reconciler.close()
+
+
+async def test_a_stale_index_costs_a_conflict_and_a_list_never_a_second_claim(
+    kube: FakeKube, runners: list[ServeDouble]
+) -> None:
+    reconciler, stale = await two_held_pods(kube, runners)
+    kube.pods[(NAMESPACE, "py-0")]["metadata"]["labels"][POOL_STATE_LABEL] = POOL_CLAIMED
+    kube.pods[(NAMESPACE, "py-0")]["metadata"]["resourceVersion"] += "1"
+    await reconciler.start(latest(kube), deny_all_present=True, pools=[pool()], pool_pods=stale)
+    assert status_of(kube)["podName"] == "py-1"
+    assert kube.calls.count("patch_pod") == 2 and kube.calls.count("list_pods") == 0
+    await reconciler.close()
+
+
+async def test_after_a_claim_whose_answer_was_lost_the_pods_are_listed(
+    kube: FakeKube, runners: list[ServeDouble]
+) -> None:
+    reconciler, index = await two_held_pods(kube, runners)
+    applied = kube.pods[(NAMESPACE, "py-0")]["metadata"]
+
+    def claimed_then_lost(*_: Any) -> None:
+        applied["labels"][CLAIMED_BY_LABEL] = latest(kube)["metadata"]["uid"]
+        applied["labels"][POOL_STATE_LABEL] = POOL_CLAIMED
+        raise TimeoutError("the answer was lost")
+
+    kube.before("patch_pod", claimed_then_lost)
+    with pytest.raises(TimeoutError):
+        await reconciler.start(latest(kube), deny_all_present=True, pools=[pool()], pool_pods=index)
+    # The retry (kopf's, or on.create after the early claim) with the same stale index:
+    await reconciler.start(latest(kube), deny_all_present=True, pools=[pool()], pool_pods=index)
+    assert status_of(kube)["podName"] == "py-0"
+    assert kube.calls.count("list_pods") == 1
+    labels = kube.pods[(NAMESPACE, "py-1")]["metadata"]["labels"]
+    assert labels[POOL_STATE_LABEL] == "free"
+    await reconciler.close()
