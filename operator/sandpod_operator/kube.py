@@ -127,8 +127,16 @@ class KubeApi(Protocol):
         self, namespace: str, name: str, *, uid: str | None
     ) -> Manifest | None: ...
     async def patch_execution_status(
-        self, namespace: str, name: str, *, uid: str | None, resource_version: str, status: Manifest
+        self,
+        namespace: str,
+        name: str,
+        *,
+        uid: str | None,
+        resource_version: str | None,
+        status: Manifest,
     ) -> Manifest: ...
+    async def read_service_ip(self, namespace: str, name: str) -> str | None: ...
+    async def endpoint_addresses(self, namespace: str, service: str) -> list[str]: ...
     async def label_finished(self, namespace: str, name: str, *, uid: str) -> None: ...
     async def delete_execution(self, namespace: str, name: str, *, uid: str) -> None: ...
 
@@ -151,6 +159,7 @@ class Kube:
         self._api = api
         self._core = k8s.CoreV1Api(api)
         self._networking = k8s.NetworkingV1Api(api)
+        self._discovery = k8s.DiscoveryV1Api(api)
         self._custom = k8s.CustomObjectsApi(api)
         self.counter = counter
 
@@ -211,6 +220,39 @@ class Kube:
     async def create_pod(self, body: Manifest, *, uid: str) -> Manifest | None:
         methods = (self._core.create_namespaced_pod, self._core.read_namespaced_pod)
         return await self._create("pods", uid, methods, body["metadata"]["namespace"], body)
+
+    async def read_service_ip(self, namespace: str, name: str) -> str | None:
+        """The cluster IP of a Service (the egress proxy's), None while it has none."""
+        try:
+            service = await self._call(
+                "get", "services", None, self._core.read_namespaced_service, name, namespace
+            )
+        except KubeError as error:
+            if error.status == 404:
+                return None
+            raise
+        address = (service.get("spec") or {}).get("clusterIP")
+        return str(address) if address and address != "None" else None
+
+    async def endpoint_addresses(self, namespace: str, service: str) -> list[str]:
+        """The ready addresses behind a Service (each replica of the egress proxy)."""
+        slices = await self._call(
+            "list",
+            "endpointslices",
+            None,
+            self._discovery.list_namespaced_endpoint_slice,
+            namespace,
+            label_selector=f"kubernetes.io/service-name={service}",
+        )
+        return sorted(
+            {
+                address
+                for piece in slices.get("items") or []
+                for endpoint in piece.get("endpoints") or []
+                if (endpoint.get("conditions") or {}).get("ready", True)
+                for address in endpoint.get("addresses") or []
+            }
+        )
 
     async def read_pod(self, namespace: str, name: str, *, uid: str | None) -> Manifest | None:
         try:
@@ -350,10 +392,19 @@ class Kube:
             raise
 
     async def patch_execution_status(
-        self, namespace: str, name: str, *, uid: str | None, resource_version: str, status: Manifest
+        self,
+        namespace: str,
+        name: str,
+        *,
+        uid: str | None,
+        resource_version: str | None,
+        status: Manifest,
     ) -> Manifest:
-        """Merge-patch status, only if the object is still at `resource_version` (else 409)."""
-        body = {"metadata": {"resourceVersion": resource_version}, "status": status}
+        """Merge-patch status, only if the object is still at `resource_version` (else 409);
+        unconditionally when it is None (fields no one else writes)."""
+        body: Manifest = {"status": status}
+        if resource_version is not None:
+            body["metadata"] = {"resourceVersion": resource_version}
         return await self._call(
             "patch",
             f"{PLURAL}/status",

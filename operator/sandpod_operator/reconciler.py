@@ -10,6 +10,7 @@ whose write made the transition.
 """
 
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -39,6 +40,13 @@ from sandpod_operator.builders import (
     build_pod,
     check_egress,
     plan_execution,
+)
+from sandpod_operator.egress_proxy import (
+    EgressProxy,
+    ProxyClient,
+    blocked_message,
+    execution_grant,
+    proxy_env,
 )
 from sandpod_operator.kube import KubeApi, KubeError
 from sandpod_operator.runner_client import RunnerUnavailable
@@ -147,6 +155,7 @@ class Reconciler:
     # Per node name, its allocatable resources: a sandbox larger than every node never queues.
     node_allocatable: dict[str, Manifest] = field(default_factory=dict)
     warm: WarmPath = field(init=False)
+    proxy: ProxyClient | None = field(init=False)
 
     def on_node_event(self, event_type: str | None, node: Manifest) -> None:
         name = str((node.get("metadata") or {}).get("name"))
@@ -157,6 +166,9 @@ class Reconciler:
 
     def __post_init__(self) -> None:
         self.warm = WarmPath(self.kube, self.settings, self.catalog)
+        self.proxy = (
+            ProxyClient(self.kube, self.settings) if self.settings.egress_proxy_service else None
+        )
 
     async def close(self) -> None:
         await self.warm.close()
@@ -180,7 +192,12 @@ class Reconciler:
         try:
             spec = CodeExecutionSpec.model_validate(execution.get("spec") or {})
             plan = plan_execution(spec, self.catalog, self.settings)
-            check_egress(spec.network, self.settings.egress_bounds, namespace)
+            check_egress(
+                spec.network,
+                self.settings.egress_bounds,
+                namespace,
+                proxy_configured=self.proxy is not None,
+            )
         except (ValidationError, InvalidSpecError) as error:
             message = _spec_error_message(error)
             await self.record(
@@ -215,12 +232,14 @@ class Reconciler:
         namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
         if not deny_all_present:
             await self.kube.create_network_policy(build_network_policy(namespace), uid=uid)
+        proxy, proxy_variables = await self._proxy_for(spec, plan, namespace, uid)
         egress = build_egress_policy(
             namespace=namespace,
             execution_name=name,
             uid=uid,
             network=spec.network,
             bounds=self.settings.egress_bounds,
+            proxy=proxy,
         )
         if egress is not None:
             kopf.adopt(egress, owner=as_body(execution))
@@ -233,6 +252,7 @@ class Reconciler:
             spec=spec,
             plan=plan,
             settings=self.settings,
+            extra_env=proxy_variables,
         )
         kopf.adopt(configmap, owner=as_body(execution))
         await self._own(execution, configmap, await self.kube.create_configmap(configmap, uid=uid))
@@ -250,6 +270,53 @@ class Reconciler:
             raise kopf.PermanentError(verdict.message) from error
         # Already there, it is ours when an earlier attempt created it and did not record it.
         return await self._own(execution, pod, created)
+
+    async def _proxy_for(
+        self, spec: CodeExecutionSpec, plan: Plan, namespace: str, uid: str
+    ) -> tuple[EgressProxy | None, dict[str, str]]:
+        """The egress proxy and the sandbox's variables for it, when the allowlist names hosts."""
+        if self.proxy is None or not spec.network.host_rules:
+            return None, {}
+        proxy = await self.proxy.resolve()
+        if proxy is None:
+            raise kopf.TemporaryError("the egress proxy's Service has no address yet", delay=5)
+        grant = execution_grant(
+            spec.network,
+            namespace=namespace,
+            uid=uid,
+            timeout_seconds=plan.timeout_seconds,
+            now=time.time(),
+            startup=self.settings.pod_startup_timeout_seconds,
+        )
+        return proxy, proxy_env(proxy, grant)
+
+    async def _report_blocked(self, execution: Manifest) -> None:
+        """After the end of an execution with host entries: what the proxy refused for it,
+        into status.egressBlocked and one Warning Event (best effort: never fails the run)."""
+        meta = execution["metadata"]
+        network = (execution.get("spec") or {}).get("network") or {}
+        if self.proxy is None or not any("host" in e for e in network.get("allow") or []):
+            return
+        try:
+            blocked = await self.proxy.blocked(meta["uid"])
+            if not blocked:
+                return
+            await self.kube.patch_execution_status(
+                meta["namespace"],
+                meta["name"],
+                uid=meta["uid"],
+                resource_version=None,
+                status={"egressBlocked": [b.model_dump(mode="json") for b in blocked]},
+            )
+        except API_ERRORS as error:
+            logger.warning("egress report of %s/%s: %s", meta["namespace"], meta["name"], error)
+            return
+        self.post_event(
+            as_body(execution),
+            type="Warning",
+            reason="EgressBlocked",
+            message=blocked_message(blocked),
+        )
 
     async def _own(self, execution: Manifest, wanted: Manifest, found: Manifest | None) -> Manifest:
         """The child as the cluster has it, if it is this execution's. A namesake that is not
@@ -596,6 +663,7 @@ class Reconciler:
             self._announce(current, previous, new)
             if is_terminal(new["phase"]):
                 await self._try_mark_finished(current)
+                await self._report_blocked(current)
             return True
         raise kopf.TemporaryError(f"status of {namespace}/{name} kept changing", delay=1)
 
