@@ -27,7 +27,7 @@ MAX_LINE_BYTES = 8192
 class Tally:
     """Refusals per execution (uid -> (host, port) -> count) and totals for metrics."""
 
-    blocked: "OrderedDict[str, Counter[tuple[str, int]]]" = field(default_factory=OrderedDict)
+    blocked: OrderedDict[str, Counter[tuple[str, int]]] = field(default_factory=OrderedDict)
     decisions: Counter[tuple[str, str]] = field(default_factory=Counter)  # (decision, namespace)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -51,7 +51,7 @@ class Tally:
 
     def report(self, uid: str) -> list[dict[str, object]]:
         with self.lock:
-            counts = dict(self.blocked.get(uid) or {})
+            counts: dict[tuple[str, int], int] = dict(self.blocked.get(uid, Counter()))
         return [{"host": h, "port": p, "count": n} for (h, p), n in sorted(counts.items())]
 
     def metrics(self) -> str:
