@@ -61,6 +61,12 @@ CHART_MANAGED_OPERATOR_SETTINGS = {
     "egress_service_cidrs",
     "egress_api_server_cidrs",
     "egress_namespace_cidrs",
+    "egress_namespace_hosts",
+    "egress_proxy_service",
+    "egress_proxy_port",
+    "egress_proxy_monitor_port",
+    "egress_proxy_pod_labels",
+    "egress_proxy_key_file",
 }
 CHART_MANAGED_GATEWAY_SETTINGS = {
     "kubeconfig",
@@ -249,6 +255,7 @@ MINIMAL_VALUES: dict[str, Any] = {
     "crds": {"enabled": False},
     "egress": {"admissionPolicy": False},
     "gateway": {"enabled": False},
+    "egressProxy": {"enabled": False},
     "networkPolicies": {"enabled": False, "sandboxDenyAll": False},
     "uninstallHook": {"enabled": False},
     "test": {"enabled": False},
@@ -415,6 +422,7 @@ def test_images_come_from_the_configured_registry(rendered: dict[str, list[Manif
         f"{FULLNAME}-gateway": f"{registry}/gateway:1.2.3",
         f"{FULLNAME}-uninstall": f"{registry}/operator:1.2.4",
         f"{FULLNAME}-test": f"{registry}/gateway:1.2.3",
+        f"{FULLNAME}-egress-proxy": f"{registry}/egress-proxy:1.2.3",
     }
     catalog = yaml.safe_load(
         find(manifests, "ConfigMap", f"{FULLNAME}-catalog")["data"]["catalog.yaml"]
@@ -428,16 +436,18 @@ def test_images_come_from_the_configured_registry(rendered: dict[str, list[Manif
     assert default_images == {
         "localhost/sandpod/operator:0.1.0",
         "localhost/sandpod/gateway:0.1.0",
+        "localhost/sandpod/egress-proxy:0.1.0",
     }
 
 
 def test_catalog_change_rolls_the_pods(helm: Path, tmp_path: Path) -> None:
     def checksums(values: dict[str, Any]) -> set[str]:
         manifests = render(helm, tmp_path, values)
-        return {
-            deployment["spec"]["template"]["metadata"]["annotations"]["checksum/catalog"]
+        annotations = [
+            deployment["spec"]["template"]["metadata"]["annotations"]
             for deployment in of_kind(manifests, "Deployment")
-        }
+        ]
+        return {a["checksum/catalog"] for a in annotations if "checksum/catalog" in a}
 
     before = checksums({})
     after = checksums({"images": {"registry": "registry.example/sandpod"}})
@@ -474,7 +484,8 @@ def test_api_keys_secret_holds_digests_only(rendered: dict[str, list[Manifest]])
 def test_existing_keys_secret_is_used_instead(helm: Path, tmp_path: Path) -> None:
     manifests = render(helm, tmp_path, {"apiKeys": {"existingSecret": "from-vault"}})
     assert [secret["metadata"]["name"] for secret in of_kind(manifests, "Secret")] == [
-        f"{FULLNAME}-test"
+        f"{FULLNAME}-egress-proxy-key",
+        f"{FULLNAME}-test",
     ]
     gateway = find(manifests, "Deployment", f"{FULLNAME}-gateway")["spec"]["template"]["spec"]
     assert container_env(gateway)["SANDPOD_GATEWAY_API_KEYS_SECRET"] == "from-vault"
@@ -800,11 +811,15 @@ def test_network_policies(rendered: dict[str, list[Manifest]]) -> None:
     test_labels = find(rendered["full"], "Pod", f"{FULLNAME}-test")["metadata"]["labels"]
     assert peers[1]["podSelector"]["matchLabels"].items() <= test_labels.items()
     operator = find(rendered["full"], "NetworkPolicy", f"{FULLNAME}-operator", NAMESPACE)
-    # Metrics off: no ingress at all.
+    # Metrics off: no ingress at all; out: the API server and the egress proxy's monitors.
+    proxy_pods = {"app.kubernetes.io/component": "egress-proxy"}
+    to_monitors = operator["spec"]["egress"][1]
+    assert proxy_pods.items() <= to_monitors["to"][0]["podSelector"]["matchLabels"].items()
+    assert to_monitors["ports"] == [{"protocol": "TCP", "port": 9180}]
     assert operator["spec"] == {
         "podSelector": operator["spec"]["podSelector"],
         "policyTypes": ["Ingress", "Egress"],
-        "egress": egress,
+        "egress": [*egress, to_monitors],
     }
     assert not of_kind(rendered["minimal"], "NetworkPolicy")
 
@@ -965,7 +980,7 @@ def test_egress_bounds_reach_the_operator(rendered: dict[str, list[Manifest]]) -
     )
     fields = OperatorSettings.model_fields
     for name in CHART_MANAGED_OPERATOR_SETTINGS:
-        if name.startswith("egress_"):
+        if name.startswith("egress_") and not name.startswith("egress_proxy_"):
             assert defaults[name] == fields[name].get_default(call_default_factory=True), name
 
 
