@@ -1,7 +1,7 @@
 """Squid external ACL helper: may this request go where it asks?
 
     external_acl_type sandpod_grant concurrency=N %>ha{Proxy-Authorization} %>rd %>rP \
-        python -m sandpod_proxy.grant_helper /etc/sandpod-proxy/key
+        sandpod-proxy-grant-helper /etc/sandpod-proxy-key/key
 
 Each line: channel, the Proxy-Authorization value, host, port (URL-escaped by Squid; then
 %DATA, "-", which is ignored). The

@@ -1,6 +1,6 @@
 """The egress proxy's monitor: counts refused requests from Squid's access log.
 
-    python -m sandpod_proxy.monitor --log-port 9181 --http-port 9180
+    sandpod-proxy-monitor --log-port 9181 --http-port 9180
 
 Squid sends each access-log line (logformat sandpod: "%ea %>rd %>rP %Ss ...") over TCP to
 127.0.0.1:9181 as it happens (access_log tcp://, buffered_logs off; the udp module buffers).

@@ -69,8 +69,7 @@ root, cert, key, http_port, https_port = sys.argv[1:6]
 class Handler(http.server.SimpleHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/whoami":
-            body = f"fake internet {self.server.server_address[0]}
-".encode()
+            body = f"fake internet {self.server.server_address[0]}\n".encode()
             self.send_response(200); self.send_header("Content-Length", str(len(body)))
             self.end_headers(); self.wfile.write(body); return
         super().do_GET()
