@@ -127,13 +127,7 @@ class KubeApi(Protocol):
         self, namespace: str, name: str, *, uid: str | None
     ) -> Manifest | None: ...
     async def patch_execution_status(
-        self,
-        namespace: str,
-        name: str,
-        *,
-        uid: str | None,
-        resource_version: str | None,
-        status: Manifest,
+        self, namespace: str, name: str, *, uid: str | None, resource_version: str, status: Manifest
     ) -> Manifest: ...
     async def read_service_ip(self, namespace: str, name: str) -> str | None: ...
     async def endpoint_addresses(self, namespace: str, service: str) -> list[str]: ...
@@ -392,19 +386,10 @@ class Kube:
             raise
 
     async def patch_execution_status(
-        self,
-        namespace: str,
-        name: str,
-        *,
-        uid: str | None,
-        resource_version: str | None,
-        status: Manifest,
+        self, namespace: str, name: str, *, uid: str | None, resource_version: str, status: Manifest
     ) -> Manifest:
-        """Merge-patch status, only if the object is still at `resource_version` (else 409);
-        unconditionally when it is None (fields no one else writes)."""
-        body: Manifest = {"status": status}
-        if resource_version is not None:
-            body["metadata"] = {"resourceVersion": resource_version}
+        """Merge-patch status, only if the object is still at `resource_version` (else 409)."""
+        body = {"metadata": {"resourceVersion": resource_version}, "status": status}
         return await self._call(
             "patch",
             f"{PLURAL}/status",

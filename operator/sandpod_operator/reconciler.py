@@ -20,7 +20,12 @@ import aiohttp
 import kopf
 from pydantic import ValidationError
 from sandpod_contract.catalog import Catalog
-from sandpod_contract.models import DEFAULT_TIMEOUT_SECONDS, CodeExecutionSpec, is_terminal
+from sandpod_contract.models import (
+    DEFAULT_TIMEOUT_SECONDS,
+    BlockedEgress,
+    CodeExecutionSpec,
+    is_terminal,
+)
 from sandpod_contract.names import (
     API_VERSION,
     CANCEL_ANNOTATION,
@@ -290,33 +295,19 @@ class Reconciler:
         )
         return proxy, proxy_env(proxy, grant)
 
-    async def _report_blocked(self, execution: Manifest) -> None:
-        """After the end of an execution with host entries: what the proxy refused for it,
-        into status.egressBlocked and one Warning Event (best effort: never fails the run)."""
-        meta = execution["metadata"]
+    async def _blocked_for(self, execution: Manifest, verdict: Verdict) -> list[BlockedEgress]:
+        """When an execution with host entries ends: what the proxy refused for it (best
+        effort: a proxy that does not answer never holds up or fails the run)."""
         network = (execution.get("spec") or {}).get("network") or {}
-        if self.proxy is None or not any("host" in e for e in network.get("allow") or []):
-            return
+        if self.proxy is None or not is_terminal(verdict.phase):
+            return []
+        if not any("host" in entry for entry in network.get("allow") or []):
+            return []
         try:
-            blocked = await self.proxy.blocked(meta["uid"])
-            if not blocked:
-                return
-            await self.kube.patch_execution_status(
-                meta["namespace"],
-                meta["name"],
-                uid=meta["uid"],
-                resource_version=None,
-                status={"egressBlocked": [b.model_dump(mode="json") for b in blocked]},
-            )
+            return await self.proxy.blocked(execution["metadata"]["uid"])
         except API_ERRORS as error:
-            logger.warning("egress report of %s/%s: %s", meta["namespace"], meta["name"], error)
-            return
-        self.post_event(
-            as_body(execution),
-            type="Warning",
-            reason="EgressBlocked",
-            message=blocked_message(blocked),
-        )
+            logger.warning("egress report of %s: %s", execution["metadata"]["name"], error)
+            return []
 
     async def _own(self, execution: Manifest, wanted: Manifest, found: Manifest | None) -> Manifest:
         """The child as the cluster has it, if it is this execution's. A namesake that is not
@@ -626,12 +617,15 @@ class Reconciler:
         meta = execution["metadata"]
         namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
         current: Manifest | None = execution
+        blocked: list[BlockedEgress] | None = None
         for _ in range(MAX_WRITE_ATTEMPTS):
             if current is None or current["metadata"].get("uid") != uid:
                 return False
             previous = current.get("status") or {}
             if not supersedes(verdict, previous):
                 return False
+            if blocked is None:
+                blocked = await self._blocked_for(execution, verdict)
             new = next_status(
                 previous,
                 verdict,
@@ -639,6 +633,8 @@ class Reconciler:
                 pod_name=pod_name,
                 now=now(),
             )
+            if blocked:
+                new["egressBlocked"] = [b.model_dump(mode="json") for b in blocked]
             patch = status_patch(previous, new)
             if not patch:
                 return False
@@ -663,7 +659,11 @@ class Reconciler:
             self._announce(current, previous, new)
             if is_terminal(new["phase"]):
                 await self._try_mark_finished(current)
-                await self._report_blocked(current)
+            if blocked:
+                message = blocked_message(blocked)
+                self.post_event(
+                    as_body(current), type="Warning", reason="EgressBlocked", message=message
+                )
             return True
         raise kopf.TemporaryError(f"status of {namespace}/{name} kept changing", delay=1)
 
