@@ -31,13 +31,21 @@ MONITOR_TIMEOUT_SECONDS = 3
 
 @dataclass(frozen=True)
 class EgressProxy:
-    """The proxy as a sandbox reaches it: its Service address and pods, and the signing key."""
+    """The proxy as a sandbox reaches it: its Service address, its pods as a NetworkPolicy
+    peer, and the key that signs the sandbox's credentials."""
 
     address: str
     port: int
-    namespace: str
-    pod_labels: Mapping[str, str]
+    peer: Manifest
     key: bytes = field(repr=False)
+
+
+def proxy_peer(namespace: str, pod_labels: Mapping[str, str]) -> Manifest:
+    """The proxy's pods as a NetworkPolicyPeer."""
+    return {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+        "podSelector": {"matchLabels": dict(pod_labels)},
+    }
 
 
 def execution_grant(
@@ -70,17 +78,7 @@ def proxy_env(proxy: EgressProxy, grant: Grant) -> dict[str, str]:
 
 def proxy_rule(proxy: EgressProxy) -> Manifest:
     """A NetworkPolicy egress rule that opens the proxy's pods on its port, nothing else."""
-    return {
-        "to": [
-            {
-                "namespaceSelector": {
-                    "matchLabels": {"kubernetes.io/metadata.name": proxy.namespace}
-                },
-                "podSelector": {"matchLabels": dict(proxy.pod_labels)},
-            }
-        ],
-        "ports": [{"port": proxy.port, "protocol": "TCP"}],
-    }
+    return {"to": [dict(proxy.peer)], "ports": [{"port": proxy.port, "protocol": "TCP"}]}
 
 
 def merge_blocked(reports: Iterable[Mapping[str, Any]]) -> list[BlockedEgress]:
@@ -127,8 +125,7 @@ class ProxyClient:
         self._resolved = EgressProxy(
             address=address,
             port=self._settings.egress_proxy_port,
-            namespace=self._namespace,
-            pod_labels=self._settings.egress_proxy_pod_labels,
+            peer=proxy_peer(self._namespace, self._settings.egress_proxy_pod_labels),
             key=key_file.read_bytes().strip(),
         )
         return self._resolved

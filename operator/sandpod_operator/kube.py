@@ -160,6 +160,15 @@ class Kube:
     async def close(self) -> None:
         await self._api.close()
 
+    async def _list(
+        self, resource: str, method: Any, namespace: str, selector: str
+    ) -> list[Manifest]:
+        """The items of a namespaced list with a label selector."""
+        listed = await self._call(
+            "list", resource, None, method, namespace, label_selector=selector
+        )
+        return list(listed.get("items") or [])
+
     async def _call(
         self, verb: str, resource: str, uid: str | None, method: Any, *args: Any, **kwargs: Any
     ) -> Manifest:
@@ -230,18 +239,16 @@ class Kube:
 
     async def endpoint_addresses(self, namespace: str, service: str) -> list[str]:
         """The ready addresses behind a Service (each replica of the egress proxy)."""
-        slices = await self._call(
-            "list",
+        slices = await self._list(
             "endpointslices",
-            None,
             self._discovery.list_namespaced_endpoint_slice,
             namespace,
-            label_selector=f"kubernetes.io/service-name={service}",
+            f"kubernetes.io/service-name={service}",
         )
         return sorted(
             {
                 address
-                for piece in slices.get("items") or []
+                for piece in slices
                 for endpoint in piece.get("endpoints") or []
                 if (endpoint.get("conditions") or {}).get("ready", True)
                 for address in endpoint.get("addresses") or []
@@ -479,15 +486,8 @@ class Kube:
 
     async def list_pool_pods(self, namespace: str, pool_name: str) -> list[Manifest]:
         """Every pod labelled with the pool, free or claimed (a fresh, consistent read)."""
-        listed = await self._call(
-            "list",
-            "pods",
-            None,
-            self._core.list_namespaced_pod,
-            namespace,
-            label_selector=f"{POOL_LABEL}={pool_name}",
-        )
-        return list(listed.get("items") or [])
+        selector = f"{POOL_LABEL}={pool_name}"
+        return await self._list("pods", self._core.list_namespaced_pod, namespace, selector)
 
     async def create_pool_pod(self, body: Manifest) -> Manifest:
         namespace = body["metadata"]["namespace"]

@@ -32,6 +32,7 @@ from sandpod_operator.egress_proxy import (
     execution_grant,
     merge_blocked,
     proxy_env,
+    proxy_peer,
 )
 from sandpod_operator.settings import CONFIG_KEY, OperatorSettings
 from sandpod_proxy.grant_helper import decide
@@ -43,8 +44,7 @@ UID = "0a1b2c3d-4e5f-6789-abcd-ef0123456789"
 PROXY = EgressProxy(
     address="10.96.0.50",
     port=3128,
-    namespace="sandpod-system",
-    pod_labels={"app.kubernetes.io/component": "egress-proxy"},
+    peer=proxy_peer("sandpod-system", {"app.kubernetes.io/component": "egress-proxy"}),
     key=KEY,
 )
 
