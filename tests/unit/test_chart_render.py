@@ -1047,3 +1047,35 @@ def test_egress_binding_covers_the_served_namespaces(rendered: dict[str, list[Ma
     # Serving every namespace: the policy covers every namespace.
     default = find(rendered["default"], "ValidatingAdmissionPolicyBinding", name)
     assert "matchResources" not in default["spec"]
+
+
+def test_the_egress_proxy(helm: Path, tmp_path: Path) -> None:
+    values = {
+        "tenants": [
+            {"name": "team-a", "egress": {"hostPresets": ["pypi"], "allowedHosts": ["*.x.org"]}},
+            {"name": "team-b"},
+        ],
+        "egress": {"openCidrs": ["203.0.113.0/24"], "podCidrs": ["10.244.0.0/16"]},
+    }
+    manifests = render(helm, tmp_path, values)
+    config = find(manifests, "ConfigMap", f"{FULLNAME}-egress-proxy")["data"]["squid.conf"]
+    lines = config.splitlines()
+    excluded = next(line for line in lines if line.startswith("acl excluded dst")).split()[3:]
+    assert {"169.254.0.0/16", "10.0.0.0/8", "10.244.0.0/16", "fe80::/10"} <= set(excluded)
+    # Squid holds IPv4 as IPv4-mapped IPv6, inside ::/3: that range is refused apart.
+    assert "::/3" not in excluded and "http_access deny reserved6 !ipv4" in lines
+    assert lines.index("http_access deny !granted") < lines.index("http_access allow opened")
+    assert lines.index("http_access allow opened") < lines.index("http_access deny excluded")
+    policy = find(manifests, "NetworkPolicy", f"{FULLNAME}-egress-proxy", NAMESPACE)["spec"]
+    blocks = [peer["ipBlock"] for peer in policy["egress"][0]["to"]]
+    assert blocks[0]["cidr"] == "0.0.0.0/0" and "169.254.0.0/16" in blocks[0]["except"]
+    assert {"cidr": "203.0.113.0/24"} in blocks
+    assert len(policy["egress"]) == 1  # no DNS unless egressProxy.dnsEgress names resolvers
+    spec = find(manifests, "Deployment", f"{FULLNAME}-operator")["spec"]["template"]["spec"]
+    settings = settings_from_env(container_env(spec), "sandpod_operator.settings.OperatorSettings")
+    assert settings["egress_namespace_hosts"] == {
+        "team-a": ["*.x.org", "pypi.org", "files.pythonhosted.org"]
+    }
+    assert settings["egress_proxy_service"] == f"{NAMESPACE}/{FULLNAME}-egress-proxy"
+    unknown = {"tenants": [{"name": "t", "egress": {"hostPresets": ["cran"]}}]}
+    assert "egressProxy.presets does not define" in helm_template(helm, tmp_path, unknown).stderr
