@@ -39,7 +39,12 @@ from kubernetes import client, utils
 from operator_process import OPENED_TEST_NETWORK, e2e_operator
 from proxy_latency import execution_spec, measure, report
 from sandpod_testkit.components import OperatorProcess
-from sandpod_testkit.kube import LOCAL_POD_CIDR, cluster_ranges, create_namespace
+from sandpod_testkit.kube import (
+    LOCAL_POD_CIDR,
+    cluster_ranges,
+    create_namespace,
+    delete_executions,
+)
 from sandpod_testkit.paths import REPO_ROOT
 from sandpod_testkit.waiting import wait_until
 
@@ -263,6 +268,10 @@ def proxy_operator(
     )
     operator.start()
     yield operator
+    # Executions carry the operator's finalizer: delete them while it still runs.
+    objects = client.CustomObjectsApi(api_client)
+    for namespace in tenants.values():
+        delete_executions(objects, namespace, timeout=60)
     operator.stop()
 
 
