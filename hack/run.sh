@@ -40,6 +40,8 @@ operator:
   podAnnotations: {sandpod.dev/image-digest: "$(image_digest operator)"}
 gateway:
   podAnnotations: {sandpod.dev/image-digest: "$(image_digest gateway)"}
+egressProxy:
+  podAnnotations: {sandpod.dev/image-digest: "$(image_digest egress-proxy)"}
 tenants:
   - name: $TENANT
     namespace: $TENANT_NAMESPACE

@@ -28,6 +28,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
+from sandpod_contract.egress_grant import DEFAULT_HOST_PORTS, HOST_PATTERN, MAX_HOST_CHARS
 from sandpod_contract.quantities import QuantityBounds
 
 Phase = Literal["Pending", "Running", "Succeeded", "Failed", "TimedOut", "Error", "Cancelled"]
@@ -88,6 +89,16 @@ ALLOWLIST_RULE: JsonDict = {
     "message": ALLOWLIST_MESSAGE,
 }
 CIDR_RULE: JsonDict = {"rule": "isCIDR(self)", "message": "cidr must be a CIDR such as 10.0.0.0/8"}
+DESTINATION_MESSAGE = "an allow entry names exactly one of cidr and host"
+DESTINATION_RULE: JsonDict = {
+    "rule": "has(self.cidr) != has(self.host)",
+    "message": DESTINATION_MESSAGE,
+}
+HOST_PORTS_MESSAGE = "a host entry's ports are TCP (the egress proxy carries HTTP and HTTPS)"
+HOST_PORTS_RULE: JsonDict = {
+    "rule": "!has(self.host) || !has(self.ports) || self.ports.all(p, p.protocol == 'TCP')",
+    "message": HOST_PORTS_MESSAGE,
+}
 
 
 def format_time(value: datetime) -> str:
@@ -232,28 +243,57 @@ class PortRule(_Model):
 
 
 class EgressRule(_Model):
-    """A destination network that egress may reach."""
+    """A destination egress may reach: a network (directly) or a host name (by the proxy)."""
 
-    cidr: str = Field(
+    model_config = ConfigDict(
+        json_schema_extra={"x-kubernetes-validations": [DESTINATION_RULE, HOST_PORTS_RULE]}
+    )
+
+    cidr: str | None = Field(
+        default=None,
         max_length=64,
-        description="Destination network in CIDR notation, e.g. 203.0.113.0/24. DNS is not "
-        "configured in sandboxes, so programs must use addresses.",
+        description="Destination network in CIDR notation, e.g. 203.0.113.0/24, reached "
+        "directly. DNS is not configured in sandboxes, so programs must use addresses.",
         json_schema_extra={"x-kubernetes-validations": [CIDR_RULE]},
+    )
+    host: str | None = Field(
+        default=None,
+        max_length=MAX_HOST_CHARS,
+        pattern=HOST_PATTERN,
+        description="Destination host name, e.g. pypi.org, or *. and a domain for every name "
+        "below it, e.g. *.githubusercontent.com. Reached through the platform's egress "
+        "proxy (HTTP_PROXY and HTTPS_PROXY are set in the sandbox): HTTPS by the name in "
+        "CONNECT, plain HTTP by the request's host; only public addresses.",
     )
     ports: list[PortRule] = Field(
         default_factory=list,
         max_length=16,
-        description="Destination ports; empty means every port.",
+        description="Destination ports; empty means every port for a cidr, 80 and 443 for a host.",
     )
 
     @field_validator("cidr")
     @classmethod
-    def _cidr(cls, value: str) -> str:
+    def _cidr(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
         try:
             ipaddress.ip_network(value, strict=True)
         except ValueError as exc:
             raise ValueError(str(CIDR_RULE["message"])) from exc
         return value
+
+    @model_validator(mode="after")
+    def _one_destination(self) -> "EgressRule":
+        if (self.cidr is None) == (self.host is None):
+            raise ValueError(DESTINATION_MESSAGE)
+        if self.host is not None and any(p.protocol != "TCP" for p in self.ports):
+            raise ValueError(HOST_PORTS_MESSAGE)
+        return self
+
+    @property
+    def host_ports(self) -> tuple[int, ...]:
+        """The ports of a host entry (80 and 443 when none are listed)."""
+        return tuple(p.port for p in self.ports) or DEFAULT_HOST_PORTS
 
 
 class Network(_Model):
@@ -264,7 +304,7 @@ class Network(_Model):
     egress: Literal["none", "allowlist"] = Field(
         default="none",
         description="none: no traffic in or out. allowlist: outbound traffic only to the "
-        "networks listed in allow.",
+        "networks and hosts listed in allow.",
     )
     allow: list[EgressRule] = Field(
         default_factory=list,
@@ -277,6 +317,14 @@ class Network(_Model):
         if (self.egress == "allowlist") != bool(self.allow):
             raise ValueError(ALLOWLIST_MESSAGE)
         return self
+
+    @property
+    def cidr_rules(self) -> list[EgressRule]:
+        return [rule for rule in self.allow if rule.cidr is not None]
+
+    @property
+    def host_rules(self) -> list[EgressRule]:
+        return [rule for rule in self.allow if rule.host is not None]
 
 
 SessionName = Annotated[
@@ -424,6 +472,17 @@ class OutputFileStatus(_Model):
     )
 
 
+MAX_BLOCKED_REPORTED = 20
+
+
+class BlockedEgress(_Model):
+    """Requests the egress proxy refused to one destination (as the proxy saw it)."""
+
+    host: str = Field(max_length=MAX_HOST_CHARS, description="Host name or address asked for.")
+    port: int = Field(ge=0, le=65535, description="Destination port asked for.")
+    count: int = Field(ge=1, description="How many requests were refused.")
+
+
 class CodeExecutionStatus(_Model):
     """What happened, written by the operator."""
 
@@ -487,6 +546,12 @@ class CodeExecutionStatus(_Model):
         default=None, description="Wall-clock run time of the program in milliseconds."
     )
     pod_name: str | None = Field(default=None, description="Name of the sandbox pod.")
+    egress_blocked: list[BlockedEgress] | None = Field(
+        default=None,
+        max_length=MAX_BLOCKED_REPORTED,
+        description="Requests through the egress proxy that were refused (a host not in the "
+        "allowlist, a non-public address), per destination, most frequent first.",
+    )
     start_mode: Literal["warm", "cold"] | None = Field(
         default=None, description="warm: in a pod from a SandboxPool; cold: in its own pod."
     )

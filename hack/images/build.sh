@@ -5,7 +5,8 @@
 #   hack/images/build.sh [--no-import] [--rebuild] [--refresh-base] [--prune] [IMAGE...]
 #   hack/images/build.sh --list
 #
-# IMAGE is a short name (python, node, bash, go, csharp, operator, gateway);
+# IMAGE is a short name (python, node, bash, go, csharp, operator, gateway,
+# egress-proxy);
 # default: all of them. How it works:
 #   1. base: hack/images/base.sh bootstraps a Debian bookworm rootfs, committed
 #      as a local stand-in for debian:bookworm-slim (buildah storage in the
@@ -41,7 +42,7 @@ CONTAINERD_NAMESPACE=k8s.io
 IMAGE_PREFIX=localhost/sandpod
 
 SANDBOX_IMAGES=(python node bash go csharp)
-PLATFORM_IMAGES=(operator gateway)
+PLATFORM_IMAGES=(operator gateway egress-proxy)
 
 log() { printf '[images %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 die() {
@@ -222,7 +223,7 @@ stage_context() {
         chmod 0755 "$context/sandpod-runner"
     else
         # What Dockerfile.dockerignore lets in for a Docker build from the repo root.
-        (cd "$REPO_ROOT" && tree_files pyproject.toml README.md LICENSE contract operator api web |
+        (cd "$REPO_ROOT" && tree_files pyproject.toml README.md LICENSE contract operator api web proxy |
             tar --null -T - -cf -) | tar -C "$context" -xf -
     fi
 }

@@ -6,7 +6,7 @@ The ConfigMap layout and config.json follow docs/runner-protocol.md.
 
 import base64
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,14 @@ from sandpod_contract.names import (
 from sandpod_contract.quantities import parse_quantity, smaller_quantity
 from sandpod_contract.runner import VerifiedFile
 
-from sandpod_operator.egress_policy import EgressBounds, excepts, refusal
+from sandpod_operator.egress_policy import (
+    NO_PROXY_MESSAGE,
+    EgressBounds,
+    excepts,
+    host_refusal,
+    refusal,
+)
+from sandpod_operator.egress_proxy import EgressProxy, proxy_rule
 from sandpod_operator.settings import CONFIG_KEY, INPUT_DIR, RUNNER_PATH, OperatorSettings
 
 Manifest = dict[str, Any]
@@ -167,12 +174,18 @@ def language_config(language: Language, settings: OperatorSettings) -> dict[str,
 
 
 def build_runner_config(
-    spec: CodeExecutionSpec, plan: Plan, settings: OperatorSettings
+    spec: CodeExecutionSpec,
+    plan: Plan,
+    settings: OperatorSettings,
+    extra_env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """config.json for the runner (docs/runner-protocol.md)."""
+    """config.json for the runner (docs/runner-protocol.md); `extra_env` (the egress proxy's
+    variables) over the language's environment."""
+    base = language_config(plan.language, settings)
     config: dict[str, Any] = {
         "mode": spec.mode,
-        **language_config(plan.language, settings),
+        **base,
+        "env": {**base["env"], **(extra_env or {})},
         "args": list(spec.args),
         "timeoutSeconds": plan.timeout_seconds,
         "maxOutputBytes": spec.max_output_bytes,
@@ -196,9 +209,11 @@ def build_configmap(
     spec: CodeExecutionSpec,
     plan: Plan,
     settings: OperatorSettings,
+    extra_env: Mapping[str, str] | None = None,
 ) -> Manifest:
+    config = build_runner_config(spec, plan, settings, extra_env)
     data = {
-        CONFIG_KEY: json.dumps(build_runner_config(spec, plan, settings), indent=2) + "\n",
+        CONFIG_KEY: json.dumps(config, indent=2) + "\n",
         SOURCE_KEY: spec.source,
     }
     if spec.stdin is not None:
@@ -377,9 +392,16 @@ def scratch_volume(sandbox: Sandbox, settings: OperatorSettings) -> Manifest:
     return {"medium": "Memory", "sizeLimit": smaller_quantity(size, sandbox.memory)}
 
 
-def check_egress(network: Network, bounds: EgressBounds, namespace: str) -> None:
+def check_egress(
+    network: Network, bounds: EgressBounds, namespace: str, *, proxy_configured: bool
+) -> None:
     """Refuse an allowlist outside the platform's egress bounds (the rule named)."""
-    message = refusal([allowed.cidr for allowed in network.allow], bounds, namespace)
+    hosts = [str(rule.host) for rule in network.host_rules]
+    if hosts and not proxy_configured:
+        raise InvalidSpecError(NO_PROXY_MESSAGE)
+    message = refusal(
+        [str(rule.cidr) for rule in network.cidr_rules], bounds, namespace
+    ) or host_refusal(hosts, bounds, namespace)
     if message is not None:
         raise InvalidSpecError(message)
 
@@ -417,16 +439,19 @@ def build_egress_policy(
     network: Network,
     bounds: EgressBounds,
     owner_label: str = EXECUTION_LABEL,
+    proxy: EgressProxy | None = None,
 ) -> Manifest | None:
     """For egress: allowlist, a policy that adds the allowed destinations (policies add up)
-    to the pod labelled `owner_label`=`execution_name` (an execution's, or a session's).
+    to the pod labelled `owner_label`=`execution_name` (an execution's, or a session's): the
+    networks, and the egress proxy's pods when hosts are listed (`proxy` then given).
     Each block leaves out the excluded ranges inside it, should a check ever be skipped."""
     if network.egress != "allowlist":
         return None
-    rules = []
-    for allowed in network.allow:
-        block: dict[str, Any] = {"cidr": allowed.cidr}
-        if left_out := excepts(allowed.cidr, bounds):
+    rules = [proxy_rule(proxy)] if proxy is not None and network.host_rules else []
+    for allowed in network.cidr_rules:
+        cidr = str(allowed.cidr)
+        block: dict[str, Any] = {"cidr": cidr}
+        if left_out := excepts(cidr, bounds):
             block["except"] = left_out
         rule: dict[str, Any] = {"to": [{"ipBlock": block}]}
         if allowed.ports:

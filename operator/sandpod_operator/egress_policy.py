@@ -11,6 +11,8 @@ import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from sandpod_contract.egress_grant import pattern_within
+
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 PUBLIC_ONLY = "public-only"
@@ -23,6 +25,10 @@ RULE_REASONS = {
     "are never reachable",
     TENANT: "an allowlist in this namespace may name only",
 }
+NO_PROXY_MESSAGE = (
+    "spec.network.allow: host entries go through the egress proxy, and this installation "
+    "runs none (operator setting egressProxyService)"
+)
 
 # Ranges that are not public unicast (IANA special-purpose registries, as ipaddress judges them
 # non-global, plus multicast, reserved, 6to4 and NAT64, which embed or reach anything). The chart
@@ -88,12 +94,15 @@ class EgressBounds:
     opened: tuple[IPNetwork, ...] = ()
     # Namespace -> the only ranges its allowlists may name (empty: none at all).
     narrowed: Mapping[str, tuple[IPNetwork, ...]] = field(default_factory=dict)
+    # Namespace -> the only host patterns its allowlists may name (empty: none at all).
+    narrowed_hosts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def make_bounds(
     cluster: Iterable[tuple[str, Iterable[str]]],
     opened: Iterable[str] = (),
     narrowed: Mapping[str, Sequence[str]] | None = None,
+    narrowed_hosts: Mapping[str, Sequence[str]] | None = None,
 ) -> EgressBounds:
     """Bounds from text: cluster is (what, cidrs) pairs, e.g. ("the pod network", [...])."""
     excluded = [
@@ -111,6 +120,7 @@ def make_bounds(
             namespace: tuple(parse_network(cidr) for cidr in cidrs)
             for namespace, cidrs in (narrowed or {}).items()
         },
+        narrowed_hosts={ns: tuple(hosts) for ns, hosts in (narrowed_hosts or {}).items()},
     )
 
 
@@ -145,6 +155,21 @@ def refusal(cidrs: Sequence[str], bounds: EgressBounds, namespace: str) -> str |
             listed = ",".join(str(outer) for outer in allowed) or "nothing"
             return (
                 f"spec.network.allow: {cidr} is outside this namespace's egress ranges; "
+                f"egress rule {TENANT}: {RULE_REASONS[TENANT]} {listed}"
+            )
+    return None
+
+
+def host_refusal(hosts: Sequence[str], bounds: EgressBounds, namespace: str) -> str | None:
+    """Why these host entries are outside this namespace's hosts (rule tenant), or None."""
+    if namespace not in bounds.narrowed_hosts:
+        return None
+    allowed = bounds.narrowed_hosts[namespace]
+    for host in hosts:
+        if not any(pattern_within(host, outer) for outer in allowed):
+            listed = ",".join(allowed) or "no host"
+            return (
+                f"spec.network.allow: host {host} is outside this namespace's egress hosts; "
                 f"egress rule {TENANT}: {RULE_REASONS[TENANT]} {listed}"
             )
     return None

@@ -138,6 +138,8 @@ class KubeApi(Protocol):
     async def patch_execution_status(
         self, namespace: str, name: str, *, uid: str | None, resource_version: str, status: Manifest
     ) -> Manifest: ...
+    async def read_service_ip(self, namespace: str, name: str) -> str | None: ...
+    async def endpoint_addresses(self, namespace: str, service: str) -> list[str]: ...
     async def label_finished(
         self, namespace: str, name: str, *, uid: str, plural: str = PLURAL
     ) -> None: ...
@@ -166,11 +168,21 @@ class Kube:
         self._api = api
         self._core = k8s.CoreV1Api(api)
         self._networking = k8s.NetworkingV1Api(api)
+        self._discovery = k8s.DiscoveryV1Api(api)
         self._custom = k8s.CustomObjectsApi(api)
         self.counter = counter
 
     async def close(self) -> None:
         await self._api.close()
+
+    async def _list(
+        self, resource: str, method: Any, namespace: str, selector: str
+    ) -> list[Manifest]:
+        """The items of a namespaced list with a label selector."""
+        listed = await self._call(
+            "list", resource, None, method, namespace, label_selector=selector
+        )
+        return list(listed.get("items") or [])
 
     async def _call(
         self, verb: str, resource: str, uid: str | None, method: Any, *args: Any, **kwargs: Any
@@ -226,6 +238,37 @@ class Kube:
     async def create_pod(self, body: Manifest, *, uid: str) -> Manifest | None:
         methods = (self._core.create_namespaced_pod, self._core.read_namespaced_pod)
         return await self._create("pods", uid, methods, body["metadata"]["namespace"], body)
+
+    async def read_service_ip(self, namespace: str, name: str) -> str | None:
+        """The cluster IP of a Service (the egress proxy's), None while it has none."""
+        try:
+            service = await self._call(
+                "get", "services", None, self._core.read_namespaced_service, name, namespace
+            )
+        except KubeError as error:
+            if error.status == 404:
+                return None
+            raise
+        address = (service.get("spec") or {}).get("clusterIP")
+        return str(address) if address and address != "None" else None
+
+    async def endpoint_addresses(self, namespace: str, service: str) -> list[str]:
+        """The ready addresses behind a Service (each replica of the egress proxy)."""
+        slices = await self._list(
+            "endpointslices",
+            self._discovery.list_namespaced_endpoint_slice,
+            namespace,
+            f"kubernetes.io/service-name={service}",
+        )
+        return sorted(
+            {
+                address
+                for piece in slices
+                for endpoint in piece.get("endpoints") or []
+                if (endpoint.get("conditions") or {}).get("ready", True)
+                for address in endpoint.get("addresses") or []
+            }
+        )
 
     async def read_pod(self, namespace: str, name: str, *, uid: str | None) -> Manifest | None:
         try:
@@ -487,15 +530,8 @@ class Kube:
 
     async def list_pool_pods(self, namespace: str, pool_name: str) -> list[Manifest]:
         """Every pod labelled with the pool, free or claimed (a fresh, consistent read)."""
-        listed = await self._call(
-            "list",
-            "pods",
-            None,
-            self._core.list_namespaced_pod,
-            namespace,
-            label_selector=f"{POOL_LABEL}={pool_name}",
-        )
-        return list(listed.get("items") or [])
+        selector = f"{POOL_LABEL}={pool_name}"
+        return await self._list("pods", self._core.list_namespaced_pod, namespace, selector)
 
     async def create_pool_pod(self, body: Manifest) -> Manifest:
         namespace = body["metadata"]["namespace"]

@@ -11,6 +11,7 @@ whose write made the transition.
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -20,7 +21,12 @@ import aiohttp
 import kopf
 from pydantic import ValidationError
 from sandpod_contract.catalog import Catalog
-from sandpod_contract.models import DEFAULT_TIMEOUT_SECONDS, CodeExecutionSpec, is_terminal
+from sandpod_contract.models import (
+    DEFAULT_TIMEOUT_SECONDS,
+    BlockedEgress,
+    CodeExecutionSpec,
+    is_terminal,
+)
 from sandpod_contract.names import (
     API_VERSION,
     CANCEL_ANNOTATION,
@@ -43,6 +49,13 @@ from sandpod_operator.builders import (
     check_egress,
     plan_execution,
     plan_outputs,
+)
+from sandpod_operator.egress_proxy import (
+    EgressProxy,
+    ProxyClient,
+    blocked_message,
+    execution_grant,
+    proxy_env,
 )
 from sandpod_operator.kube import KubeApi, KubeError
 from sandpod_operator.owners import as_body, owned_by
@@ -143,6 +156,7 @@ class Reconciler:
     # serve daemon waits for it instead of posting again), and the runs it finished.
     warm_runs: dict[str, asyncio.Task[bool]] = field(default_factory=dict)
     warm_done: set[str] = field(default_factory=set)
+    proxy: ProxyClient | None = field(init=False)
 
     def on_node_event(self, event_type: str | None, node: Manifest) -> None:
         name = str((node.get("metadata") or {}).get("name"))
@@ -155,6 +169,9 @@ class Reconciler:
         self.warm = WarmPath(self.kube, self.settings, self.catalog)
         self.sessions = SessionController(
             self.kube, self.settings, self.catalog, self.warm, self.record
+        )
+        self.proxy = (
+            ProxyClient(self.kube, self.settings) if self.settings.egress_proxy_service else None
         )
 
     async def close(self) -> None:
@@ -218,7 +235,12 @@ class Reconciler:
         try:
             spec = CodeExecutionSpec.model_validate(execution.get("spec") or {})
             plan = plan_execution(spec, self.catalog, self.settings)
-            check_egress(spec.network, self.settings.egress_bounds, namespace)
+            check_egress(
+                spec.network,
+                self.settings.egress_bounds,
+                namespace,
+                proxy_configured=self.proxy is not None,
+            )
         except (ValidationError, InvalidSpecError) as error:
             message = _spec_error_message(error)
             await self.record(
@@ -274,12 +296,14 @@ class Reconciler:
         namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
         if not deny_all_present:
             await self.kube.create_network_policy(build_network_policy(namespace), uid=uid)
+        proxy, proxy_variables = await self._proxy_for(spec, plan, namespace, uid)
         egress = build_egress_policy(
             namespace=namespace,
             execution_name=name,
             uid=uid,
             network=spec.network,
             bounds=self.settings.egress_bounds,
+            proxy=proxy,
         )
         if egress is not None:
             kopf.adopt(egress, owner=as_body(execution))
@@ -292,6 +316,7 @@ class Reconciler:
             spec=spec,
             plan=plan,
             settings=self.settings,
+            extra_env=proxy_variables,
         )
         kopf.adopt(configmap, owner=as_body(execution))
         await self._own(execution, configmap, await self.kube.create_configmap(configmap, uid=uid))
@@ -309,6 +334,39 @@ class Reconciler:
             raise kopf.PermanentError(verdict.message) from error
         # Already there, it is ours when an earlier attempt created it and did not record it.
         return await self._own(execution, pod, created)
+
+    async def _proxy_for(
+        self, spec: CodeExecutionSpec, plan: Plan, namespace: str, uid: str
+    ) -> tuple[EgressProxy | None, dict[str, str]]:
+        """The egress proxy and the sandbox's variables for it, when the allowlist names hosts."""
+        if self.proxy is None or not spec.network.host_rules:
+            return None, {}
+        proxy = await self.proxy.resolve()
+        if proxy is None:
+            raise kopf.TemporaryError("the egress proxy's Service has no address yet", delay=5)
+        grant = execution_grant(
+            spec.network,
+            namespace=namespace,
+            uid=uid,
+            timeout_seconds=plan.timeout_seconds,
+            now=time.time(),
+            startup=self.settings.pod_startup_timeout_seconds,
+        )
+        return proxy, proxy_env(proxy, grant)
+
+    async def _blocked_for(self, execution: Manifest, verdict: Verdict) -> list[BlockedEgress]:
+        """When an execution with host entries ends: what the proxy refused for it (best
+        effort: a proxy that does not answer never holds up or fails the run)."""
+        network = (execution.get("spec") or {}).get("network") or {}
+        if self.proxy is None or not is_terminal(verdict.phase):
+            return []
+        if not any("host" in entry for entry in network.get("allow") or []):
+            return []
+        try:
+            return await self.proxy.blocked(execution["metadata"]["uid"])
+        except API_ERRORS as error:
+            logger.warning("egress report of %s: %s", execution["metadata"]["name"], error)
+            return []
 
     async def _own(self, execution: Manifest, wanted: Manifest, found: Manifest | None) -> Manifest:
         """The child as the cluster has it, if it is this execution's. A namesake that is not
@@ -717,12 +775,15 @@ class Reconciler:
         meta = execution["metadata"]
         namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
         current: Manifest | None = execution
+        blocked: list[BlockedEgress] | None = None
         for _ in range(MAX_WRITE_ATTEMPTS):
             if current is None or current["metadata"].get("uid") != uid:
                 return None
             previous = current.get("status") or {}
             if not supersedes(verdict, previous):
                 return None
+            if blocked is None:
+                blocked = await self._blocked_for(execution, verdict)
             new = next_status(
                 previous,
                 verdict,
@@ -730,6 +791,8 @@ class Reconciler:
                 pod_name=pod_name,
                 now=now(),
             )
+            if blocked:
+                new["egressBlocked"] = [b.model_dump(mode="json") for b in blocked]
             patch = status_patch(previous, new)
             if not patch:
                 return None
@@ -754,6 +817,11 @@ class Reconciler:
             self._announce(current, previous, new)
             if is_terminal(new["phase"]):
                 await self._try_mark_finished(current)
+            if blocked:
+                message = blocked_message(blocked)
+                self.post_event(
+                    as_body(current), type="Warning", reason="EgressBlocked", message=message
+                )
             return written
         raise kopf.TemporaryError(f"status of {namespace}/{name} kept changing", delay=1)
 

@@ -75,6 +75,10 @@ Key = tuple[str, str]
 logger = logging.getLogger(__name__)
 
 SESSION_ENDED = "SessionEnded"
+SESSION_HOSTS_MESSAGE = (
+    "spec.network.allow: a session takes address (cidr) entries only; host names go through "
+    "the egress proxy, which session sandboxes do not use"
+)
 SESSION_NOT_FOUND = "SessionNotFound"
 SESSION_ENDED_MESSAGE = "the session this execution names has ended; nothing was run"
 SESSION_NOT_FOUND_MESSAGE = "no CodeSession of that name exists in this namespace; nothing was run"
@@ -287,7 +291,11 @@ class SessionController:
         try:
             spec = CodeSessionSpec.model_validate(session.get("spec") or {})
             sandbox = plan_session(spec, self.catalog, self.settings)
-            check_egress(spec.network, self.settings.egress_bounds, meta["namespace"])
+            if spec.network.host_rules:
+                raise InvalidSpecError(SESSION_HOSTS_MESSAGE)
+            check_egress(
+                spec.network, self.settings.egress_bounds, meta["namespace"], proxy_configured=False
+            )
         except (ValidationError, InvalidSpecError) as error:
             message = clip_message(str(error))
             await self._end(session, "InvalidSpec", message, [])

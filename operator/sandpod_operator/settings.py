@@ -6,6 +6,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sandpod_contract.catalog import DEFAULT_CATALOG_PATH
+from sandpod_contract.egress_grant import valid_host_pattern
 from sandpod_contract.models import MAX_TIMEOUT_SECONDS, MAX_TTL_SECONDS
 from sandpod_contract.quantities import Quantity, parse_quantity
 
@@ -28,6 +29,15 @@ def _valid_network(text: str) -> str:
 
 
 Cidr = Annotated[str, AfterValidator(_valid_network)]
+
+
+def _valid_host_pattern(text: str) -> str:
+    if not valid_host_pattern(text):
+        raise ValueError(f"{text!r} is not a host name or *. and a domain")
+    return text
+
+
+HostPattern = Annotated[str, AfterValidator(_valid_host_pattern)]
 
 
 class OperatorSettings(BaseSettings):
@@ -178,6 +188,34 @@ class OperatorSettings(BaseSettings):
         description="Per namespace (tenant), the only ranges its allowlists may name, within "
         "the platform's bounds (JSON object); an empty list: no allowlist at all.",
     )
+    egress_namespace_hosts: dict[str, list[HostPattern]] = Field(
+        default_factory=dict,
+        description="Per namespace (tenant), the only hosts its allowlists may name (JSON "
+        "object of lists; *.domain covers the names below it); an empty list: no host at all. "
+        "Namespaces not listed may name any host (the proxy still reaches only public "
+        "addresses).",
+    )
+    egress_proxy_service: str = Field(
+        default="",
+        pattern=r"^([a-z0-9-]+/[a-z0-9-]+)?$",
+        description="namespace/name of the egress proxy's Service (the chart's); empty: no "
+        "proxy, and allowlists may name no hosts.",
+    )
+    egress_proxy_port: int = Field(default=3128, ge=1, le=65535, description="Its proxy port.")
+    egress_proxy_monitor_port: int = Field(
+        default=9180,
+        ge=1,
+        le=65535,
+        description="The port of its monitor (refused requests per execution, metrics).",
+    )
+    egress_proxy_pod_labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Labels of the proxy's pods, which a sandbox's NetworkPolicy opens (JSON).",
+    )
+    egress_proxy_key_file: Path | None = Field(
+        default=None,
+        description="The key that signs per-execution proxy credentials (shared with the proxy).",
+    )
 
     metrics_port: int = Field(
         default=0, ge=0, le=65535, description="Serve Prometheus metrics here (0: off)."
@@ -202,7 +240,12 @@ class OperatorSettings(BaseSettings):
     @property
     def egress_bounds(self) -> EgressBounds:
         cluster = [(what, getattr(self, name)) for name, what in CLUSTER_RANGE_KINDS]
-        return make_bounds(cluster, self.egress_open_cidrs, self.egress_namespace_cidrs)
+        return make_bounds(
+            cluster,
+            self.egress_open_cidrs,
+            self.egress_namespace_cidrs,
+            self.egress_namespace_hosts,
+        )
 
     @property
     def active_deadline_seconds_margin(self) -> int:

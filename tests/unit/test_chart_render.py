@@ -61,6 +61,12 @@ CHART_MANAGED_OPERATOR_SETTINGS = {
     "egress_service_cidrs",
     "egress_api_server_cidrs",
     "egress_namespace_cidrs",
+    "egress_namespace_hosts",
+    "egress_proxy_service",
+    "egress_proxy_port",
+    "egress_proxy_monitor_port",
+    "egress_proxy_pod_labels",
+    "egress_proxy_key_file",
 }
 CHART_MANAGED_GATEWAY_SETTINGS = {
     "kubeconfig",
@@ -257,6 +263,7 @@ MINIMAL_VALUES: dict[str, Any] = {
     "crds": {"enabled": False},
     "egress": {"admissionPolicy": False},
     "gateway": {"enabled": False},
+    "egressProxy": {"enabled": False},
     "networkPolicies": {"enabled": False, "sandboxDenyAll": False},
     "uninstallHook": {"enabled": False},
     "test": {"enabled": False},
@@ -423,6 +430,7 @@ def test_images_come_from_the_configured_registry(rendered: dict[str, list[Manif
         f"{FULLNAME}-gateway": f"{registry}/gateway:1.2.3",
         f"{FULLNAME}-uninstall": f"{registry}/operator:1.2.4",
         f"{FULLNAME}-test": f"{registry}/gateway:1.2.3",
+        f"{FULLNAME}-egress-proxy": f"{registry}/egress-proxy:1.2.3",
     }
     catalog = yaml.safe_load(
         find(manifests, "ConfigMap", f"{FULLNAME}-catalog")["data"]["catalog.yaml"]
@@ -436,16 +444,18 @@ def test_images_come_from_the_configured_registry(rendered: dict[str, list[Manif
     assert default_images == {
         "localhost/sandpod/operator:0.1.0",
         "localhost/sandpod/gateway:0.1.0",
+        "localhost/sandpod/egress-proxy:0.1.0",
     }
 
 
 def test_catalog_change_rolls_the_pods(helm: Path, tmp_path: Path) -> None:
     def checksums(values: dict[str, Any]) -> set[str]:
         manifests = render(helm, tmp_path, values)
-        return {
-            deployment["spec"]["template"]["metadata"]["annotations"]["checksum/catalog"]
+        annotations = [
+            deployment["spec"]["template"]["metadata"]["annotations"]
             for deployment in of_kind(manifests, "Deployment")
-        }
+        ]
+        return {a["checksum/catalog"] for a in annotations if "checksum/catalog" in a}
 
     before = checksums({})
     after = checksums({"images": {"registry": "registry.example/sandpod"}})
@@ -482,7 +492,8 @@ def test_api_keys_secret_holds_digests_only(rendered: dict[str, list[Manifest]])
 def test_existing_keys_secret_is_used_instead(helm: Path, tmp_path: Path) -> None:
     manifests = render(helm, tmp_path, {"apiKeys": {"existingSecret": "from-vault"}})
     assert [secret["metadata"]["name"] for secret in of_kind(manifests, "Secret")] == [
-        f"{FULLNAME}-test"
+        f"{FULLNAME}-egress-proxy-key",
+        f"{FULLNAME}-test",
     ]
     gateway = find(manifests, "Deployment", f"{FULLNAME}-gateway")["spec"]["template"]["spec"]
     assert container_env(gateway)["SANDPOD_GATEWAY_API_KEYS_SECRET"] == "from-vault"
@@ -811,11 +822,15 @@ def test_network_policies(rendered: dict[str, list[Manifest]]) -> None:
     test_labels = find(rendered["full"], "Pod", f"{FULLNAME}-test")["metadata"]["labels"]
     assert peers[1]["podSelector"]["matchLabels"].items() <= test_labels.items()
     operator = find(rendered["full"], "NetworkPolicy", f"{FULLNAME}-operator", NAMESPACE)
-    # Metrics off: no ingress at all.
+    # Metrics off: no ingress at all; out: the API server and the egress proxy's monitors.
+    proxy_pods = {"app.kubernetes.io/component": "egress-proxy"}
+    to_monitors = operator["spec"]["egress"][1]
+    assert proxy_pods.items() <= to_monitors["to"][0]["podSelector"]["matchLabels"].items()
+    assert to_monitors["ports"] == [{"protocol": "TCP", "port": 9180}]
     assert operator["spec"] == {
         "podSelector": operator["spec"]["podSelector"],
         "policyTypes": ["Ingress", "Egress"],
-        "egress": egress,
+        "egress": [*egress, to_monitors],
     }
     assert not of_kind(rendered["minimal"], "NetworkPolicy")
 
@@ -976,7 +991,7 @@ def test_egress_bounds_reach_the_operator(rendered: dict[str, list[Manifest]]) -
     )
     fields = OperatorSettings.model_fields
     for name in CHART_MANAGED_OPERATOR_SETTINGS:
-        if name.startswith("egress_"):
+        if name.startswith("egress_") and not name.startswith("egress_proxy_"):
             assert defaults[name] == fields[name].get_default(call_default_factory=True), name
 
 
@@ -1043,3 +1058,35 @@ def test_egress_binding_covers_the_served_namespaces(rendered: dict[str, list[Ma
     # Serving every namespace: the policy covers every namespace.
     default = find(rendered["default"], "ValidatingAdmissionPolicyBinding", name)
     assert "matchResources" not in default["spec"]
+
+
+def test_the_egress_proxy(helm: Path, tmp_path: Path) -> None:
+    values = {
+        "tenants": [
+            {"name": "team-a", "egress": {"hostPresets": ["pypi"], "allowedHosts": ["*.x.org"]}},
+            {"name": "team-b"},
+        ],
+        "egress": {"openCidrs": ["203.0.113.0/24"], "podCidrs": ["10.244.0.0/16"]},
+    }
+    manifests = render(helm, tmp_path, values)
+    config = find(manifests, "ConfigMap", f"{FULLNAME}-egress-proxy")["data"]["squid.conf"]
+    lines = config.splitlines()
+    excluded = next(line for line in lines if line.startswith("acl excluded dst")).split()[3:]
+    assert {"169.254.0.0/16", "10.0.0.0/8", "10.244.0.0/16", "fe80::/10"} <= set(excluded)
+    # Squid holds IPv4 as IPv4-mapped IPv6, inside ::/3: that range is refused apart.
+    assert "::/3" not in excluded and "http_access deny reserved6 !ipv4" in lines
+    assert lines.index("http_access deny !granted") < lines.index("http_access allow opened")
+    assert lines.index("http_access allow opened") < lines.index("http_access deny excluded")
+    policy = find(manifests, "NetworkPolicy", f"{FULLNAME}-egress-proxy", NAMESPACE)["spec"]
+    blocks = [peer["ipBlock"] for peer in policy["egress"][0]["to"]]
+    assert blocks[0]["cidr"] == "0.0.0.0/0" and "169.254.0.0/16" in blocks[0]["except"]
+    assert {"cidr": "203.0.113.0/24"} in blocks
+    assert len(policy["egress"]) == 1  # no DNS unless egressProxy.dnsEgress names resolvers
+    spec = find(manifests, "Deployment", f"{FULLNAME}-operator")["spec"]["template"]["spec"]
+    settings = settings_from_env(container_env(spec), "sandpod_operator.settings.OperatorSettings")
+    assert settings["egress_namespace_hosts"] == {
+        "team-a": ["*.x.org", "pypi.org", "files.pythonhosted.org"]
+    }
+    assert settings["egress_proxy_service"] == f"{NAMESPACE}/{FULLNAME}-egress-proxy"
+    unknown = {"tenants": [{"name": "t", "egress": {"hostPresets": ["cran"]}}]}
+    assert "egressProxy.presets does not define" in helm_template(helm, tmp_path, unknown).stderr

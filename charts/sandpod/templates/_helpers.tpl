@@ -69,14 +69,29 @@ when every tenant there lists egress.allowedCidrs (then their union). Read it wi
 {{- $namespaces := dict }}
 {{- range .Values.tenants }}
 {{- $namespace := .namespace | default .name }}
+{{- range (.egress | default dict).hostPresets | default list }}
+{{- if not (hasKey $.Values.egressProxy.presets .) }}
+{{- fail (printf "tenants: hostPresets names %q, which egressProxy.presets does not define" .) }}
+{{- end }}
+{{- end }}
 {{- $create := ternary .createNamespace true (hasKey . "createNamespace") }}
-{{- $entry := get $namespaces $namespace | default (dict "create" false "tenants" (list) "narrowed" true "egressCidrs" (list)) }}
+{{- $entry := get $namespaces $namespace | default (dict "create" false "tenants" (list) "narrowed" true "egressCidrs" (list) "hostsNarrowed" true "egressHosts" (list)) }}
 {{- $_ := set $entry "create" (or $entry.create $create) }}
 {{- $_ := set $entry "tenants" (append $entry.tenants .name) }}
 {{- if hasKey (.egress | default dict) "allowedCidrs" }}
 {{- $_ := set $entry "egressCidrs" (concat $entry.egressCidrs .egress.allowedCidrs | uniq) }}
 {{- else }}
 {{- $_ := set $entry "narrowed" false }}
+{{- end }}
+{{- $egress := .egress | default dict }}
+{{- if or (hasKey $egress "allowedHosts") (hasKey $egress "hostPresets") }}
+{{- $hosts := $egress.allowedHosts | default list }}
+{{- range $egress.hostPresets | default list }}
+{{- $hosts = concat $hosts (get $.Values.egressProxy.presets .) }}
+{{- end }}
+{{- $_ := set $entry "egressHosts" (concat $entry.egressHosts $hosts | uniq) }}
+{{- else }}
+{{- $_ := set $entry "hostsNarrowed" false }}
 {{- end }}
 {{- $_ := set $namespaces $namespace $entry }}
 {{- end }}
@@ -233,4 +248,28 @@ server's include networkPolicies.apiServerEgress.cidrs. Read it with fromYaml. *
 {{- end }}
 {{- end }}
 {{- toYaml $narrowed }}
+{{- end }}
+
+{{/* The tenant namespaces narrowed to hosts, as YAML {namespace: [host patterns]}. */}}
+{{- define "sandpod.egressNarrowedHosts" -}}
+{{- $narrowed := dict }}
+{{- range $namespace, $entry := fromYaml (include "sandpod.tenantNamespaces" .) }}
+{{- if $entry.hostsNarrowed }}
+{{- $_ := set $narrowed $namespace $entry.egressHosts }}
+{{- end }}
+{{- end }}
+{{- toYaml $narrowed }}
+{{- end }}
+
+{{/* Every range the egress proxy never connects to unless opened: the non-public ranges and
+the cluster's own, as a YAML list of CIDRs. Read it with fromYamlArray. */}}
+{{- define "sandpod.proxyExcludedRanges" -}}
+{{- $ranges := list }}
+{{- range fromYamlArray (.Files.Get "files/non-public-ranges.yaml") }}
+{{- $ranges = append $ranges .cidr }}
+{{- end }}
+{{- range $what, $cidrs := fromYaml (include "sandpod.egressClusterRanges" .) }}
+{{- $ranges = concat $ranges $cidrs }}
+{{- end }}
+{{- toYaml ($ranges | uniq) }}
 {{- end }}

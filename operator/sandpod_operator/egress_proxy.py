@@ -1,0 +1,151 @@
+"""Host allowlists through the chart's egress proxy (Squid): credentials, policy, reports.
+
+An execution whose allowlist names hosts gets a signed grant (sandpod_contract.egress_grant)
+as the password of its proxy URL, set in HTTP_PROXY and friends; its NetworkPolicy opens the
+proxy's pods and nothing else for those entries (no DNS: the proxy resolves). At the end, the
+refusals the proxy's monitors counted for it go into status.egressBlocked and Events.
+"""
+
+import logging
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from sandpod_contract.egress_grant import Grant, HostGrant, proxy_url, sign
+from sandpod_contract.models import MAX_BLOCKED_REPORTED, BlockedEgress, Network
+
+from sandpod_operator.settings import OperatorSettings
+
+logger = logging.getLogger(__name__)
+
+Manifest = dict[str, Any]
+
+# Whatever the program asked for is reported only in this alphabet (names, IPv4 and IPv6).
+_REPORTABLE_HOST = re.compile(r"^[A-Za-z0-9.:_\[\]-]{1,253}$")
+GRANT_MARGIN_SECONDS = 60
+MONITOR_TIMEOUT_SECONDS = 3
+
+
+@dataclass(frozen=True)
+class EgressProxy:
+    """The proxy as a sandbox reaches it: its Service address, its pods as a NetworkPolicy
+    peer, and the key that signs the sandbox's credentials."""
+
+    address: str
+    port: int
+    peer: Manifest
+    key: bytes = field(repr=False)
+
+
+def proxy_peer(namespace: str, pod_labels: Mapping[str, str]) -> Manifest:
+    """The proxy's pods as a NetworkPolicyPeer."""
+    return {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+        "podSelector": {"matchLabels": dict(pod_labels)},
+    }
+
+
+def execution_grant(
+    network: Network, *, namespace: str, uid: str, timeout_seconds: int, now: float, startup: int
+) -> Grant:
+    """The grant of one execution: its host entries, valid for as long as it may run."""
+    return Grant(
+        execution=uid,
+        namespace=namespace,
+        expires=int(now) + startup + timeout_seconds + GRANT_MARGIN_SECONDS,
+        hosts=tuple(HostGrant(str(rule.host), rule.host_ports) for rule in network.host_rules),
+    )
+
+
+def proxy_env(proxy: EgressProxy, grant: Grant) -> dict[str, str]:
+    """The environment that makes standard clients (curl, requests, pip, npm, aiohttp with
+    trust_env) use the proxy with this execution's credentials."""
+    url = proxy_url(sign(grant, proxy.key), proxy.address, proxy.port)
+    return {
+        "HTTP_PROXY": url,
+        "HTTPS_PROXY": url,
+        "http_proxy": url,
+        "https_proxy": url,
+        "NO_PROXY": "localhost,127.0.0.1,::1",
+        "no_proxy": "localhost,127.0.0.1,::1",
+        "npm_config_proxy": url,
+        "npm_config_https_proxy": url,
+    }
+
+
+def proxy_rule(proxy: EgressProxy) -> Manifest:
+    """A NetworkPolicy egress rule that opens the proxy's pods on its port, nothing else."""
+    return {"to": [dict(proxy.peer)], "ports": [{"port": proxy.port, "protocol": "TCP"}]}
+
+
+def merge_blocked(reports: Iterable[Mapping[str, Any]]) -> list[BlockedEgress]:
+    """The monitors' answers ([{host, port, count}], one list per replica) as one bounded
+    status list, most frequent first; entries the proxy could not have written are dropped."""
+    counts: Counter[tuple[str, int]] = Counter()
+    for entry in reports:
+        host, port, count = entry.get("host"), entry.get("port"), entry.get("count")
+        if not isinstance(host, str) or not _REPORTABLE_HOST.match(host):
+            continue
+        if isinstance(port, int) and isinstance(count, int) and 0 <= port <= 65535 and count > 0:
+            counts[(host, port)] += count
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return [
+        BlockedEgress(host=host, port=port, count=count)
+        for (host, port), count in ranked[:MAX_BLOCKED_REPORTED]
+    ]
+
+
+def blocked_message(blocked: list[BlockedEgress]) -> str:
+    listed = ", ".join(f"{b.host}:{b.port} x{b.count}" for b in blocked)
+    return f"the egress proxy refused requests to {listed}"
+
+
+class ProxyClient:
+    """Finds the proxy (its Service) and asks its monitors what they refused."""
+
+    def __init__(self, kube: Any, settings: OperatorSettings) -> None:
+        self._kube = kube
+        self._settings = settings
+        self._namespace, _, self._service = settings.egress_proxy_service.partition("/")
+        self._resolved: EgressProxy | None = None
+
+    async def resolve(self) -> EgressProxy | None:
+        """The proxy, once its Service has an address (None until then)."""
+        if self._resolved is not None:
+            return self._resolved
+        key_file = self._settings.egress_proxy_key_file
+        if key_file is None:
+            return None
+        address = await self._kube.read_service_ip(self._namespace, self._service)
+        if not address:
+            return None
+        self._resolved = EgressProxy(
+            address=address,
+            port=self._settings.egress_proxy_port,
+            peer=proxy_peer(self._namespace, self._settings.egress_proxy_pod_labels),
+            key=key_file.read_bytes().strip(),
+        )
+        return self._resolved
+
+    async def blocked(self, uid: str) -> list[BlockedEgress]:
+        """What every proxy replica refused for this execution (replicas that do not answer
+        are skipped: the report is then a lower bound)."""
+        addresses = await self._kube.endpoint_addresses(self._namespace, self._service)
+        reports: list[Mapping[str, Any]] = []
+        timeout = aiohttp.ClientTimeout(total=MONITOR_TIMEOUT_SECONDS)
+        port = self._settings.egress_proxy_monitor_port
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            for address in addresses:
+                host = f"[{address}]" if ":" in address else address
+                try:
+                    async with session.get(f"http://{host}:{port}/blocked/{uid}") as response:
+                        answer = await response.json()
+                except (aiohttp.ClientError, TimeoutError, ValueError) as error:
+                    logger.warning("egress proxy monitor %s: %s", address, error)
+                    continue
+                if isinstance(answer, list):
+                    reports.extend(e for e in answer if isinstance(e, dict))
+        return merge_blocked(reports)

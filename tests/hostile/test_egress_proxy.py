@@ -1,0 +1,409 @@
+"""Egress by host name through the chart's egress proxy, against a fake internet on this machine.
+
+The proxy is the chart's own (templates/egress-proxy.yaml, image egress-proxy) in a namespace of
+this module; its names come from hostAliases (never DNS): allowed.fake and pypi.fake are the
+fake web host, other.fake a second one, metadata.fake the metadata address and cluster.fake the
+cluster's API Service address. Web hosts live in the fake internet's network namespace
+(fake_hosts.FAKE_INTERNET); nothing leaves the machine. An operator of this module's own
+watches its tenant namespaces with the proxy configured.
+"""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import hashlib
+import io
+import json
+import subprocess
+import uuid
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from executions import create, events_about, status, wait_for
+from fake_hosts import (
+    FAKE_INTERNET,
+    HTTP_PORT,
+    HTTPS_PORT,
+    METADATA_ADDRESS,
+    OTHER_WEB_ADDRESS,
+    WEB_ADDRESS,
+    WEB_SERVER,
+    FakeHosts,
+)
+from kubernetes import client, utils
+from operator_process import OPENED_TEST_NETWORK, e2e_operator
+from proxy_latency import execution_spec, measure, report
+from sandpod_testkit.components import OperatorProcess
+from sandpod_testkit.kube import (
+    LOCAL_POD_CIDR,
+    cluster_ranges,
+    create_namespace,
+    delete_executions,
+)
+from sandpod_testkit.paths import REPO_ROOT
+from sandpod_testkit.waiting import wait_until
+
+PROXY_NAME = "sandpod-egress-proxy"
+PACKAGE = "sandpodfake"
+PACKAGE_VALUE = "installed through the egress proxy"
+CLUSTER_SERVICE_ADDRESS = "10.96.0.1"  # the local cluster's `kubernetes` Service
+HOST_ALIASES = [
+    {"ip": WEB_ADDRESS, "hostnames": ["allowed.fake", "pypi.fake"]},
+    {"ip": OTHER_WEB_ADDRESS, "hostnames": ["other.fake"]},
+    {"ip": METADATA_ADDRESS, "hostnames": ["metadata.fake"]},
+    {"ip": CLUSTER_SERVICE_ADDRESS, "hostnames": ["cluster.fake"]},
+]
+
+# Fetches each URL through the proxy (urllib reads HTTP(S)_PROXY), HTTPS without verifying the
+# fake host's self-signed certificate, and tries one direct connection; prints JSON.
+FETCH = """
+import json, socket, ssl, sys, urllib.error, urllib.request
+context = ssl.create_default_context()
+context.check_hostname = False
+context.verify_mode = ssl.CERT_NONE
+opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context))
+def fetch(url):
+    try:
+        with opener.open(url, timeout=15) as answer:
+            return [answer.status, answer.read().decode()[:60]]
+    except urllib.error.HTTPError as error:
+        return [error.code, ""]
+    except OSError as error:
+        return ["refused", str(error)[:80]]
+results = {url: fetch(url) for url in sys.argv[1:]}
+try:
+    socket.create_connection(("%(web)s", %(port)d), timeout=3).close()
+    results["direct"] = "connected"
+except OSError as error:
+    results["direct"] = type(error).__name__
+print(json.dumps(results))
+"""
+
+INSTALL = """
+import subprocess, sys
+pip = [sys.executable, "-m", "pip", "install", "--user", "--disable-pip-version-check",
+       "--index-url", "http://pypi.fake:%(port)d/simple/", "--trusted-host", "pypi.fake",
+       "%(package)s"]
+installed = subprocess.run(pip, capture_output=True, text=True)
+print("pip exit", installed.returncode, installed.stderr[-400:])
+# The user site did not exist when this interpreter started: import it in a new one.
+imported = subprocess.run([sys.executable, "-c", "import %(package)s; print(%(package)s.VALUE)"],
+                          capture_output=True, text=True)
+print(imported.stdout.strip(), imported.stderr[-400:])
+"""
+
+
+def wheel(directory: Path) -> str:
+    """A minimal pure-Python wheel of PACKAGE in `directory`; its file name."""
+    files = {
+        f"{PACKAGE}/__init__.py": f"VALUE = {PACKAGE_VALUE!r}\n",
+        f"{PACKAGE}-1.0.dist-info/METADATA": "Metadata-Version: 2.1\n"
+        f"Name: {PACKAGE}\nVersion: 1.0\n",
+        f"{PACKAGE}-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: sandpod-tests\n"
+        "Root-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        record.append(f"{path},sha256={digest.decode()},{len(text.encode())}")
+    files[f"{PACKAGE}-1.0.dist-info/RECORD"] = (
+        "\n".join([*record, f"{PACKAGE}-1.0.dist-info/RECORD,,"]) + "\n"
+    )
+    name = f"{PACKAGE}-1.0-py3-none-any.whl"
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for path, text in files.items():
+            archive.writestr(path, text)
+    (directory / name).write_bytes(buffer.getvalue())
+    return name
+
+
+def web_root(root: Path) -> None:
+    """The fake internet's content: a 1 MB file and a package index with PACKAGE."""
+    (root / "big.bin").write_bytes(b"x" * (1024 * 1024))
+    packages = root / "packages"
+    packages.mkdir()
+    name = wheel(packages)
+    digest = hashlib.sha256((packages / name).read_bytes()).hexdigest()
+    index = root / "simple" / PACKAGE
+    index.mkdir(parents=True)
+    link = f'<a href="../../packages/{name}#sha256={digest}">{name}</a>'
+    (index / "index.html").write_text(f"<!DOCTYPE html><html><body>{link}</body></html>\n")
+
+
+@pytest.fixture(scope="module")
+def fake_internet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeHosts]:
+    workdir = tmp_path_factory.mktemp("fake-internet")
+    root = workdir / "www"
+    root.mkdir()
+    web_root(root)
+    cert, key = workdir / "cert.pem", workdir / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=allowed.fake", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    server = (WEB_SERVER, str(root), str(cert), str(key), str(HTTP_PORT), str(HTTPS_PORT))
+    hosts = FakeHosts(
+        LOCAL_POD_CIDR,
+        workdir / "unused.log",
+        net=FAKE_INTERNET,
+        server=(*server, *FAKE_INTERNET.addresses),
+    )
+    try:
+        hosts.create()
+        assert hosts.routed_here(), "pod traffic to the fake internet would leave the machine"
+        yield hosts
+    finally:
+        hosts.remove()
+    assert not hosts.leftovers()
+
+
+@pytest.fixture(scope="module")
+def proxy_prefix(namespace_prefix: str) -> str:
+    """Outside the session operator's namespaces (`<prefix>-*`): this module's operator."""
+    return f"{namespace_prefix}px"
+
+
+def render_proxy(helm: Path, namespace: str, values: dict[str, Any], workdir: Path) -> list[Any]:
+    values_file = workdir / "values.yaml"
+    values_file.write_text(yaml.safe_dump(values))
+    rendered = subprocess.run(
+        [str(helm), "template", "sandpod", str(REPO_ROOT / "charts" / "sandpod"),
+         "--namespace", namespace, "--values", str(values_file),
+         "--show-only", "templates/egress-proxy.yaml"],
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    return [document for document in yaml.safe_load_all(rendered) if document]
+
+
+def proxy_ready(apps: client.AppsV1Api, namespace: str) -> bool:
+    deployment: Any = apps.read_namespaced_deployment(PROXY_NAME, namespace)
+    return bool(deployment.status.ready_replicas)
+
+
+@pytest.fixture(scope="module")
+def egress_proxy(
+    api_client: client.ApiClient,
+    core_v1: client.CoreV1Api,
+    helm: Path,
+    proxy_prefix: str,
+    fake_internet: FakeHosts,
+    node_ip: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, Any]]:
+    """The chart's egress proxy in its own namespace; yields its namespace, labels and key."""
+    namespace = f"{proxy_prefix}-proxy-{uuid.uuid4().hex[:4]}"
+    create_namespace(core_v1, namespace)
+    ranges = cluster_ranges(api_client)
+    values = {
+        "images": {"tag": "0.1.0-egressproxy"},
+        "egress": {
+            "openCidrs": [OPENED_TEST_NETWORK],
+            "nodeCidrs": ranges["nodes"],
+            "podCidrs": ranges["pods"],
+            "serviceCidrs": ranges["services"],
+            "apiServerCidrs": ranges["apiServer"],
+        },
+        "egressProxy": {"hostAliases": HOST_ALIASES},
+        # This machine (the module's operator) reads the monitors.
+        "networkPolicies": {"ingressFrom": [{"ipBlock": {"cidr": f"{node_ip}/32"}}]},
+    }
+    documents = render_proxy(helm, namespace, values, tmp_path_factory.mktemp("proxy"))
+    try:
+        for document in documents:
+            utils.create_from_dict(api_client, document, namespace=namespace)
+        apps = client.AppsV1Api(api_client)
+        wait_until(lambda: proxy_ready(apps, namespace), timeout=120, what="the egress proxy")
+        secret = next(d for d in documents if d["kind"] == "Secret")
+        deployment = next(d for d in documents if d["kind"] == "Deployment")
+        yield {
+            "namespace": namespace,
+            "labels": deployment["spec"]["selector"]["matchLabels"],
+            "key": base64.b64decode(secret["data"]["key"]),
+        }
+    finally:
+        core_v1.delete_namespace(namespace, propagation_policy="Background")
+
+
+@pytest.fixture(scope="module")
+def tenants(core_v1: client.CoreV1Api, proxy_prefix: str) -> Iterator[dict[str, str]]:
+    names = {t: f"{proxy_prefix}-{t}-{uuid.uuid4().hex[:4]}" for t in ("a", "b")}
+    for name in names.values():
+        create_namespace(core_v1, name)
+    yield names
+    for name in names.values():
+        core_v1.delete_namespace(name, propagation_policy="Background")
+
+
+@pytest.fixture(scope="module")
+def proxy_operator(
+    sandpod_crd: str,
+    api_client: client.ApiClient,
+    kubeconfig_path: Path,
+    proxy_prefix: str,
+    egress_proxy: dict[str, Any],
+    tenants: dict[str, str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[OperatorProcess]:
+    workdir = tmp_path_factory.mktemp("proxy-operator")
+    key_file = workdir / "proxy-key"
+    key_file.write_bytes(egress_proxy["key"])
+    operator = e2e_operator(
+        kubeconfig_path, [f"{proxy_prefix}-*"], workdir, cluster_ranges(api_client)
+    )
+    operator.env.update(
+        {
+            "SANDPOD_EGRESS_PROXY_SERVICE": f"{egress_proxy['namespace']}/{PROXY_NAME}",
+            "SANDPOD_EGRESS_PROXY_POD_LABELS": json.dumps(egress_proxy["labels"]),
+            "SANDPOD_EGRESS_PROXY_KEY_FILE": str(key_file),
+            # Tenant b may name other.fake only.
+            "SANDPOD_EGRESS_NAMESPACE_HOSTS": json.dumps({tenants["b"]: ["other.fake"]}),
+        }
+    )
+    operator.start()
+    yield operator
+    # Executions carry the operator's finalizer: delete them while it still runs.
+    objects = client.CustomObjectsApi(api_client)
+    for namespace in tenants.values():
+        delete_executions(objects, namespace, timeout=60)
+    operator.stop()
+
+
+def run(
+    objects: client.CustomObjectsApi,
+    namespace: str,
+    source: str,
+    hosts: list[dict[str, Any]],
+    args: list[str] | None = None,
+) -> tuple[str, dict[str, Any]]:
+    name = f"proxy-{uuid.uuid4().hex[:6]}"
+    create(
+        objects,
+        namespace,
+        name,
+        language="python",
+        source=source,
+        args=args or [],
+        timeoutSeconds=90,
+        resources={"memory": "512Mi"},
+        network={"egress": "allowlist", "allow": hosts},
+    )
+    return name, status(wait_for(objects, namespace, name, timeout=150))
+
+
+def fetch_source() -> str:
+    return FETCH % {"web": WEB_ADDRESS, "port": HTTP_PORT}
+
+
+def blocked_of(result: dict[str, Any]) -> dict[tuple[str, int], int]:
+    return {(b["host"], b["port"]): b["count"] for b in result.get("egressBlocked") or []}
+
+
+@pytest.mark.usefixtures("proxy_operator")
+def test_allowed_hosts_pass_and_everything_else_is_blocked_and_reported(
+    custom_objects: client.CustomObjectsApi, core_v1: client.CoreV1Api, tenants: dict[str, str]
+) -> None:
+    web = f"allowed.fake:{HTTP_PORT}"
+    urls = {
+        "http": f"http://{web}/whoami",
+        "https": f"https://allowed.fake:{HTTPS_PORT}/whoami",
+        "not listed": f"http://other.fake:{HTTP_PORT}/whoami",
+        "ip literal": f"http://{WEB_ADDRESS}:{HTTP_PORT}/whoami",
+        "metadata": f"http://{METADATA_ADDRESS}/latest/meta-data/",
+        "name to metadata": "http://metadata.fake/latest/meta-data/",
+        "name to cluster": "https://cluster.fake:443/version",
+    }
+    hosts = [
+        {"host": "allowed.fake", "ports": [{"port": HTTP_PORT}, {"port": HTTPS_PORT}]},
+        {"host": "metadata.fake", "ports": [{"port": 80}]},
+        {"host": "cluster.fake", "ports": [{"port": 443}]},
+    ]
+    name, result = run(custom_objects, tenants["a"], fetch_source(), hosts, list(urls.values()))
+    assert result["phase"] == "Succeeded", result
+    seen = json.loads(result["stdout"])
+    answer = f"fake internet {WEB_ADDRESS}"
+    assert seen[urls["http"]] == [200, f"{answer}\n"]
+    assert seen[urls["https"]] == [200, f"{answer}\n"]
+    for case in ("not listed", "ip literal", "metadata", "name to metadata"):
+        assert seen[urls[case]] == [403, ""], case
+    assert (
+        seen[urls["name to cluster"]][0] == "refused" and "403" in seen[urls["name to cluster"]][1]
+    )
+    assert seen["direct"] != "connected"
+    assert blocked_of(result) == {
+        ("other.fake", HTTP_PORT): 1,
+        (WEB_ADDRESS, HTTP_PORT): 1,
+        (METADATA_ADDRESS, 80): 1,
+        ("metadata.fake", 80): 1,
+        ("cluster.fake", 443): 1,
+    }
+    reasons = {e.reason for e in events_about(core_v1, tenants["a"], "CodeExecution", name)}
+    assert "EgressBlocked" in reasons
+
+
+@pytest.mark.usefixtures("proxy_operator")
+def test_two_tenants_at_once_each_reach_only_their_own_hosts(
+    custom_objects: client.CustomObjectsApi, tenants: dict[str, str]
+) -> None:
+    urls = [f"http://allowed.fake:{HTTP_PORT}/whoami", f"http://other.fake:{HTTP_PORT}/whoami"]
+    allows = {
+        "a": [{"host": "allowed.fake", "ports": [{"port": HTTP_PORT}]}],
+        "b": [{"host": "other.fake", "ports": [{"port": HTTP_PORT}]}],
+    }
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        futures = {
+            t: pool.submit(run, custom_objects, tenants[t], fetch_source(), allows[t], urls)
+            for t in allows
+        }
+        results = {t: future.result()[1] for t, future in futures.items()}
+    seen = {t: json.loads(results[t]["stdout"]) for t in results}
+    assert seen["a"][urls[0]] == [200, f"fake internet {WEB_ADDRESS}\n"]
+    assert seen["a"][urls[1]] == [403, ""]
+    assert seen["b"][urls[1]] == [200, f"fake internet {OTHER_WEB_ADDRESS}\n"]
+    assert seen["b"][urls[0]] == [403, ""]
+    assert blocked_of(results["a"]) == {("other.fake", HTTP_PORT): 1}
+    assert blocked_of(results["b"]) == {("allowed.fake", HTTP_PORT): 1}
+
+
+@pytest.mark.usefixtures("proxy_operator")
+def test_a_narrowed_tenant_cannot_name_other_hosts(
+    custom_objects: client.CustomObjectsApi, tenants: dict[str, str]
+) -> None:
+    hosts = [{"host": "allowed.fake"}]
+    _, result = run(custom_objects, tenants["b"], "print(1)", hosts)
+    assert (result["phase"], result["reason"]) == ("Error", "InvalidSpec")
+    assert "host allowed.fake is outside this namespace's egress hosts" in result["message"]
+
+
+@pytest.mark.usefixtures("proxy_operator")
+def test_pip_install_from_a_package_index_on_the_fake_internet(
+    custom_objects: client.CustomObjectsApi, tenants: dict[str, str]
+) -> None:
+    # Sessions are not in main yet: the import runs in the same execution (a new interpreter).
+    source = INSTALL % {"port": HTTP_PORT, "package": PACKAGE}
+    hosts = [{"host": "pypi.fake", "ports": [{"port": HTTP_PORT}]}]
+    _, result = run(custom_objects, tenants["a"], source, hosts)
+    assert result["phase"] == "Succeeded", result
+    assert "pip exit 0" in result["stdout"], result["stdout"]
+    assert PACKAGE_VALUE in result["stdout"], result["stdout"]
+    assert not result.get("egressBlocked")
+
+
+@pytest.mark.usefixtures("proxy_operator")
+def test_benchmark_the_proxy_on_a_1mb_download(
+    custom_objects: client.CustomObjectsApi, tenants: dict[str, str]
+) -> None:
+    """benchmarks/proxy_latency.py in one sandbox: the proxy vs a direct allowlisted CIDR."""
+    spec = execution_spec("allowed.fake", WEB_ADDRESS, HTTP_PORT, "/big.bin", rounds=20)
+    result = report(measure(custom_objects, tenants["a"], spec))
+    (REPO_ROOT / "benchmarks" / "results" / "proxy-latency.json").write_text(
+        json.dumps(result, indent=2) + "\n"
+    )
+    print(f"\negress proxy, 1 MB download: {json.dumps(result)}")
+    assert result["direct"] is not None and result["proxied"] is not None
