@@ -1,5 +1,4 @@
 import json
-import os
 import re
 from typing import Any
 
@@ -20,6 +19,7 @@ from sandpod_operator.builders import (
     plan_execution,
 )
 from sandpod_operator.settings import RUNNER_PATH, OperatorSettings
+from sandpod_testkit.environment import clear_sandpod_environment
 
 UID = "0a1b2c3d-4e5f-6789-abcd-ef0123456789"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -32,9 +32,7 @@ def catalog() -> Catalog:
 
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in os.environ:
-        if name.startswith("SANDPOD_"):
-            monkeypatch.delenv(name)
+    clear_sandpod_environment(monkeypatch)
 
 
 @pytest.fixture

@@ -1,7 +1,6 @@
 """Status derivation from realistic pod objects (as `kubectl get pod -o json` shows them)."""
 
 import json
-import os
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -22,6 +21,7 @@ from sandpod_operator.status import (
     status_patch,
     supersedes,
 )
+from sandpod_testkit.environment import clear_sandpod_environment
 
 CREATED = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 NOW = CREATED + timedelta(seconds=10)
@@ -34,9 +34,7 @@ def stamp(moment: datetime) -> str:
 
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in os.environ:
-        if name.startswith("SANDPOD_"):
-            monkeypatch.delenv(name)
+    clear_sandpod_environment(monkeypatch)
 
 
 @pytest.fixture
@@ -337,12 +335,14 @@ def test_killed_by_a_signal(settings: OperatorSettings) -> None:
     assert "SIGSEGV" in verdict.message
 
 
+def killed_pod(reason: str, message: str) -> dict[str, Any]:
+    """A pod the kubelet failed (reason, message) after it SIGKILLed the container."""
+    return make_pod("Failed", terminated(137, "Error"), reason=reason, message=message)
+
+
 def test_pod_deadline_exceeded(settings: OperatorSettings) -> None:
-    ran = make_pod(
-        "Failed",
-        terminated(137, "Error"),
-        reason="DeadlineExceeded",
-        message="Pod was active on the node longer than the specified deadline",
+    ran = killed_pod(
+        "DeadlineExceeded", "Pod was active on the node longer than the specified deadline"
     )
     verdict = observe(ran, settings)
     assert (verdict.phase, verdict.reason) == ("TimedOut", "DeadlineExceeded")
@@ -352,20 +352,10 @@ def test_pod_deadline_exceeded(settings: OperatorSettings) -> None:
 
 
 def test_evictions(settings: OperatorSettings) -> None:
-    disk = make_pod(
-        "Failed",
-        terminated(137, "Error"),
-        reason="Evicted",
-        message='Usage of EmptyDir volume "tmp" exceeds the limit "128Mi".',
-    )
+    disk = killed_pod("Evicted", 'Usage of EmptyDir volume "tmp" exceeds the limit "128Mi".')
     verdict = observe(disk, settings)
     assert (verdict.phase, verdict.reason) == ("Failed", "StorageLimitExceeded")
-    node = make_pod(
-        "Failed",
-        terminated(137, "Error"),
-        reason="Evicted",
-        message="The node was low on resource: memory.",
-    )
+    node = killed_pod("Evicted", "The node was low on resource: memory.")
     verdict = observe(node, settings)
     assert (verdict.phase, verdict.reason, verdict.retryable) == ("Error", "Evicted", True)
 
