@@ -153,9 +153,16 @@ def observe(
     mode: str = "run",
     now: datetime = NOW,
     timeout_seconds: int = TIMEOUT,
+    largest_node: NodeRoom | None = None,
 ) -> Verdict:
     return observe_pod(
-        pod, log=log, mode=mode, timeout_seconds=timeout_seconds, now=now, settings=settings
+        pod,
+        log=log,
+        mode=mode,
+        timeout_seconds=timeout_seconds,
+        now=now,
+        settings=settings,
+        largest_node=largest_node,
     )
 
 
@@ -212,27 +219,11 @@ def test_a_sandbox_larger_than_every_node_ends_at_once(settings: OperatorSetting
     pod = make_pod(scheduled=("False", "Unschedulable", NOW))
     pod["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "100m", "memory": "3Gi"}
     small = NodeRoom.largest([{"cpu": "2", "memory": "2Gi"}, {"cpu": "4", "memory": "1Gi"}])
-    verdict = observe_pod(
-        pod,
-        log=None,
-        mode="run",
-        timeout_seconds=TIMEOUT,
-        now=NOW,
-        settings=settings,
-        largest_node=small,
-    )
+    verdict = observe(pod, settings, largest_node=small)
     assert (verdict.phase, verdict.reason, verdict.retryable) == ("Error", "Unschedulable", False)
     assert "more than any node has" in verdict.message
     big = NodeRoom.largest([{"cpu": "2", "memory": "4Gi"}])
-    verdict = observe_pod(
-        pod,
-        log=None,
-        mode="run",
-        timeout_seconds=TIMEOUT,
-        now=NOW,
-        settings=settings,
-        largest_node=big,
-    )
+    verdict = observe(pod, settings, largest_node=big)
     assert (verdict.phase, verdict.reason) == ("Pending", "Queued")
 
 
