@@ -152,17 +152,11 @@ def observe(
     log: LogSummary | None = None,
     mode: str = "run",
     now: datetime = NOW,
-    timeout_seconds: int = TIMEOUT,
-    largest_node: NodeRoom | None = None,
+    **more: Any,
 ) -> Verdict:
+    """observe_pod with this file's defaults; `more` is passed on as it is (largest_node)."""
     return observe_pod(
-        pod,
-        log=log,
-        mode=mode,
-        timeout_seconds=timeout_seconds,
-        now=now,
-        settings=settings,
-        largest_node=largest_node,
+        pod, log=log, mode=mode, timeout_seconds=TIMEOUT, now=now, settings=settings, **more
     )
 
 
