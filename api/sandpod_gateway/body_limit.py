@@ -4,7 +4,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sandpod_gateway.errors import ErrorDetail, error_response
+from sandpod_gateway.errors import ErrorDetail, GatewayError, error_response
 
 
 class RequestBodyTooLarge(HTTPException):
@@ -18,10 +18,12 @@ class RequestBodyTooLarge(HTTPException):
 
 def too_large_response(limit: int) -> ASGIApp:
     return error_response(
-        413,
-        "payload_too_large",
-        f"The request body exceeds {limit} bytes",
-        [ErrorDetail(message="request body too large", type="max_request_bytes", limit=limit)],
+        GatewayError(
+            413,
+            "payload_too_large",
+            f"The request body exceeds {limit} bytes",
+            [ErrorDetail(message="request body too large", type="max_request_bytes", limit=limit)],
+        )
     )
 
 

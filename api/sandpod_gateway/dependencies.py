@@ -1,7 +1,8 @@
 """FastAPI dependencies, as Annotated aliases. Unit tests replace them through
 app.dependency_overrides (get_key_store, get_execution_service, get_session_service)."""
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -16,39 +17,23 @@ from sandpod_gateway.sessions import SessionContext
 from sandpod_gateway.settings import GatewaySettings
 
 
-def get_settings(request: Request) -> GatewaySettings:
-    settings: GatewaySettings = request.app.state.settings
-    return settings
+def _from_app_state(attribute: str) -> Callable[[Request], Any]:
+    """A dependency returning what create_app stored as app.state.<attribute>."""
+
+    def dependency(request: Request) -> Any:
+        return getattr(request.app.state, attribute)
+
+    dependency.__name__ = f"get_{attribute}"
+    return dependency
 
 
-def get_catalog(request: Request) -> LanguageCatalog:
-    catalog: LanguageCatalog = request.app.state.catalog
-    return catalog
-
-
-def get_metrics(request: Request) -> GatewayMetrics:
-    metrics: GatewayMetrics = request.app.state.metrics
-    return metrics
-
-
-def get_admission(request: Request) -> AdmissionControl:
-    admission: AdmissionControl = request.app.state.admission
-    return admission
-
-
-def get_key_store(request: Request) -> ApiKeyStore:
-    key_store: ApiKeyStore = request.app.state.key_store
-    return key_store
-
-
-def get_execution_service(request: Request) -> ExecutionService:
-    service: ExecutionService = request.app.state.execution_service
-    return service
-
-
-def get_session_service(request: Request) -> SessionService:
-    service: SessionService = request.app.state.session_service
-    return service
+get_settings: Callable[[Request], GatewaySettings] = _from_app_state("settings")
+get_catalog: Callable[[Request], LanguageCatalog] = _from_app_state("catalog")
+get_metrics: Callable[[Request], GatewayMetrics] = _from_app_state("metrics")
+get_admission: Callable[[Request], AdmissionControl] = _from_app_state("admission")
+get_key_store: Callable[[Request], ApiKeyStore] = _from_app_state("key_store")
+get_execution_service: Callable[[Request], ExecutionService] = _from_app_state("execution_service")
+get_session_service: Callable[[Request], SessionService] = _from_app_state("session_service")
 
 
 SettingsDep = Annotated[GatewaySettings, Depends(get_settings)]

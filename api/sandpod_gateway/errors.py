@@ -68,18 +68,14 @@ class GatewayError(Exception):
         self.headers = dict(headers or {})
 
 
-def error_response(
-    status_code: int,
-    code: str,
-    message: str,
-    details: Sequence[ErrorDetail] = (),
-    headers: Mapping[str, str] | None = None,
-) -> JSONResponse:
-    body = ErrorResponse(error=ErrorBody(code=code, message=message, details=list(details)))
+def error_response(error: GatewayError) -> JSONResponse:
+    body = ErrorResponse(
+        error=ErrorBody(code=error.code, message=error.message, details=error.details)
+    )
     return JSONResponse(
         body.model_dump(mode="json", exclude_none=True),
-        status_code=status_code,
-        headers=dict(headers) if headers else None,
+        status_code=error.status_code,
+        headers=error.headers or None,
     )
 
 
@@ -136,18 +132,18 @@ def as_gateway_error(exc: Exception, retry_after_seconds: int) -> GatewayError |
 async def handle_gateway_error(request: Request, exc: Exception) -> JSONResponse:
     error = as_gateway_error(exc, request.app.state.settings.default_retry_after_seconds)
     assert error is not None
-    return error_response(
-        error.status_code, error.code, error.message, error.details, error.headers
-    )
+    return error_response(error)
 
 
 async def handle_validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     return error_response(
-        422,
-        "invalid_request",
-        "The request is not valid; see details.",
-        validation_details(exc.errors()),
+        GatewayError(
+            422,
+            "invalid_request",
+            "The request is not valid; see details.",
+            validation_details(exc.errors()),
+        )
     )
 
 
@@ -156,12 +152,14 @@ async def handle_http_exception(request: Request, exc: Exception) -> JSONRespons
     status = exc.status_code
     code = HTTP_STATUS_CODES.get(status, "error")
     message = exc.detail if isinstance(exc.detail, str) else HTTPStatus(status).phrase
-    return error_response(status, code, message, headers=exc.headers)
+    return error_response(GatewayError(status, code, message, headers=exc.headers))
 
 
 async def handle_unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     logger.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return error_response(500, "internal_error", "Internal error; the request may be retried.")
+    return error_response(
+        GatewayError(500, "internal_error", "Internal error; the request may be retried.")
+    )
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -341,6 +341,19 @@ start_control_plane() {
     --leader-elect=false --bind-address=127.0.0.1 --profiling=false --v=1
 }
 
+# A ClusterRoleBinding $1 of the ClusterRole $2 to the user $3 (a client certificate's CN).
+user_role_binding() {
+  cat <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: $1
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: $2}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: $3}
+EOF
+}
+
 apply_bootstrap_manifests() {
   kubectl_admin apply -f - >/dev/null <<EOF
 apiVersion: node.k8s.io/v1
@@ -361,13 +374,7 @@ rules:
   resources: [endpointslices]
   verbs: [list, watch]
 ---
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: system:coredns
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: system:coredns}
-subjects:
-- {apiGroup: rbac.authorization.k8s.io, kind: User, name: system:coredns}
+$(user_role_binding system:coredns system:coredns system:coredns)
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
@@ -381,21 +388,9 @@ rules:
   resources: [networkpolicies]
   verbs: [get, list, watch]
 ---
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: sandpod:netpol-enforcer
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: sandpod:netpol-enforcer}
-subjects:
-- {apiGroup: rbac.authorization.k8s.io, kind: User, name: sandpod:netpol-enforcer}
+$(user_role_binding sandpod:netpol-enforcer sandpod:netpol-enforcer sandpod:netpol-enforcer)
 ---
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: sandpod:kube-proxy
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: system:node-proxier}
-subjects:
-- {apiGroup: rbac.authorization.k8s.io, kind: User, name: system:kube-proxy}
+$(user_role_binding sandpod:kube-proxy system:node-proxier system:kube-proxy)
 ---
 apiVersion: v1
 kind: Service

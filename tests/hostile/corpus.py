@@ -12,9 +12,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 Outcome = tuple[str, str]  # (phase, reason)
+SUCCEEDED: tuple[Outcome, ...] = (("Succeeded", "Completed"),)
+TIMED_OUT: tuple[Outcome, ...] = (("TimedOut", "DeadlineExceeded"),)
 ABSENT = object()  # a status field that must not be set
 
 MARKER = "sp-hostile-marker"
@@ -109,6 +111,50 @@ class Case:
     @property
     def timeout_seconds(self) -> int:
         return int(self.spec.get("timeoutSeconds", 10))
+
+
+class Variant(NamedTuple):
+    """What one case of a family has of its own: the rest is the family's."""
+
+    id: str
+    language: str
+    code: str
+    why: str
+    own: dict[str, Any] | None = None
+
+
+def family(shared: dict[str, Any], *variants: Variant) -> tuple[Case, ...]:
+    """Cases that share all but their program, their reason and what `own` overrides."""
+    return tuple(
+        Case(id=v.id, language=v.language, code=v.code, why=v.why, **{**shared, **(v.own or {})})
+        for v in variants
+    )
+
+
+def syscall_case(case_id: str, calls: str, why: str, stdout: str) -> Case:
+    """A Python program that makes privileged calls (reported through SYSCALLS), succeeds and
+    prints exactly `stdout`."""
+    return Case(
+        id=case_id,
+        language="python",
+        code=SYSCALLS + calls,
+        expect=SUCCEEDED,
+        why=why,
+        stdout_equals=stdout,
+    )
+
+
+def blocked_probe(case_id: str, target: str, why: str) -> Case:
+    """TCP_PROBE of one host:port that a sandbox must find blocked."""
+    return Case(
+        id=case_id,
+        language="python",
+        code=TCP_PROBE,
+        spec={"args": [target]},
+        expect=SUCCEEDED,
+        why=why,
+        stdout_pattern=r"\Ablocked [^\n]+\n\Z",
+    )
 
 
 def problems(case: Case, status: dict[str, Any], facts: dict[str, str]) -> list[str]:
@@ -275,26 +321,22 @@ CASES: tuple[Case, ...] = (
         message_contains=("128Mi",),
         fields={"signal": 9, "exitCode": ABSENT, "retryable": False},
     ),
-    Case(
-        id="cpu-spin-past-timeout",
-        language="python",
-        code="print('spinning', flush=True)\nwhile True:\n    pass\n",
-        spec={"timeoutSeconds": 3},
-        expect=(("TimedOut", "DeadlineExceeded"),),
-        why="killed at the timeout; output so far is kept",
-        stdout_equals="spinning\n",
-        fields={"signal": 9},
-        max_duration_ms=8_000,
-    ),
-    Case(
-        id="sleep-past-timeout",
-        language="bash",
-        code="echo sleeping\nsleep 60\necho woke\n",
-        spec={"timeoutSeconds": 3},
-        expect=(("TimedOut", "DeadlineExceeded"),),
-        why="a program that does nothing is killed at the timeout too",
-        stdout_equals="sleeping\n",
-        max_duration_ms=8_000,
+    *family(
+        {"spec": {"timeoutSeconds": 3}, "expect": TIMED_OUT, "max_duration_ms": 8_000},
+        Variant(
+            "cpu-spin-past-timeout",
+            "python",
+            "print('spinning', flush=True)\nwhile True:\n    pass\n",
+            "killed at the timeout; output so far is kept",
+            {"stdout_equals": "spinning\n", "fields": {"signal": 9}},
+        ),
+        Variant(
+            "sleep-past-timeout",
+            "bash",
+            "echo sleeping\nsleep 60\necho woke\n",
+            "a program that does nothing is killed at the timeout too",
+            {"stdout_equals": "sleeping\n"},
+        ),
     ),
     Case(
         id="stdout-200mb",
@@ -305,60 +347,58 @@ CASES: tuple[Case, ...] = (
             "sys.stdout.flush()\nprint('END', file=sys.stderr)\n"
         ),
         spec={"timeoutSeconds": 120},
-        expect=(("Succeeded", "Completed"),),
+        expect=SUCCEEDED,
         why="the runner keeps the first maxOutputBytes, counts the rest; the status keeps a tail",
         stdout_pattern=r"\A[x\n]+\Z",
         stderr_equals="END\n",
         fields={"stdoutTruncated": True, "stderrTruncated": False},
     ),
-    Case(
-        id="fill-tmp",
-        language="python",
-        code=(
-            "total = 0\ntry:\n"
-            "    for i in range(6):\n"
-            "        with open(f'/tmp/fill{i}', 'wb') as f:\n"
-            "            for _ in range(50):\n"
-            "                f.write(b'\\0' * (1 << 20))\n                total += 1\n"
-            "                f.flush()\n"
-            "    print('wrote', total, 'MiB', flush=True)\n"
-            "except OSError as error:\n    print('stopped at', total, 'MiB:', error, flush=True)\n"
+    *family(
+        {"expect": SUCCEEDED, "max_duration_ms": 10_000},
+        Variant(
+            "fill-tmp",
+            "python",
+            (
+                "total = 0\ntry:\n"
+                "    for i in range(6):\n"
+                "        with open(f'/tmp/fill{i}', 'wb') as f:\n"
+                "            for _ in range(50):\n"
+                "                f.write(b'\\0' * (1 << 20))\n                total += 1\n"
+                "                f.flush()\n"
+                "    print('wrote', total, 'MiB', flush=True)\n"
+                "except OSError as error:\n"
+                "    print('stopped at', total, 'MiB:', error, flush=True)\n"
+            ),
+            "300 MiB into a 128 MiB /tmp: the write fails in the program at once (ENOSPC)",
+            {"stdout_contains": ("stopped at 12", "No space left on device")},
         ),
-        expect=(("Succeeded", "Completed"),),
-        why="300 MiB into a 128 MiB /tmp: the write fails in the program at once (ENOSPC)",
-        stdout_contains=("stopped at 12", "No space left on device"),
-        max_duration_ms=10_000,
-    ),
-    Case(
-        id="fill-tmp-dd",
-        language="bash",
-        code="dd if=/dev/zero of=/tmp/big bs=1M count=300 2>&1; df -k /tmp | tail -n 1\n",
-        expect=(("Succeeded", "Completed"),),
-        why="dd past /tmp's size: ENOSPC at 128 MiB, /tmp full, nothing more written",
-        stdout_contains=("No space left on device", "131072"),
-        max_duration_ms=10_000,
-    ),
-    Case(
-        id="fill-tmp-node",
-        language="javascript",
-        code=(
-            "const fs = require('fs');\nconst chunk = Buffer.alloc(1 << 20);\nlet total = 0;\n"
-            "try {\n  const fd = fs.openSync('/tmp/big', 'w');\n"
-            "  for (let i = 0; i < 300; i++) { fs.writeSync(fd, chunk); total++; }\n"
-            "  console.log('wrote', total);\n} catch (error) {\n"
-            "  console.log('stopped at', total, error.code);\n}\n"
+        Variant(
+            "fill-tmp-dd",
+            "bash",
+            "dd if=/dev/zero of=/tmp/big bs=1M count=300 2>&1; df -k /tmp | tail -n 1\n",
+            "dd past /tmp's size: ENOSPC at 128 MiB, /tmp full, nothing more written",
+            {"stdout_contains": ("No space left on device", "131072")},
         ),
-        expect=(("Succeeded", "Completed"),),
-        why="Node.js writing past /tmp's size gets ENOSPC at once",
-        stdout_contains=("stopped at 12", "ENOSPC"),
-        max_duration_ms=10_000,
+        Variant(
+            "fill-tmp-node",
+            "javascript",
+            (
+                "const fs = require('fs');\nconst chunk = Buffer.alloc(1 << 20);\nlet total = 0;\n"
+                "try {\n  const fd = fs.openSync('/tmp/big', 'w');\n"
+                "  for (let i = 0; i < 300; i++) { fs.writeSync(fd, chunk); total++; }\n"
+                "  console.log('wrote', total);\n} catch (error) {\n"
+                "  console.log('stopped at', total, error.code);\n}\n"
+            ),
+            "Node.js writing past /tmp's size gets ENOSPC at once",
+            {"stdout_contains": ("stopped at 12", "ENOSPC")},
+        ),
     ),
     # --- the filesystem and secrets ---------------------------------------------------------------
     Case(
         id="write-outside-tmp",
         language="python",
         code=WRITE_OUTSIDE_TMP,
-        expect=(("Succeeded", "Completed"),),
+        expect=SUCCEEDED,
         why="every path outside /tmp is read-only or forbidden; nothing reaches the host",
         stdout_contains=("private writes done",),
         stdout_excludes=("escaped",),
@@ -376,7 +416,7 @@ CASES: tuple[Case, ...] = (
             'echo "token files: $found"\n'
             'echo "kubernetes vars: $(env | grep -c ^KUBERNETES_)"\n'
         ),
-        expect=(("Succeeded", "Completed"),),
+        expect=SUCCEEDED,
         why="no service account token is mounted anywhere, and the program's env is clean",
         stdout_equals=(
             "absent /var/run/secrets/kubernetes.io/serviceaccount/token\n"
@@ -400,7 +440,7 @@ CASES: tuple[Case, ...] = (
             "    except OSError as error:\n"
             "        print('denied', path, error.strerror)\n"
         ),
-        expect=(("Succeeded", "Completed"),),
+        expect=SUCCEEDED,
         why="/proc is gVisor's: its kernel, its few processes, never the host's",
         stdout_contains=("gvisor", "denied /proc/kcore"),
         stdout_excludes=("{host_kernel}",),
@@ -412,7 +452,7 @@ CASES: tuple[Case, ...] = (
         language="python",
         code=TCP_PROBE,
         spec={"args": ["10.96.0.1:443", "{node_ip}:6443", "{node_ip}:10250", "{node_ip}:2379"]},
-        expect=(("Succeeded", "Completed"),),
+        expect=SUCCEEDED,
         why="the API server (service IP and endpoint), kubelet and etcd are unreachable",
         stdout_excludes=("open",),
         stdout_pattern=r"\A(blocked [^\n]+\n){4}\Z",
@@ -430,7 +470,7 @@ CASES: tuple[Case, ...] = (
             "    except OSError as error:\n"
             "        print('blocked', name, type(error).__name__)\n"
         ),
-        expect=(("Succeeded", "Completed"),),
+        expect=SUCCEEDED,
         why="cluster names do not even resolve, so the API server is not reachable by name",
         stdout_excludes=("open",),
         stdout_pattern=r"\A(blocked [^\n]+\n){3}\Z",
@@ -440,38 +480,26 @@ CASES: tuple[Case, ...] = (
         language="python",
         code=DNS_QUERY,
         spec={"args": ["10.96.0.10", "{node_ip}"]},
-        expect=(("Succeeded", "Completed"),),
+        expect=SUCCEEDED,
         why="no DNS at all: neither the DNS service nor CoreDNS on the node answers",
         stdout_excludes=("answered", "resolved "),
         stdout_contains=("no-resolution",),
         stdout_pattern=r"\A(no-answer [^\n]+\n){4}no-resolution [^\n]+\n\Z",
     ),
-    Case(
-        id="another-pod",
-        language="python",
-        code=TCP_PROBE,
-        spec={"args": ["{peer_ip}:{peer_port}"]},
-        expect=(("Succeeded", "Completed"),),
-        why="a pod that a policy-free pod reaches (checked first) is unreachable from a sandbox",
-        stdout_pattern=r"\Ablocked [^\n]+\n\Z",
+    blocked_probe(
+        "another-pod",
+        "{peer_ip}:{peer_port}",
+        "a pod that a policy-free pod reaches (checked first) is unreachable from a sandbox",
     ),
-    Case(
-        id="egress-public-address",
-        language="python",
-        code=TCP_PROBE,
-        spec={"args": ["{public_ip}:{fake_port}"]},
-        expect=(("Succeeded", "Completed"),),
-        why="a (fake, local) public host that a policy-free pod reaches is unreachable",
-        stdout_pattern=r"\Ablocked [^\n]+\n\Z",
+    blocked_probe(
+        "egress-public-address",
+        "{public_ip}:{fake_port}",
+        "a (fake, local) public host that a policy-free pod reaches is unreachable",
     ),
-    Case(
-        id="cloud-metadata",
-        language="python",
-        code=TCP_PROBE,
-        spec={"args": ["{metadata_ip}:{fake_port}"]},
-        expect=(("Succeeded", "Completed"),),
-        why="a (fake, local) 169.254.169.254 that a policy-free pod reaches is unreachable",
-        stdout_pattern=r"\Ablocked [^\n]+\n\Z",
+    blocked_probe(
+        "cloud-metadata",
+        "{metadata_ip}:{fake_port}",
+        "a (fake, local) 169.254.169.254 that a policy-free pod reaches is unreachable",
     ),
     Case(
         id="raw-sockets",
@@ -491,7 +519,7 @@ CASES: tuple[Case, ...] = (
             "    except OSError as error:\n"
             "        print(name, errno.errorcode[error.errno])\n"
         ),
-        expect=(("Succeeded", "Completed"),),
+        expect=SUCCEEDED,
         why="no CAP_NET_RAW: raw and packet sockets are refused",
         stdout_equals=(
             "inet-raw-icmp EPERM\ninet-raw EPERM\ninet-raw-tcp EPERM\n"
@@ -499,28 +527,23 @@ CASES: tuple[Case, ...] = (
         ),
     ),
     # --- privileges -------------------------------------------------------------------------------
-    Case(
-        id="setuid",
-        language="python",
-        code=SYSCALLS
-        + (
+    syscall_case(
+        "setuid",
+        (
             "report('setuid 0', libc.setuid(0))\nreport('setgid 0', libc.setgid(0))\n"
             "report('setresuid 0', libc.setresuid(0, 0, 0))\n"
             "report('setgroups', libc.setgroups(0, None))\n"
             "import os\nprint('uid', os.getuid(), os.geteuid(), os.getgid())\n"
         ),
-        expect=(("Succeeded", "Completed"),),
-        why="no way to become root: every attempt is EPERM and the ids do not change",
-        stdout_equals=(
+        "no way to become root: every attempt is EPERM and the ids do not change",
+        (
             "setuid 0 EPERM\nsetgid 0 EPERM\nsetresuid 0 EPERM\nsetgroups EPERM\n"
             "uid 65532 65532 65532\n"
         ),
     ),
-    Case(
-        id="mount",
-        language="python",
-        code=SYSCALLS
-        + (
+    syscall_case(
+        "mount",
+        (
             "report('mount tmpfs', libc.mount(b'none', b'/tmp', b'tmpfs', 0, None))\n"
             "report('mount proc', libc.mount(b'proc', b'/tmp', b'proc', 0, None))\n"
             "report('remount rw', libc.mount(None, b'/', None, 0x20 | 0x1000, None))\n"
@@ -528,18 +551,15 @@ CASES: tuple[Case, ...] = (
             "report('chroot', libc.chroot(b'/tmp'))\n"
             "report('pivot_root', libc.syscall(155, b'/tmp', b'/tmp'))\n"
         ),
-        expect=(("Succeeded", "Completed"),),
-        why="no mount, remount, umount, chroot or pivot_root: all EPERM",
-        stdout_equals=(
+        "no mount, remount, umount, chroot or pivot_root: all EPERM",
+        (
             "mount tmpfs EPERM\nmount proc EPERM\nremount rw EPERM\n"
             "umount /sandbox/input EPERM\nchroot EPERM\npivot_root EPERM\n"
         ),
     ),
-    Case(
-        id="ptrace",
-        language="python",
-        code=SYSCALLS
-        + (
+    syscall_case(
+        "ptrace",
+        (
             "PTRACE_ATTACH, PTRACE_SEIZE = 16, 0x4206\n"
             "report('attach runner', libc.ptrace(PTRACE_ATTACH, 1, None, None))\n"
             "report('seize runner', libc.ptrace(PTRACE_SEIZE, 1, None, None))\n"
@@ -548,15 +568,12 @@ CASES: tuple[Case, ...] = (
             "    os.open('/proc/1/mem', os.O_RDWR)\n    print('runner memory open')\n"
             "except OSError as error:\n    print('runner memory', errno.errorcode[error.errno])\n"
         ),
-        expect=(("Succeeded", "Completed"),),
-        why="the program cannot trace or patch the runner (PID 1)",
-        stdout_equals="attach runner EPERM\nseize runner EPERM\nrunner memory EACCES\n",
+        "the program cannot trace or patch the runner (PID 1)",
+        "attach runner EPERM\nseize runner EPERM\nrunner memory EACCES\n",
     ),
-    Case(
-        id="unshare",
-        language="python",
-        code=SYSCALLS
-        + (
+    syscall_case(
+        "unshare",
+        (
             "for name, flag in [('mnt', 0x20000), ('net', 0x40000000), ('pid', 0x20000000),"
             " ('uts', 0x4000000), ('ipc', 0x8000000)]:\n"
             "    report(f'unshare {name}', libc.unshare(flag))\n"
@@ -573,9 +590,8 @@ CASES: tuple[Case, ...] = (
             f"open('/etc/{MARKER}', 'w').write('x')\n"
             "report('sethostname in it', libc.sethostname(b'evil', 4))\n"
         ),
-        expect=(("Succeeded", "Completed"),),
-        why="no new namespace of the sandbox's kernel objects; a user namespace gives nothing",
-        stdout_equals=(
+        "no new namespace of the sandbox's kernel objects; a user namespace gives nothing",
+        (
             "unshare mnt EPERM\nunshare net EPERM\nunshare pid EPERM\nunshare uts EPERM\n"
             "unshare ipc EPERM\nsetns net EPERM\nsetns mnt EPERM\nsetns pid EPERM\n"
             "unshare user ok\nids in it 65534 65534\nunshare mnt in it ok\n"
@@ -587,7 +603,7 @@ CASES: tuple[Case, ...] = (
         id="kill-the-runner",
         language="bash",
         code="echo before\nsleep 1\nkill -9 1\necho after-kill\nsleep 1\n",
-        expect=(("Succeeded", "Completed"),),
+        expect=SUCCEEDED,
         why="the runner's seccomp filter refuses signals aimed at it (PID 1, same user): the "
         "program carries on and its result is the runner's",
         stdout_equals="before\nafter-kill\n",
@@ -597,7 +613,7 @@ CASES: tuple[Case, ...] = (
         id="terminate-the-runner",
         language="bash",
         code="echo before\nkill -TERM 1\nsleep 1\necho after-term\n",
-        expect=(("Succeeded", "Completed"),),
+        expect=SUCCEEDED,
         why="SIGTERM to the runner is refused as well: only the platform stops a run",
         stdout_equals="before\nafter-term\n",
     ),
@@ -605,7 +621,7 @@ CASES: tuple[Case, ...] = (
         id="processes-left-running",
         language="python",
         code=LEFTOVER_PROCESSES,
-        expect=(("Succeeded", "Completed"),),
+        expect=SUCCEEDED,
         why="everything the program started dies with it; nothing prints afterwards",
         stdout_equals="main done\n",
         max_duration_ms=2_900,
@@ -615,7 +631,7 @@ CASES: tuple[Case, ...] = (
         language="python",
         code=PRINT_ARGS_THEN_EXEC_HUGE,
         spec={"args": ["z" * 4096] * 64},
-        expect=(("Succeeded", "Completed"),),
+        expect=SUCCEEDED,
         why="the largest argv the spec allows arrives whole; a 40 MB argv is refused",
         stdout_contains=("64 262144\n", "argv refused"),
     ),
@@ -623,7 +639,7 @@ CASES: tuple[Case, ...] = (
         id="huge-environment",
         language="python",
         code=HUGE_ENVIRONMENT,
-        expect=(("Succeeded", "Completed"),),
+        expect=SUCCEEDED,
         why="a 64 MiB environment is refused cleanly; the program's own env has nothing of "
         "the cluster",
         stdout_contains=("one 64 MiB variable refused", "env []"),
@@ -640,7 +656,7 @@ CASES: tuple[Case, ...] = (
             "sys.stdout.buffer.write(b'\\x83 end\\n')\n"
             "sys.stderr.buffer.write(b'err \\x80\\n')\n"
         ),
-        expect=(("Succeeded", "Completed"),),
+        expect=SUCCEEDED,
         why="invalid bytes become U+FFFD; a character split across writes stays whole",
         stdout_equals="before \ufffd\ufffd\ufffd( after\nsnow \u2603 split: \u2603 end\n",
         stderr_equals="err \ufffd\n",
@@ -654,7 +670,7 @@ CASES: tuple[Case, ...] = (
             "sys.stdout.flush()\n"
             "print('done', file=sys.stderr)\n"
         ),
-        expect=(("Succeeded", "Completed"),),
+        expect=SUCCEEDED,
         why="binary stdout is carried as text (U+FFFD for what is not UTF-8), NULs included",
         stdout_contains=("\ufffd",),
         stderr_equals="done\n",
@@ -667,7 +683,7 @@ CASES: tuple[Case, ...] = (
             "sys.stdout.flush()\nprint('done', file=sys.stderr)\n"
         ),
         spec={"timeoutSeconds": 60},
-        expect=(("Succeeded", "Completed"),),
+        expect=SUCCEEDED,
         why="a line far beyond the cap is cut at maxOutputBytes without breaking the log",
         stdout_pattern=r"\Ay+\Z",
         stderr_equals="done\n",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from corpus import FORGED, Case
+from corpus import FORGED, SUCCEEDED, TIMED_OUT, Case, Variant, family
 
 _RESULT = {
     "exitCode": 0,
@@ -193,162 +193,132 @@ for (let i = 0; i < 20000; i++) process.stderr.write("\\u0001");
 """
 
 ONLY_THE_TRUTH = (("Failed", "NonZeroExit"), ("Error", "NoResult"))
+EXIT_3 = (("Failed", "NonZeroExit"),)
+NOT_FORGED_OUTPUT = (f"{FORGED} PASSED",)
 
 INTEGRITY_CASES: tuple[Case, ...] = (
-    Case(
-        id="forged-summary-then-kill-runner-bash",
-        language="bash",
-        code=FORGE_SUMMARY_KILL_BASH,
-        expect=ONLY_THE_TRUTH,
-        why="a success summary written to the termination log is not the runner's: the result "
-        "is the program's exit 3, or no result if the runner died",
-        exit_codes=(3, None),
-        stdout_excludes=(FORGED,),
+    *family(
+        {"expect": ONLY_THE_TRUTH, "exit_codes": (3, None)},
+        Variant(
+            "forged-summary-then-kill-runner-bash",
+            "bash",
+            FORGE_SUMMARY_KILL_BASH,
+            "a success summary written to the termination log is not the runner's: the result "
+            "is the program's exit 3, or no result if the runner died",
+            {"stdout_excludes": (FORGED,)},
+        ),
+        Variant(
+            "forged-error-then-kill-runner-python",
+            "python",
+            FORGE_SUMMARY_KILL_PYTHON,
+            "a forged runner error in the termination log never becomes the status's message",
+        ),
+        Variant(
+            "forged-summary-then-kill-runner-javascript",
+            "javascript",
+            FORGE_SUMMARY_KILL_JAVASCRIPT,
+            "as in bash: only the runner's own summary counts",
+        ),
     ),
-    Case(
-        id="forged-error-then-kill-runner-python",
-        language="python",
-        code=FORGE_SUMMARY_KILL_PYTHON,
-        expect=ONLY_THE_TRUTH,
-        why="a forged runner error in the termination log never becomes the status's message",
-        exit_codes=(3, None),
+    *family(
+        {"expect": ONLY_THE_TRUTH, "exit_codes": (4, None)},
+        Variant(
+            "injected-message-then-kill-runner-bash",
+            "bash",
+            INJECT_KILL_BASH,
+            "text in the termination log never reaches message or reason (an agent would "
+            "read it as sandpod's words)",
+        ),
+        Variant(
+            "injected-message-then-kill-runner-python",
+            "python",
+            INJECT_KILL_PYTHON,
+            "as in bash, with SIGABRT and SIGKILL aimed at the runner",
+        ),
+        Variant(
+            "injected-message-then-kill-runner-javascript",
+            "javascript",
+            INJECT_KILL_JAVASCRIPT,
+            "as in bash, with SIGTERM and SIGKILL aimed at the runner",
+        ),
     ),
-    Case(
-        id="forged-summary-then-kill-runner-javascript",
-        language="javascript",
-        code=FORGE_SUMMARY_KILL_JAVASCRIPT,
-        expect=ONLY_THE_TRUTH,
-        why="as in bash: only the runner's own summary counts",
-        exit_codes=(3, None),
+    *family(
+        {"expect": EXIT_3, "exit_codes": (3,), "stdout_excludes": NOT_FORGED_OUTPUT},
+        Variant(
+            "forged-frames-into-runner-stdout-python",
+            "python",
+            FORGE_FRAMES_PYTHON,
+            "frames written into the runner's stdout do not verify: the result is exit 3 and "
+            "the forged output is not output",
+        ),
+        Variant("forged-frames-into-runner-stdout-bash", "bash", FORGE_FRAMES_BASH, "as in python"),
+        Variant(
+            "forged-frames-into-runner-stdout-javascript",
+            "javascript",
+            FORGE_FRAMES_JAVASCRIPT,
+            "as in python",
+            {"stdout_excludes": (f"{FORGED} PASSED\n",)},
+        ),
+        Variant(
+            "frames-printed-as-output",
+            "python",
+            FRAMES_AS_OUTPUT_PYTHON,
+            "frame-shaped text on the program's own stdout is just its output",
+            {"stdout_excludes": (), "stdout_equals": f"{FORGED_FRAME}\n{FORGED_SUMMARY}\n"},
+        ),
     ),
-    Case(
-        id="injected-message-then-kill-runner-bash",
-        language="bash",
-        code=INJECT_KILL_BASH,
-        expect=ONLY_THE_TRUTH,
-        why="text in the termination log never reaches message or reason (an agent would "
-        "read it as sandpod's words)",
-        exit_codes=(4, None),
+    *family(
+        {
+            "spec": {"timeoutSeconds": 5},
+            "expect": TIMED_OUT,
+            "max_run_seconds": 10,
+            "slack_seconds": 60,
+        },
+        Variant(
+            "stop-the-runner-bash",
+            "bash",
+            STOP_RUNNER_BASH,
+            "a 5 s timeout holds whatever the program does to its runner: TimedOut within 10 s",
+        ),
+        Variant(
+            "stop-the-runner-python",
+            "python",
+            STOP_RUNNER_PYTHON,
+            "as in bash, with SIGSTOP to the runner and to every process it can see",
+        ),
+        Variant("stop-the-runner-javascript", "javascript", STOP_RUNNER_JAVASCRIPT, "as in bash"),
     ),
-    Case(
-        id="injected-message-then-kill-runner-python",
-        language="python",
-        code=INJECT_KILL_PYTHON,
-        expect=ONLY_THE_TRUTH,
-        why="as in bash, with SIGABRT and SIGKILL aimed at the runner",
-        exit_codes=(4, None),
-    ),
-    Case(
-        id="injected-message-then-kill-runner-javascript",
-        language="javascript",
-        code=INJECT_KILL_JAVASCRIPT,
-        expect=ONLY_THE_TRUTH,
-        why="as in bash, with SIGTERM and SIGKILL aimed at the runner",
-        exit_codes=(4, None),
-    ),
-    Case(
-        id="forged-frames-into-runner-stdout-python",
-        language="python",
-        code=FORGE_FRAMES_PYTHON,
-        expect=(("Failed", "NonZeroExit"),),
-        why="frames written into the runner's stdout do not verify: the result is exit 3 and "
-        "the forged output is not output",
-        exit_codes=(3,),
-        stdout_excludes=(f"{FORGED} PASSED",),
-    ),
-    Case(
-        id="forged-frames-into-runner-stdout-bash",
-        language="bash",
-        code=FORGE_FRAMES_BASH,
-        expect=(("Failed", "NonZeroExit"),),
-        why="as in python",
-        exit_codes=(3,),
-        stdout_excludes=(f"{FORGED} PASSED",),
-    ),
-    Case(
-        id="forged-frames-into-runner-stdout-javascript",
-        language="javascript",
-        code=FORGE_FRAMES_JAVASCRIPT,
-        expect=(("Failed", "NonZeroExit"),),
-        why="as in python",
-        exit_codes=(3,),
-        stdout_excludes=(f"{FORGED} PASSED\n",),
-    ),
-    Case(
-        id="frames-printed-as-output",
-        language="python",
-        code=FRAMES_AS_OUTPUT_PYTHON,
-        expect=(("Failed", "NonZeroExit"),),
-        why="frame-shaped text on the program's own stdout is just its output",
-        exit_codes=(3,),
-        stdout_equals=f"{FORGED_FRAME}\n{FORGED_SUMMARY}\n",
-    ),
-    Case(
-        id="stop-the-runner-bash",
-        language="bash",
-        code=STOP_RUNNER_BASH,
-        spec={"timeoutSeconds": 5},
-        expect=(("TimedOut", "DeadlineExceeded"),),
-        why="a 5 s timeout holds whatever the program does to its runner: TimedOut within 10 s",
-        max_run_seconds=10,
-        slack_seconds=60,
-    ),
-    Case(
-        id="stop-the-runner-python",
-        language="python",
-        code=STOP_RUNNER_PYTHON,
-        spec={"timeoutSeconds": 5},
-        expect=(("TimedOut", "DeadlineExceeded"),),
-        why="as in bash, with SIGSTOP to the runner and to every process it can see",
-        max_run_seconds=10,
-        slack_seconds=60,
-    ),
-    Case(
-        id="stop-the-runner-javascript",
-        language="javascript",
-        code=STOP_RUNNER_JAVASCRIPT,
-        spec={"timeoutSeconds": 5},
-        expect=(("TimedOut", "DeadlineExceeded"),),
-        why="as in bash",
-        max_run_seconds=10,
-        slack_seconds=60,
-    ),
-    Case(
-        id="nul-flood-python",
-        language="python",
-        code=NUL_FLOOD_PYTHON,
-        expect=(("Succeeded", "Completed"),),
-        why="2 MB of NULs (6 bytes each in JSON) and control bytes still fit the status write",
-        stdout_pattern=r"\A\x00+\Z",
-        fields={"stdoutTruncated": True, "stderrTruncated": True},
-    ),
-    Case(
-        id="nul-flood-8mib-cap-python",
-        language="python",
-        code=NUL_FLOOD_BIG_CAP_PYTHON,
-        spec={"maxOutputBytes": 8 << 20},
-        expect=(("Succeeded", "Completed"),),
-        why="with the largest output cap, 9 MB of control bytes still end in a written status",
-        stdout_pattern=r"\A\x01+\Z",
-        stderr_equals="done\n",
-        fields={"stdoutTruncated": True},
-    ),
-    Case(
-        id="nul-flood-bash",
-        language="bash",
-        code=NUL_FLOOD_BASH,
-        expect=(("Succeeded", "Completed"),),
-        why="as in python, from head and tr",
-        stdout_pattern=r"\A\x00+\Z",
-        fields={"stdoutTruncated": True, "stderrTruncated": True},
-    ),
-    Case(
-        id="control-flood-javascript",
-        language="javascript",
-        code=CONTROL_FLOOD_JAVASCRIPT,
-        expect=(("Succeeded", "Completed"),),
-        why="2 MB of BEL bytes and 20,000 one-byte writes still fit the status write",
-        stdout_pattern=r"\A\x07+\Z",
-        fields={"stdoutTruncated": True},
+    *family(
+        {
+            "expect": SUCCEEDED,
+            "stdout_pattern": r"\A\x00+\Z",
+            "fields": {"stdoutTruncated": True, "stderrTruncated": True},
+        },
+        Variant(
+            "nul-flood-python",
+            "python",
+            NUL_FLOOD_PYTHON,
+            "2 MB of NULs (6 bytes each in JSON) and control bytes still fit the status write",
+        ),
+        Variant(
+            "nul-flood-8mib-cap-python",
+            "python",
+            NUL_FLOOD_BIG_CAP_PYTHON,
+            "with the largest output cap, 9 MB of control bytes still end in a written status",
+            {
+                "spec": {"maxOutputBytes": 8 << 20},
+                "stdout_pattern": r"\A\x01+\Z",
+                "stderr_equals": "done\n",
+                "fields": {"stdoutTruncated": True},
+            },
+        ),
+        Variant("nul-flood-bash", "bash", NUL_FLOOD_BASH, "as in python, from head and tr"),
+        Variant(
+            "control-flood-javascript",
+            "javascript",
+            CONTROL_FLOOD_JAVASCRIPT,
+            "2 MB of BEL bytes and 20,000 one-byte writes still fit the status write",
+            {"stdout_pattern": r"\A\x07+\Z", "fields": {"stdoutTruncated": True}},
+        ),
     ),
 )

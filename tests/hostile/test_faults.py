@@ -13,6 +13,7 @@ import time
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -83,41 +84,65 @@ def sandbox_pods(core_v1: client.CoreV1Api, namespace: str) -> list[Any]:
     return list(core_v1.list_namespaced_pod(namespace).items)
 
 
-def test_operator_killed_mid_batch_of_50(
+@dataclass
+class Batch:
+    """A batch of executions batch-<index> in a fresh namespace, and what checks it."""
+
+    namespace: str
+    objects: client.CustomObjectsApi
+    core_v1: client.CoreV1Api
+    tracker: ClusterTracker
+    operator: OperatorProcess
+    row: Row
+
+    def submit(self, indexes: range) -> None:
+        submit(self.objects, self.namespace, indexes)
+
+    def pods(self) -> list[Any]:
+        return sandbox_pods(self.core_v1, self.namespace)
+
+    def check(self, count: int) -> None:
+        """Each of batch-0..count-1 ends once, with one pod, one result and the right output."""
+        phases, found = batch_problems(self.tracker, self.core_v1, self.namespace, count)
+        self.row.observed = summary(phases, found)
+        assert not found, "\n".join(found[:20]) + "\n" + self.operator.log_tail()
+
+
+@pytest.fixture
+def batch(
     hostile_namespace: str,
     custom_objects: client.CustomObjectsApi,
     core_v1: client.CoreV1Api,
     tracker: ClusterTracker,
     sandpod_operator: OperatorProcess,
     table_row: Row,
-) -> None:
-    table_row.expected = "50 Succeeded; one pod and one result each"
-    submit(custom_objects, hostile_namespace, range(25))
+) -> Batch:
+    return Batch(hostile_namespace, custom_objects, core_v1, tracker, sandpod_operator, table_row)
+
+
+def test_operator_killed_mid_batch_of_50(batch: Batch) -> None:
+    batch.row.expected = "50 Succeeded; one pod and one result each"
+    batch.submit(range(25))
     # The node fits about 40 sandboxes at once (2 CPUs, 50m requested each; more are
     # Unschedulable): the second half starts only once the first half's pods exist.
     wait_until(
-        lambda: len(tracker.pods_in(hostile_namespace)) >= 25,
+        lambda: len(batch.tracker.pods_in(batch.namespace)) >= 25,
         timeout=120,
         what="a pod for each of the first 25 executions",
     )
-    sandpod_operator.kill()
+    batch.operator.kill()
     try:
         # While it is down, the rest of the batch arrives and the first half's pods finish:
         # their results wait in the pods, the new executions wait for theirs.
-        submit(custom_objects, hostile_namespace, range(25, 50))
+        batch.submit(range(25, 50))
         wait_until(
-            lambda: all(
-                p.status.phase in ("Succeeded", "Failed")
-                for p in sandbox_pods(core_v1, hostile_namespace)
-            ),
+            lambda: all(p.status.phase in ("Succeeded", "Failed") for p in batch.pods()),
             timeout=180,
             what="the first half's sandboxes to finish while the operator is down",
         )
     finally:
-        sandpod_operator.start()
-    phases, found = batch_problems(tracker, core_v1, hostile_namespace, 50)
-    table_row.observed = summary(phases, found)
-    assert not found, "\n".join(found[:20]) + "\n" + sandpod_operator.log_tail()
+        batch.operator.start()
+    batch.check(50)
 
 
 def run_with_retries(gateway: Gateway, key: str, index: int) -> tuple[dict[str, Any], int]:
@@ -184,20 +209,13 @@ def test_gateway_restarted_while_clients_wait(
     assert retried > 0, "the restart interrupted no request: the test proved nothing"
 
 
-def test_apiserver_restarted_mid_batch(
-    hostile_namespace: str,
-    custom_objects: client.CustomObjectsApi,
-    core_v1: client.CoreV1Api,
-    tracker: ClusterTracker,
-    sandpod_operator: OperatorProcess,
-    table_row: Row,
-) -> None:
-    table_row.expected = "20 Succeeded after the restart; one pod and one result each"
+def test_apiserver_restarted_mid_batch(batch: Batch) -> None:
+    batch.row.expected = "20 Succeeded after the restart; one pod and one result each"
     if not PID_FILE.is_file():
         pytest.fail(f"{PID_FILE} is missing: this test restarts the local cluster's API server")
-    submit(custom_objects, hostile_namespace, range(20))
+    batch.submit(range(20))
     wait_until(
-        lambda: len(sandbox_pods(core_v1, hostile_namespace)) >= 5,
+        lambda: len(batch.pods()) >= 5,
         timeout=120,
         what="the first sandbox pods",
     )
@@ -209,6 +227,4 @@ def test_apiserver_restarted_mid_batch(
         check=False,
     )
     assert restarted.returncode == 0, restarted.stderr[-3000:]
-    phases, found = batch_problems(tracker, core_v1, hostile_namespace, 20)
-    table_row.observed = summary(phases, found)
-    assert not found, "\n".join(found[:20]) + "\n" + sandpod_operator.log_tail()
+    batch.check(20)

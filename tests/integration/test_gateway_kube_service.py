@@ -56,6 +56,13 @@ async def kube(api_server: PrivateApiServer) -> AsyncIterator[ApiClient]:
         yield client
 
 
+async def created(client: ApiClient, namespace: str, name: str) -> KubernetesExecutionService:
+    """The gateway's execution service, once it has created the execution `name`."""
+    service = KubernetesExecutionService(client)
+    await service.create(namespace, manifest(name))
+    return service
+
+
 def manifest(name: str, tenant: str = "t1", **spec: Any) -> dict[str, Any]:
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
@@ -119,8 +126,7 @@ async def test_wait_follows_the_status_to_the_end(
     api_server: PrivateApiServer, namespace: str
 ) -> None:
     async with kube(api_server) as client:
-        service = KubernetesExecutionService(client)
-        await service.create(namespace, manifest("cx-wait"))
+        service = await created(client, namespace, "cx-wait")
         waiting = asyncio.create_task(service.wait(namespace, "cx-wait", timeout=60))
         await set_status(client, namespace, "cx-wait", phase="Running")
         await set_status(client, namespace, "cx-wait", phase="Succeeded", exitCode=0, stdout="1\n")
@@ -135,8 +141,7 @@ async def test_wait_gives_up_at_its_deadline_with_the_current_state(
     api_server: PrivateApiServer, namespace: str
 ) -> None:
     async with kube(api_server) as client:
-        service = KubernetesExecutionService(client)
-        await service.create(namespace, manifest("cx-slow"))
+        service = await created(client, namespace, "cx-slow")
         await set_status(client, namespace, "cx-slow", phase="Running")
 
         started = time.monotonic()
@@ -151,8 +156,7 @@ async def test_wait_reports_a_deleted_execution(
     api_server: PrivateApiServer, namespace: str
 ) -> None:
     async with kube(api_server) as client:
-        service = KubernetesExecutionService(client)
-        await service.create(namespace, manifest("cx-gone"))
+        service = await created(client, namespace, "cx-gone")
         waiting = asyncio.create_task(service.wait(namespace, "cx-gone", timeout=60))
         await CustomObjectsApi(client).delete_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, "cx-gone"
@@ -177,8 +181,7 @@ async def test_stream_of_a_pod_that_never_starts_ends_empty(
     api_server.kubectl("create", "serviceaccount", "default", "-n", namespace)
     async with kube(api_server) as client:
         await CoreV1Api(client).create_namespaced_pod(namespace, pod)
-        service = KubernetesExecutionService(client)
-        await service.create(namespace, manifest("cx-stream"))
+        service = await created(client, namespace, "cx-stream")
         await set_status(client, namespace, "cx-stream", phase="Pending", podName="sandbox")
 
         started = time.monotonic()

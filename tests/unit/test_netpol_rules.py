@@ -602,16 +602,15 @@ def test_end_port_range() -> None:
     assert not fw.allows(Packet(A, B, dport=32769))
 
 
+def second_web_pod() -> dict[str, Any]:
+    """b2 (10.244.0.13): another app=web pod, whose port named http is 9090 (b's is 8080)."""
+    return pod(
+        "b2", "10.244.0.13", labels={"app": "web"}, ports=[{"name": "http", "containerPort": 9090}]
+    )
+
+
 def test_named_ingress_port_resolves_on_the_target_pod() -> None:
-    pods = [
-        *three_pods(),
-        pod(
-            "b2",
-            "10.244.0.13",
-            labels={"app": "web"},
-            ports=[{"name": "http", "containerPort": 9090}],
-        ),
-    ]
+    pods = [*three_pods(), second_web_pod()]
     fw = firewall([allow_ports([{"port": "http"}, {"port": "dns", "protocol": "UDP"}])], pods)
     assert fw.allows(Packet(A, B, dport=8080))
     assert not fw.allows(Packet(A, B, dport=9090))
@@ -634,15 +633,7 @@ def test_unresolvable_named_port_allows_nothing_rather_than_everything() -> None
 
 
 def test_named_egress_port_resolves_on_each_destination_pod() -> None:
-    pods = [
-        *three_pods(),
-        pod(
-            "b2",
-            "10.244.0.13",
-            labels={"app": "web"},
-            ports=[{"name": "http", "containerPort": 9090}],
-        ),
-    ]
+    pods = [*three_pods(), second_web_pod()]
     fw = firewall([allow_ports([{"port": "http"}], direction="egress")], pods)
     assert fw.allows(Packet(A, B, dport=8080))
     assert fw.allows(Packet(A, "10.244.0.13", dport=9090))

@@ -1,6 +1,5 @@
 import base64
 import json
-import os
 import re
 from typing import Any
 
@@ -24,6 +23,7 @@ from sandpod_operator.builders import (
     plan_outputs,
 )
 from sandpod_operator.settings import RUNNER_PATH, OperatorSettings
+from sandpod_testkit.environment import clear_sandpod_environment
 
 UID = "0a1b2c3d-4e5f-6789-abcd-ef0123456789"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -36,9 +36,7 @@ def catalog() -> Catalog:
 
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in os.environ:
-        if name.startswith("SANDPOD_"):
-            monkeypatch.delenv(name)
+    clear_sandpod_environment(monkeypatch)
 
 
 @pytest.fixture

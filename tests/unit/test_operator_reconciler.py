@@ -8,10 +8,9 @@ expire) and plays the kubelet and the other writers through the fake.
 import asyncio
 import copy
 import json
-import os
 import re
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -35,6 +34,7 @@ from sandpod_contract.names import CANCEL_ANNOTATION, FINISHED_LABEL, child_name
 from sandpod_operator.kube import KubeError
 from sandpod_operator.reconciler import MAX_WRITE_ATTEMPTS, Reconciler
 from sandpod_operator.settings import OperatorSettings
+from sandpod_testkit.environment import clear_sandpod_environment
 
 NAMESPACE = "team-a"
 STARTUP_TIMEOUT = 60
@@ -43,11 +43,8 @@ ALLOWLIST = {"egress": "allowlist", "allow": [{"cidr": "1.1.1.0/24"}]}
 
 
 @pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in os.environ:
-        if name.startswith("SANDPOD_"):
-            monkeypatch.delenv(name)
-    yield
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    clear_sandpod_environment(monkeypatch)
 
 
 @pytest.fixture
@@ -131,10 +128,12 @@ def kubelet_finishes(
     return kube.set_pod_status(*key, status)
 
 
-async def started(kube: FakeKube, reconciler: Reconciler, **spec: Any) -> Key:
+async def started(
+    kube: FakeKube, reconciler: Reconciler, *, deny_all_present: bool = False, **spec: Any
+) -> Key:
     """An execution whose pod was created and recorded (Pending)."""
     submit(kube, **spec)
-    await reconciler.start(latest(kube), deny_all_present=False)
+    await reconciler.start(latest(kube), deny_all_present=deny_all_present)
     return the_pod(kube)
 
 
@@ -721,9 +720,7 @@ async def test_frames_that_do_not_verify_never_become_a_success(
 async def test_a_frozen_runner_is_timed_out_at_the_deadline_and_its_pod_removed(
     kube: FakeKube, reconciler: Reconciler
 ) -> None:
-    submit(kube, timeoutSeconds=5)
-    await reconciler.start(latest(kube), deny_all_present=True)
-    key = the_pod(kube)
+    key = await started(kube, reconciler, deny_all_present=True, timeoutSeconds=5)
     pod = kubelet_runs(kube, key, ago(6.5))  # kubelet stamps: whole seconds
     await reconciler.on_pod_event("MODIFIED", pod)
     # The deadline (5 s + 3 s of grace) comes before the next tick (2 s): wake then.
@@ -744,9 +741,7 @@ async def test_a_frozen_runner_is_timed_out_at_the_deadline_and_its_pod_removed(
 async def test_the_deadline_check_looks_at_the_pod_again_first(
     kube: FakeKube, reconciler: Reconciler
 ) -> None:
-    submit(kube, timeoutSeconds=5)
-    await reconciler.start(latest(kube), deny_all_present=True)
-    key = the_pod(kube)
+    key = await started(kube, reconciler, deny_all_present=True, timeoutSeconds=5)
     stale = kubelet_runs(kube, key, ago(9))
     await reconciler.on_pod_event("MODIFIED", kubelet_runs(kube, key, ago(4)))
     kubelet_finishes(kube, key, ago(0.5))  # the runner reported just now

@@ -1,7 +1,6 @@
 """Status derivation from realistic pod objects (as `kubectl get pod -o json` shows them)."""
 
 import json
-import os
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -22,6 +21,7 @@ from sandpod_operator.status import (
     status_patch,
     supersedes,
 )
+from sandpod_testkit.environment import clear_sandpod_environment
 
 CREATED = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 NOW = CREATED + timedelta(seconds=10)
@@ -34,9 +34,7 @@ def stamp(moment: datetime) -> str:
 
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in os.environ:
-        if name.startswith("SANDPOD_"):
-            monkeypatch.delenv(name)
+    clear_sandpod_environment(monkeypatch)
 
 
 @pytest.fixture
@@ -154,10 +152,11 @@ def observe(
     log: LogSummary | None = None,
     mode: str = "run",
     now: datetime = NOW,
-    timeout_seconds: int = TIMEOUT,
+    **more: Any,
 ) -> Verdict:
+    """observe_pod with this file's defaults; `more` is passed on as it is (largest_node)."""
     return observe_pod(
-        pod, log=log, mode=mode, timeout_seconds=timeout_seconds, now=now, settings=settings
+        pod, log=log, mode=mode, timeout_seconds=TIMEOUT, now=now, settings=settings, **more
     )
 
 
@@ -214,27 +213,11 @@ def test_a_sandbox_larger_than_every_node_ends_at_once(settings: OperatorSetting
     pod = make_pod(scheduled=("False", "Unschedulable", NOW))
     pod["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "100m", "memory": "3Gi"}
     small = NodeRoom.largest([{"cpu": "2", "memory": "2Gi"}, {"cpu": "4", "memory": "1Gi"}])
-    verdict = observe_pod(
-        pod,
-        log=None,
-        mode="run",
-        timeout_seconds=TIMEOUT,
-        now=NOW,
-        settings=settings,
-        largest_node=small,
-    )
+    verdict = observe(pod, settings, largest_node=small)
     assert (verdict.phase, verdict.reason, verdict.retryable) == ("Error", "Unschedulable", False)
     assert "more than any node has" in verdict.message
     big = NodeRoom.largest([{"cpu": "2", "memory": "4Gi"}])
-    verdict = observe_pod(
-        pod,
-        log=None,
-        mode="run",
-        timeout_seconds=TIMEOUT,
-        now=NOW,
-        settings=settings,
-        largest_node=big,
-    )
+    verdict = observe(pod, settings, largest_node=big)
     assert (verdict.phase, verdict.reason) == ("Pending", "Queued")
 
 
@@ -337,12 +320,14 @@ def test_killed_by_a_signal(settings: OperatorSettings) -> None:
     assert "SIGSEGV" in verdict.message
 
 
+def killed_pod(reason: str, message: str) -> dict[str, Any]:
+    """A pod the kubelet failed (reason, message) after it SIGKILLed the container."""
+    return make_pod("Failed", terminated(137, "Error"), reason=reason, message=message)
+
+
 def test_pod_deadline_exceeded(settings: OperatorSettings) -> None:
-    ran = make_pod(
-        "Failed",
-        terminated(137, "Error"),
-        reason="DeadlineExceeded",
-        message="Pod was active on the node longer than the specified deadline",
+    ran = killed_pod(
+        "DeadlineExceeded", "Pod was active on the node longer than the specified deadline"
     )
     verdict = observe(ran, settings)
     assert (verdict.phase, verdict.reason) == ("TimedOut", "DeadlineExceeded")
@@ -352,20 +337,10 @@ def test_pod_deadline_exceeded(settings: OperatorSettings) -> None:
 
 
 def test_evictions(settings: OperatorSettings) -> None:
-    disk = make_pod(
-        "Failed",
-        terminated(137, "Error"),
-        reason="Evicted",
-        message='Usage of EmptyDir volume "tmp" exceeds the limit "128Mi".',
-    )
+    disk = killed_pod("Evicted", 'Usage of EmptyDir volume "tmp" exceeds the limit "128Mi".')
     verdict = observe(disk, settings)
     assert (verdict.phase, verdict.reason) == ("Failed", "StorageLimitExceeded")
-    node = make_pod(
-        "Failed",
-        terminated(137, "Error"),
-        reason="Evicted",
-        message="The node was low on resource: memory.",
-    )
+    node = killed_pod("Evicted", "The node was low on resource: memory.")
     verdict = observe(node, settings)
     assert (verdict.phase, verdict.reason, verdict.retryable) == ("Error", "Evicted", True)
 

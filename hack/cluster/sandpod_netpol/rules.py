@@ -295,38 +295,71 @@ def build_ruleset(
     )
     labels_by_namespace = namespace_labels(namespaces)
     ipsets = _IpSets()
-    chains: dict[str, tuple[str, ...]] = {}
-    dispatch: dict[Direction, list[str]] = {"ingress": [], "egress": []}
-
+    pod_chains: dict[str, tuple[str, ...]] = {}
+    dispatch: dict[Direction, tuple[str, ...]] = {}
     for direction in ("egress", "ingress"):
         builder = _PodChains(direction, views, labels_by_namespace, ipsets)
-        for pod in views:
-            if not pod.local:
-                continue
-            selecting = [
-                policy
-                for policy in policy_views
-                if policy.namespace == pod.namespace
-                and (policy.ingress if direction == "ingress" else policy.egress) is not None
-                and selector_matches(policy.pod_selector, pod.labels)
-            ]
-            if not selecting:
-                continue  # not isolated in this direction
-            body = builder.body(pod, selecting)
-            chain = f"{PREFIX}-{'I' if direction == 'ingress' else 'E'}-{_digest(*body)[:15]}"
-            chains[chain] = body
-            match = "-d" if direction == "ingress" else "-s"
-            dispatch[direction].append(
-                f"{match} {pod.ip}/32 -m comment --comment {pod.namespace}/{pod.name} -g {chain}"
-            )
+        chains, dispatch[direction] = _isolate(builder, policy_views)
+        pod_chains.update(chains)
+    return Ruleset(
+        ipv4_chains={
+            **_ipv4_top_chains(node, views, ipsets, dispatch),
+            **dict(sorted(pod_chains.items())),
+        },
+        ipv6_chains=_ipv6_chains(node.bridge),
+        ipsets=ipsets.all(),
+    )
 
+
+def _isolate(
+    builder: _PodChains, policies: Sequence[PolicyView]
+) -> tuple[dict[str, tuple[str, ...]], tuple[str, ...]]:
+    """The chains of the local pods that some policy isolates in the builder's direction
+    (named by content) and the dispatch rules that send each pod's packets to its chain."""
+    direction = builder.direction
+    chains: dict[str, tuple[str, ...]] = {}
+    dispatch: list[str] = []
+    for pod in builder.pods:
+        selecting = _selecting(policies, pod, direction) if pod.local else []
+        if not selecting:
+            continue  # not isolated in this direction
+        body = builder.body(pod, selecting)
+        chain = f"{PREFIX}-{'I' if direction == 'ingress' else 'E'}-{_digest(*body)[:15]}"
+        chains[chain] = body
+        match = "-d" if direction == "ingress" else "-s"
+        dispatch.append(
+            f"{match} {pod.ip}/32 -m comment --comment {pod.namespace}/{pod.name} -g {chain}"
+        )
+    return chains, tuple(dispatch)
+
+
+def _selecting(
+    policies: Sequence[PolicyView], pod: PodView, direction: Direction
+) -> list[PolicyView]:
+    """The policies that select the pod and have rules in that direction."""
+    return [
+        policy
+        for policy in policies
+        if policy.namespace == pod.namespace
+        and (policy.ingress if direction == "ingress" else policy.egress) is not None
+        and selector_matches(policy.pod_selector, pod.labels)
+    ]
+
+
+def _ipv4_top_chains(
+    node: NodeInfo,
+    views: Sequence[PodView],
+    ipsets: _IpSets,
+    dispatch: Mapping[Direction, tuple[str, ...]],
+) -> dict[str, tuple[str, ...]]:
+    """The hooked chains: replies pass, unknown pod-CIDR addresses drop, the rest dispatch."""
     known = ipsets.name_for(
         "hash:ip",
         [str(pod.ip) for pod in views if pod.local]
         + [str(address) for address in node.addresses if address in node.pod_cidr],
     )
     cidr = str(node.pod_cidr)
-    top: dict[str, tuple[str, ...]] = {
+    return {
         FORWARD_CHAIN: (
             ESTABLISHED,
             f"-s {cidr} -m set ! --match-set {known} src -j DROP",
@@ -339,11 +372,14 @@ def build_ruleset(
             f"-s {cidr} -m set ! --match-set {known} src -j DROP",
             f"-j {EGRESS_CHAIN}",
         ),
-        EGRESS_CHAIN: tuple(dispatch["egress"]),
-        INGRESS_CHAIN: tuple(dispatch["ingress"]),
+        EGRESS_CHAIN: dispatch["egress"],
+        INGRESS_CHAIN: dispatch["ingress"],
     }
-    bridge = node.bridge
-    ipv6_chains: dict[str, tuple[str, ...]] = {
+
+
+def _ipv6_chains(bridge: str) -> dict[str, tuple[str, ...]]:
+    """Every IPv6 packet from the bridge drops (the pod network is IPv4-only)."""
+    return {
         FORWARD_CHAIN: (f"-i {bridge} -j DROP", f"-o {bridge} -j DROP"),
         INPUT_CHAIN: (
             ESTABLISHED,
@@ -353,11 +389,6 @@ def build_ruleset(
             f"-i {bridge} -j DROP",
         ),
     }
-    return Ruleset(
-        ipv4_chains={**top, **dict(sorted(chains.items()))},
-        ipv6_chains=ipv6_chains,
-        ipsets=ipsets.all(),
-    )
 
 
 def hook_rule(builtin: str) -> str:
