@@ -57,13 +57,6 @@ def pad(browser: Browser, gateway: Gateway) -> Iterator[Pad]:
         context.close()
 
 
-def gateway_serves(gateway: Gateway, key: str, path: str) -> bool:
-    """Whether the gateway's API has `path` (sessions and output files come with their own
-    branches)."""
-    with gateway.client(key) as http:
-        return path in http.get("/openapi.json").json()["paths"]
-
-
 def test_wrong_key_is_refused_in_plain_words(pad: Pad) -> None:
     pad.open()
     pad.enter_key("sk-not-a-key")
@@ -157,9 +150,7 @@ def test_cancel_stops_the_run(pad: Pad, key: str) -> None:
     assert "Cancelled" in pad.wait_done()
 
 
-def test_a_chart_is_shown(pad: Pad, key: str, gateway: Gateway) -> None:
-    if not gateway_serves(gateway, key, "/v1/executions/{execution_id}/files/{path}"):
-        pytest.skip("this gateway has no output files yet (issue 16)")
+def test_a_chart_is_shown(pad: Pad, key: str) -> None:
     pad.open(key)
     pad.pick("python")
     pad.write(CHART_PROGRAM)
@@ -172,9 +163,7 @@ def test_a_chart_is_shown(pad: Pad, key: str, gateway: Gateway) -> None:
     pad.screenshot("chart")
 
 
-def test_a_session_keeps_variables(pad: Pad, key: str, gateway: Gateway) -> None:
-    if not gateway_serves(gateway, key, "/v1/sessions"):
-        pytest.skip("this gateway has no sessions yet (issue 15)")
+def test_a_session_keeps_variables(pad: Pad, key: str) -> None:
     pad.open(key)
     pad.pick("python")
     pad.page.check("#session-toggle")
