@@ -167,7 +167,7 @@ def verified_output(log: str, termination_message: str) -> tuple[str, str, dict[
     verified = reader.finish()
     assert verified.result is not None, "the log's summary does not verify"
     assert verified.dropped_lines == 0 and verified.missing_frames == 0
-    result = verified.result.model_dump(mode="json", by_alias=True)
+    result = verified.result.model_dump(mode="json", by_alias=True, exclude_unset=True)
     return verified.stdout, verified.stderr, result
 
 

@@ -121,10 +121,11 @@ def test_hello_world_and_a_compile_error_through_the_gateway(
 def test_the_gateway_offers_the_compiled_languages(agent: httpx.Client) -> None:
     with agent:
         languages = agent.get("/v1/languages").json()["languages"]
-        tool = agent.get("/v1/tools/openai").json()
+        tools = agent.get("/v1/tools/openai").json()
 
     compiled = {item["name"] for item in languages if item["compiled"]}
     assert compiled == {"csharp", "go"}
-    enum = tool["function"]["parameters"]["properties"]["language"]["enum"]
+    run_code = next(t for t in tools if t["function"]["name"] == "run_code")
+    enum = run_code["function"]["parameters"]["properties"]["language"]["enum"]
     assert {"csharp", "go"} <= set(enum)
     assert enum == sorted(item["name"] for item in languages)
