@@ -97,7 +97,9 @@ async def end_deleted_session(
 
 # One per live session and operator process: the only one that runs its executions, so
 # they run one at a time. After a restart it re-attaches to the run at the queue's head.
-@kopf.daemon(*SESSIONS, when=live, cancellation_timeout=5)
+# Stopped (when the session ends) only between steps: a step that is ending the session must
+# get to delete its pod and refuse the executions still waiting.
+@kopf.daemon(*SESSIONS, when=live, cancellation_backoff=30, cancellation_timeout=5)
 async def serve_session(
     stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, **kwargs: Any
 ) -> None:

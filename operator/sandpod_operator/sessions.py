@@ -527,15 +527,15 @@ class SessionController:
         await self._write(
             session, lambda current: session_status(current, "Ended", reason, message, now())
         )
-        # The gateway counts a tenant's live sessions by this label, from metadata alone.
-        await self.kube.label_finished(
-            meta["namespace"], meta["name"], uid=meta["uid"], plural=SESSION_PLURAL
-        )
         pod_name = (self.freshest(session).get("status") or {}).get("podName")
         if pod_name:
             await self.kube.delete_pod(meta["namespace"], pod_name, uid=None)
         for execution in queue_order(executions):
             await self._refuse(execution, SESSION_ENDED, SESSION_ENDED_MESSAGE, meta["name"])
+        # The gateway counts a tenant's live sessions by this label, from metadata alone.
+        await self.kube.label_finished(
+            meta["namespace"], meta["name"], uid=meta["uid"], plural=SESSION_PLURAL
+        )
 
     async def _refuse(self, execution: Manifest, reason: str, message: str, session: str) -> None:
         verdict = Verdict(
