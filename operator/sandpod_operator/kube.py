@@ -26,10 +26,26 @@ from sandpod_contract.names import (
 from sandpod_contract.runner import LogReader, LogSummary, Summary
 
 Manifest = dict[str, Any]
+Key = tuple[str, str]  # (namespace, name)
 
 REQUEST_TIMEOUT_SECONDS = 30
 LOG_TIMEOUT_SECONDS = 120
 MERGE_PATCH = "application/merge-patch+json"
+
+
+@dataclass(frozen=True)
+class LogRead:
+    """How to read a sandbox's log: verified against the runner's summary, at most
+    `limit_bytes` fetched, memory bounded by `tail_bytes`, `files_bytes` of output files kept."""
+
+    summary: Summary
+    tail_bytes: int
+    limit_bytes: int
+    files_bytes: int = 0
+
+    def reader(self) -> LogReader:
+        return LogReader(self.tail_bytes, self.summary, self.files_bytes)
+
 
 API_REQUESTS = Counter(
     "sandpod_operator_api_requests_total",
@@ -110,15 +126,7 @@ class KubeApi(Protocol):
     async def read_pod(self, namespace: str, name: str, *, uid: str | None) -> Manifest | None: ...
     async def delete_pod(self, namespace: str, name: str, *, uid: str | None) -> None: ...
     async def read_pod_log(
-        self,
-        namespace: str,
-        name: str,
-        *,
-        uid: str | None,
-        summary: Summary,
-        tail_bytes: int,
-        limit_bytes: int,
-        files_bytes: int = 0,
+        self, namespace: str, name: str, *, uid: str | None, read: LogRead
     ) -> LogSummary: ...
     async def latest_warning(
         self, namespace: str, pod_name: str, *, uid: str | None
@@ -297,21 +305,13 @@ class Kube:
                 raise
 
     async def read_pod_log(
-        self,
-        namespace: str,
-        name: str,
-        *,
-        uid: str | None,
-        summary: Summary,
-        tail_bytes: int,
-        limit_bytes: int,
-        files_bytes: int = 0,
+        self, namespace: str, name: str, *, uid: str | None, read: LogRead
     ) -> LogSummary:
         """Stream the pod log through a LogReader that verifies it against the runner's
         summary: memory stays bounded by `tail_bytes`."""
-        log = self._pod_log(namespace, name, uid, limit_bytes, LOG_TIMEOUT_SECONDS)
+        log = self._pod_log(namespace, name, uid, read.limit_bytes, LOG_TIMEOUT_SECONDS)
         async with log as response:
-            reader = LogReader(tail_bytes, summary, files_bytes)
+            reader = read.reader()
             async for chunk in response.content.iter_chunked(64 * 1024):
                 reader.feed(chunk)
             return reader.finish()

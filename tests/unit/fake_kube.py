@@ -38,11 +38,9 @@ from sandpod_contract.names import (
     SANDBOX_ROLE,
     SESSION_PLURAL,
 )
-from sandpod_contract.runner import LogReader, LogSummary, Summary
-from sandpod_operator.kube import KubeError, RequestCounter
+from sandpod_contract.runner import LogSummary
+from sandpod_operator.kube import Key, KubeError, LogRead, Manifest, RequestCounter
 
-Manifest = dict[str, Any]
-Key = tuple[str, str]
 Hook = Callable[[], Awaitable[None]]
 
 CONFLICT_MESSAGE = (
@@ -261,21 +259,13 @@ class FakeKube:
             self.deleted_pods.append((namespace, name))
 
     async def read_pod_log(
-        self,
-        namespace: str,
-        name: str,
-        *,
-        uid: str | None,
-        summary: Summary,
-        tail_bytes: int,
-        limit_bytes: int,
-        files_bytes: int = 0,
+        self, namespace: str, name: str, *, uid: str | None, read: LogRead
     ) -> LogSummary:
         await self._enter("read_pod_log")
         if (namespace, name) not in self.pods:
             raise KubeError(404, "NotFound", f'pods "{name}" not found')
-        reader = LogReader(tail_bytes, summary, files_bytes)
-        reader.feed(self.logs.get((namespace, name), b"")[:limit_bytes])
+        reader = read.reader()
+        reader.feed(self.logs.get((namespace, name), b"")[: read.limit_bytes])
         return reader.finish()
 
     async def latest_warning(self, namespace: str, pod_name: str, *, uid: str | None) -> str | None:
