@@ -35,9 +35,12 @@ MERGE_PATCH = "application/merge-patch+json"
 
 @dataclass(frozen=True)
 class LogRead:
-    """How to read a sandbox's log: verified against the runner's summary, at most
+    """A read of a sandbox pod's log: verified against the runner's summary, at most
     `limit_bytes` fetched, memory bounded by `tail_bytes`, `files_bytes` of output files kept."""
 
+    namespace: str
+    name: str
+    uid: str | None
     summary: Summary
     tail_bytes: int
     limit_bytes: int
@@ -125,9 +128,7 @@ class KubeApi(Protocol):
     async def create_pod(self, body: Manifest, *, uid: str) -> Manifest | None: ...
     async def read_pod(self, namespace: str, name: str, *, uid: str | None) -> Manifest | None: ...
     async def delete_pod(self, namespace: str, name: str, *, uid: str | None) -> None: ...
-    async def read_pod_log(
-        self, namespace: str, name: str, *, uid: str | None, read: LogRead
-    ) -> LogSummary: ...
+    async def read_pod_log(self, read: LogRead) -> LogSummary: ...
     async def latest_warning(
         self, namespace: str, pod_name: str, *, uid: str | None
     ) -> str | None: ...
@@ -304,12 +305,12 @@ class Kube:
             if error.status != 404:
                 raise
 
-    async def read_pod_log(
-        self, namespace: str, name: str, *, uid: str | None, read: LogRead
-    ) -> LogSummary:
+    async def read_pod_log(self, read: LogRead) -> LogSummary:
         """Stream the pod log through a LogReader that verifies it against the runner's
         summary: memory stays bounded by `tail_bytes`."""
-        log = self._pod_log(namespace, name, uid, read.limit_bytes, LOG_TIMEOUT_SECONDS)
+        log = self._pod_log(
+            read.namespace, read.name, read.uid, read.limit_bytes, LOG_TIMEOUT_SECONDS
+        )
         async with log as response:
             reader = read.reader()
             async for chunk in response.content.iter_chunked(64 * 1024):

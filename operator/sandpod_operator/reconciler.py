@@ -475,11 +475,11 @@ class Reconciler:
         if summary is not None:
             try:
                 log = await self.kube.read_pod_log(
-                    meta["namespace"],
-                    pod["metadata"]["name"],
-                    uid=meta["uid"],
-                    read=LogRead(
-                        summary,
+                    LogRead(
+                        meta["namespace"],
+                        pod["metadata"]["name"],
+                        uid=meta["uid"],
+                        summary=summary,
                         tail_bytes=self.settings.status_output_bytes,
                         limit_bytes=self.settings.log_read_limit_bytes,
                         files_bytes=self.settings.outputs_stored_bytes,

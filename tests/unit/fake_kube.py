@@ -258,14 +258,12 @@ class FakeKube:
         if self.pods.pop((namespace, name), None) is not None:
             self.deleted_pods.append((namespace, name))
 
-    async def read_pod_log(
-        self, namespace: str, name: str, *, uid: str | None, read: LogRead
-    ) -> LogSummary:
+    async def read_pod_log(self, read: LogRead) -> LogSummary:
         await self._enter("read_pod_log")
-        if (namespace, name) not in self.pods:
-            raise KubeError(404, "NotFound", f'pods "{name}" not found')
+        if (read.namespace, read.name) not in self.pods:
+            raise KubeError(404, "NotFound", f'pods "{read.name}" not found')
         reader = read.reader()
-        reader.feed(self.logs.get((namespace, name), b"")[: read.limit_bytes])
+        reader.feed(self.logs.get((read.namespace, read.name), b"")[: read.limit_bytes])
         return reader.finish()
 
     async def latest_warning(self, namespace: str, pod_name: str, *, uid: str | None) -> str | None:
