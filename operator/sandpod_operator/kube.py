@@ -419,6 +419,30 @@ class Kube:
     ) -> Manifest:
         return await self._patch_status(PLURAL, namespace, name, uid, resource_version, status)
 
+    async def _merge_patch_custom(
+        self, resource: str, namespace: str, name: str, uid: str | None, body: Manifest
+    ) -> Manifest:
+        """Merge-patch one of our custom objects; `resource` is its plural, or plural/status."""
+        plural, _, subresource = resource.partition("/")
+        method = (
+            self._custom.patch_namespaced_custom_object_status
+            if subresource == "status"
+            else self._custom.patch_namespaced_custom_object
+        )
+        return await self._call(
+            "patch",
+            resource,
+            uid,
+            method,
+            GROUP,
+            VERSION,
+            namespace,
+            plural,
+            name,
+            body,
+            _content_type=MERGE_PATCH,
+        )
+
     async def _patch_status(
         self,
         plural: str,
@@ -430,19 +454,7 @@ class Kube:
     ) -> Manifest:
         """Merge-patch status, only if the object is still at `resource_version` (else 409)."""
         body = {"metadata": {"resourceVersion": resource_version}, "status": status}
-        return await self._call(
-            "patch",
-            f"{plural}/status",
-            uid,
-            self._custom.patch_namespaced_custom_object_status,
-            GROUP,
-            VERSION,
-            namespace,
-            plural,
-            name,
-            body,
-            _content_type=MERGE_PATCH,
-        )
+        return await self._merge_patch_custom(f"{plural}/status", namespace, name, uid, body)
 
     async def get_session(self, namespace: str, name: str) -> Manifest | None:
         return await self._get_custom(SESSION_PLURAL, namespace, name, None)
@@ -462,19 +474,7 @@ class Kube:
         immutable) and is left alone, like a deleted one (404)."""
         body = {"metadata": {"uid": uid, "labels": {FINISHED_LABEL: "true"}}}
         try:
-            await self._call(
-                "patch",
-                plural,
-                uid,
-                self._custom.patch_namespaced_custom_object,
-                GROUP,
-                VERSION,
-                namespace,
-                plural,
-                name,
-                body,
-                _content_type=MERGE_PATCH,
-            )
+            await self._merge_patch_custom(plural, namespace, name, uid, body)
         except KubeError as error:
             namesake = error.status == 422 and "metadata.uid" in error.message
             if error.status != 404 and not namesake:
