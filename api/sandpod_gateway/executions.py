@@ -194,16 +194,22 @@ async def get_owned_execution(
     return await get_owned(execution_id, tenant, service.get, ExecutionNotFound)
 
 
-async def list_page(
-    list_function: Lister, tenant: Tenant, limit: int, cursor: str | None
-) -> PageData:
+@dataclass(frozen=True)
+class PageQuery:
+    """?limit= and ?cursor= of a list request."""
+
+    limit: int
+    cursor: str | None
+
+
+async def list_page(list_function: Lister, tenant: Tenant, query: PageQuery) -> PageData:
     """One page of the tenant's executions or sessions; 400 invalid_cursor."""
     try:
         return await list_function(
             tenant.namespace,
             label_selector=f"{TENANT_LABEL}={tenant.name}",
-            limit=limit,
-            cursor=cursor,
+            limit=query.limit,
+            cursor=query.cursor,
         )
     except InvalidCursor as exc:
         raise GatewayError(400, "invalid_cursor", "The cursor is invalid or expired") from exc

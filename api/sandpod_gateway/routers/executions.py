@@ -15,9 +15,10 @@ from sandpod_gateway.dependencies import (
     MetricsDep,
     SettingsDep,
 )
-from sandpod_gateway.errors import error_responses
+from sandpod_gateway.errors import error_responses, responses_with
 from sandpod_gateway.executions import (
     CreateOutcome,
+    PageQuery,
     create_execution,
     get_owned_execution,
     list_page,
@@ -39,8 +40,15 @@ router = APIRouter(prefix="/v1/executions", tags=["executions"])
 # Every route here authenticates (401), validates (422) and talks to the cluster (503).
 COMMON_ERRORS = (401, 422, 503)
 
-PageLimit = Annotated[int, Query(ge=1, le=100)]
-PageCursor = Annotated[str | None, Query(min_length=1, max_length=4096)]
+
+def page_query(
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    cursor: Annotated[str | None, Query(min_length=1, max_length=4096)] = None,
+) -> PageQuery:
+    return PageQuery(limit, cursor)
+
+
+PageParams = Annotated[PageQuery, Depends(page_query)]
 IdempotencyKey = Annotated[
     str | None,
     Header(
@@ -81,10 +89,9 @@ StreamSlot = Annotated[None, Depends(stream_slot)]
     description="Creates an execution. With wait=true (default) answers 200 with the result "
     "once it has finished; with wait=false, or if it is still running when the wait ends, "
     "answers 202 with its current state.",
-    responses={
-        202: {"model": ExecutionResult, "description": "Accepted; not finished yet"},
-        **error_responses(*COMMON_ERRORS, 400, 409, 413, 429),
-    },
+    responses=responses_with(
+        202, ExecutionResult, "Accepted; not finished yet", *COMMON_ERRORS, 400, 409, 413, 429
+    ),
 )
 async def post_execution(
     body: CreateExecutionRequest,
@@ -132,13 +139,9 @@ def answer_execution(
 async def list_executions(
     tenant: CurrentTenant,
     service: ExecutionServiceDep,
-    limit: PageLimit = 20,
-    cursor: PageCursor = None,
+    page: PageParams,
 ) -> ExecutionPage:
-    page = await list_page(service.list, tenant, limit, cursor)
-    return ExecutionPage(
-        items=[execution_result(item) for item in page.items], next_cursor=page.next_cursor
-    )
+    return ExecutionPage.of(await list_page(service.list, tenant, page), execution_result)
 
 
 @router.get(
@@ -188,10 +191,7 @@ async def get_output_file(
     summary="Cancel an execution",
     description="Asks for the execution to be stopped (202); the result turns to cancelled "
     "shortly. An execution that has finished already is returned as it is (200).",
-    responses={
-        202: {"model": ExecutionResult, "description": "Cancel requested"},
-        **error_responses(*COMMON_ERRORS, 404),
-    },
+    responses=responses_with(202, ExecutionResult, "Cancel requested", *COMMON_ERRORS, 404),
 )
 async def cancel_execution(
     execution: OwnedExecution,

@@ -14,14 +14,13 @@ from sandpod_gateway.dependencies import (
     SessionContextDep,
     SessionServiceDep,
 )
-from sandpod_gateway.errors import error_responses
+from sandpod_gateway.errors import error_responses, responses_with
 from sandpod_gateway.executions import get_owned_execution, list_page
 from sandpod_gateway.resources import Resource, session_info
 from sandpod_gateway.routers.executions import (
     COMMON_ERRORS,
     IdempotencyKey,
-    PageCursor,
-    PageLimit,
+    PageParams,
     answer_execution,
 )
 from sandpod_gateway.schemas import (
@@ -64,10 +63,9 @@ FilePath = Annotated[
     "idle for idle_timeout_seconds, or max_lifetime_seconds old. Answers 201 at once "
     "(status starting); runs sent meanwhile wait for it. A retry with the same "
     "Idempotency-Key answers 200 with the same session.",
-    responses={
-        200: {"model": SessionInfo, "description": "The session an earlier retry opened"},
-        **error_responses(*COMMON_ERRORS, 400, 409, 429),
-    },
+    responses=responses_with(
+        200, SessionInfo, "The session an earlier retry opened", *COMMON_ERRORS, 400, 409, 429
+    ),
 )
 async def post_session(
     body: CreateSessionRequest,
@@ -90,13 +88,9 @@ async def post_session(
 async def list_sessions(
     tenant: CurrentTenant,
     sessions: SessionServiceDep,
-    limit: PageLimit = 20,
-    cursor: PageCursor = None,
+    page: PageParams,
 ) -> SessionPage:
-    page = await list_page(sessions.list, tenant, limit, cursor)
-    return SessionPage(
-        items=[session_info(item) for item in page.items], next_cursor=page.next_cursor
-    )
+    return SessionPage.of(await list_page(sessions.list, tenant, page), session_info)
 
 
 async def owned_session(
@@ -123,10 +117,7 @@ async def get_session(
     summary="Close a session",
     description="Ends the session and deletes its sandbox (202, the session as it was); a "
     "session that has ended already is returned as it is (200). Afterwards it is 404.",
-    responses={
-        202: {"model": SessionInfo, "description": "Closing"},
-        **error_responses(*COMMON_ERRORS, 404),
-    },
+    responses=responses_with(202, SessionInfo, "Closing", *COMMON_ERRORS, 404),
 )
 async def delete_session(
     session_id: str, response: Response, ctx: SessionContextDep
@@ -144,10 +135,9 @@ async def delete_session(
     "files, installed packages and (Python) variables persist. language is optional (the "
     "session's); memory and cpu are the session's. The result adds `result` (the repr of "
     "a trailing expression) and `state_lost`.",
-    responses={
-        202: {"model": ExecutionResult, "description": "Accepted; not finished yet"},
-        **error_responses(*COMMON_ERRORS, 400, 404, 409, 413, 429),
-    },
+    responses=responses_with(
+        202, ExecutionResult, "Accepted; not finished yet", *COMMON_ERRORS, 400, 404, 409, 413, 429
+    ),
 )
 async def post_session_execution(
     session_id: str,
