@@ -35,10 +35,11 @@ from sandpod_gateway.schemas import (
 )
 from sandpod_gateway.streaming import execution_events
 
-router = APIRouter(prefix="/v1/executions", tags=["executions"])
-
 # Every route here authenticates (401), validates (422) and talks to the cluster (503).
 COMMON_ERRORS = (401, 422, 503)
+router = APIRouter(
+    prefix="/v1/executions", tags=["executions"], responses=error_responses(*COMMON_ERRORS)
+)
 
 
 def page_query(
@@ -90,7 +91,7 @@ StreamSlot = Annotated[None, Depends(stream_slot)]
     "once it has finished; with wait=false, or if it is still running when the wait ends, "
     "answers 202 with its current state.",
     responses=responses_with(
-        202, ExecutionResult, "Accepted; not finished yet", *COMMON_ERRORS, 400, 409, 413, 429
+        202, ExecutionResult, "Accepted; not finished yet", 400, 409, 413, 429
     ),
 )
 async def post_execution(
@@ -131,15 +132,10 @@ def answer_execution(
 
 
 @router.get(
-    "",
-    response_model=ExecutionPage,
-    summary="List executions",
-    responses=error_responses(*COMMON_ERRORS, 400),
+    "", response_model=ExecutionPage, summary="List executions", responses=error_responses(400)
 )
 async def list_executions(
-    tenant: CurrentTenant,
-    service: ExecutionServiceDep,
-    page: PageParams,
+    tenant: CurrentTenant, service: ExecutionServiceDep, page: PageParams
 ) -> ExecutionPage:
     return ExecutionPage.of(await list_page(service.list, tenant, page), execution_result)
 
@@ -148,7 +144,7 @@ async def list_executions(
     "/{execution_id}",
     response_model=ExecutionResult,
     summary="Get an execution",
-    responses=error_responses(*COMMON_ERRORS, 404),
+    responses=error_responses(404),
 )
 async def get_execution(
     execution: OwnedExecution, tenant: CurrentTenant, service: ExecutionServiceDep
@@ -165,7 +161,7 @@ async def get_execution(
     "have, or whose content was not stored.",
     responses={
         200: {"content": {"application/octet-stream": {}}, "description": "The file"},
-        **error_responses(*COMMON_ERRORS, 404),
+        **error_responses(404),
     },
 )
 async def get_output_file(
@@ -191,7 +187,7 @@ async def get_output_file(
     summary="Cancel an execution",
     description="Asks for the execution to be stopped (202); the result turns to cancelled "
     "shortly. An execution that has finished already is returned as it is (200).",
-    responses=responses_with(202, ExecutionResult, "Cancel requested", *COMMON_ERRORS, 404),
+    responses=responses_with(202, ExecutionResult, "Cancel requested", 404),
 )
 async def cancel_execution(
     execution: OwnedExecution,

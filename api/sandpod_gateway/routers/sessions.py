@@ -32,15 +32,12 @@ from sandpod_gateway.schemas import (
 )
 from sandpod_gateway.service import ExecutionNotFound
 from sandpod_gateway.session_files import FileInfo, download_file, upload_file
-from sandpod_gateway.sessions import (
-    close_session,
-    get_owned_session,
-    open_session,
-    run_in_session,
-)
+from sandpod_gateway.sessions import close_session, get_owned_session, open_session, run_in_session
 from sandpod_gateway.streaming import execution_events
 
-router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+router = APIRouter(
+    prefix="/v1/sessions", tags=["sessions"], responses=error_responses(*COMMON_ERRORS)
+)
 
 
 FilePath = Annotated[
@@ -64,7 +61,7 @@ FilePath = Annotated[
     "(status starting); runs sent meanwhile wait for it. A retry with the same "
     "Idempotency-Key answers 200 with the same session.",
     responses=responses_with(
-        200, SessionInfo, "The session an earlier retry opened", *COMMON_ERRORS, 400, 409, 429
+        200, SessionInfo, "The session an earlier retry opened", 400, 409, 429
     ),
 )
 async def post_session(
@@ -79,16 +76,9 @@ async def post_session(
     return outcome.session
 
 
-@router.get(
-    "",
-    response_model=SessionPage,
-    summary="List sessions",
-    responses=error_responses(*COMMON_ERRORS, 400),
-)
+@router.get("", response_model=SessionPage, summary="List sessions", responses=error_responses(400))
 async def list_sessions(
-    tenant: CurrentTenant,
-    sessions: SessionServiceDep,
-    page: PageParams,
+    tenant: CurrentTenant, sessions: SessionServiceDep, page: PageParams
 ) -> SessionPage:
     return SessionPage.of(await list_page(sessions.list, tenant, page), session_info)
 
@@ -103,11 +93,9 @@ async def owned_session(
     "/{session_id}",
     response_model=SessionInfo,
     summary="Get a session",
-    responses=error_responses(*COMMON_ERRORS, 404),
+    responses=error_responses(404),
 )
-async def get_session(
-    session: Annotated[Resource, Depends(owned_session)],
-) -> SessionInfo:
+async def get_session(session: Annotated[Resource, Depends(owned_session)]) -> SessionInfo:
     return session_info(session)
 
 
@@ -117,7 +105,7 @@ async def get_session(
     summary="Close a session",
     description="Ends the session and deletes its sandbox (202, the session as it was); a "
     "session that has ended already is returned as it is (200). Afterwards it is 404.",
-    responses=responses_with(202, SessionInfo, "Closing", *COMMON_ERRORS, 404),
+    responses=responses_with(202, SessionInfo, "Closing", 404),
 )
 async def delete_session(
     session_id: str, response: Response, ctx: SessionContextDep
@@ -136,7 +124,7 @@ async def delete_session(
     "session's); memory and cpu are the session's. The result adds `result` (the repr of "
     "a trailing expression) and `state_lost`.",
     responses=responses_with(
-        202, ExecutionResult, "Accepted; not finished yet", *COMMON_ERRORS, 400, 404, 409, 413, 429
+        202, ExecutionResult, "Accepted; not finished yet", 400, 404, 409, 413, 429
     ),
 )
 async def post_session_execution(
@@ -205,7 +193,7 @@ async def stream_session_execution(
             "content": {"application/octet-stream": {"schema": {"type": "string"}}},
         }
     },
-    responses=error_responses(*COMMON_ERRORS, 400, 404, 409, 413, 415, 429),
+    responses=error_responses(400, 404, 409, 413, 415, 429),
 )
 async def put_file(
     session_id: str, path: FilePath, request: Request, ctx: SessionContextDep
@@ -220,7 +208,7 @@ async def put_file(
     description="The file's bytes, read by a run in the session (after its earlier runs).",
     responses={
         200: {"content": {"application/octet-stream": {"schema": {"type": "string"}}}},
-        **error_responses(*COMMON_ERRORS, 400, 404, 409, 413, 429),
+        **error_responses(400, 404, 409, 413, 429),
     },
 )
 async def get_file(session_id: str, path: FilePath, ctx: SessionContextDep) -> Response:
