@@ -19,11 +19,6 @@ CAROL = "sk-carol-0123456789"  # shares alice's namespace, not her executions
 
 
 @pytest.fixture
-def service() -> FakeExecutionService:
-    return FakeExecutionService()
-
-
-@pytest.fixture
 def app(tmp_path: Path, service: FakeExecutionService) -> FastAPI:
     return make_app(
         service,

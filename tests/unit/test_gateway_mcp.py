@@ -16,16 +16,6 @@ KEY = "sk-mcp-0123456789"
 
 
 @pytest.fixture
-def service() -> FakeExecutionService:
-    return FakeExecutionService()
-
-
-@pytest.fixture
-def sessions() -> FakeSessionService:
-    return FakeSessionService()
-
-
-@pytest.fixture
 def app(tmp_path: Path, service: FakeExecutionService, sessions: FakeSessionService) -> FastAPI:
     return make_app(service, {KEY: tenant("agents")}, kubeconfig_dir=tmp_path, sessions=sessions)
 

@@ -38,11 +38,9 @@ from sandpod_operator.warm import (
     run_request,
 )
 from serve_double import Script, ServeDouble
+from test_operator_reconciler import latest, status_of, submit
 
-# clean_environment: autouse, no SANDPOD_* settings from the environment.
-from test_operator_reconciler import clean_environment, latest, status_of, submit
-
-__all__ = ["clean_environment"]
+pytestmark = pytest.mark.usefixtures("clean_environment")
 
 NAMESPACE = "team-a"
 TAIL = 64 * 1024
@@ -251,11 +249,6 @@ async def test_nothing_listening_is_unavailable() -> None:
 
 
 # --- the Reconciler's warm path -------------------------------------------------------------
-
-
-@pytest.fixture
-def kube() -> FakeKube:
-    return FakeKube()
 
 
 def new_reconciler(kube: FakeKube, **overrides: Any) -> Reconciler:
