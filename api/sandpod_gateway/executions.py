@@ -58,20 +58,28 @@ class CreateOutcome:
     created: bool
 
 
+@dataclass(frozen=True)
+class ExecutionContext:
+    """What the execution use cases need, resolved per request."""
+
+    tenant: Tenant
+    executions: ExecutionService
+    catalog: LanguageCatalog
+    settings: GatewaySettings
+    admission: AdmissionControl
+
+
 async def create_execution(
     request: CreateExecutionRequest,
+    ctx: ExecutionContext,
     *,
-    tenant: Tenant,
-    service: ExecutionService,
-    catalog: LanguageCatalog,
-    settings: GatewaySettings,
-    admission: AdmissionControl,
     idempotency_key: str | None,
     wait: bool,
     session: str | None = None,
 ) -> CreateOutcome:
     """Create (or replay) an execution, in `session` when given, and wait for it if asked."""
-    check_request(request, tenant, catalog, settings)
+    tenant, service, settings, admission = ctx.tenant, ctx.executions, ctx.settings, ctx.admission
+    check_request(request, tenant, ctx.catalog, settings)
     name = execution_name(tenant.name, idempotency_key)
     fingerprint = request_fingerprint(request, session)
     # A waiting request holds a wait slot from the start: refused replays cost no API call.

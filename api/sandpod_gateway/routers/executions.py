@@ -1,6 +1,7 @@
 """/v1/executions: create (and wait), get, list, cancel, stream."""
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Annotated
 from urllib.parse import quote
 
@@ -9,8 +10,8 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from sandpod_gateway.dependencies import (
     AdmissionDep,
-    CatalogDep,
     CurrentTenant,
+    ExecutionContextDep,
     ExecutionServiceDep,
     MetricsDep,
     SettingsDep,
@@ -62,6 +63,37 @@ IdempotencyKey = Annotated[
 ]
 
 
+@dataclass(frozen=True)
+class CreateCall:
+    """A create request's Idempotency-Key and ?wait=, and where its answer goes."""
+
+    idempotency_key: str | None
+    wait: bool
+    response: Response
+    metrics: GatewayMetrics
+
+    def answer(self, outcome: CreateOutcome) -> ExecutionResult:
+        """200 once finished, else 202; Location; counted when this request created it."""
+        result = outcome.result
+        if outcome.created:
+            self.metrics.executions.labels(result.language, result.status.value).inc()
+        self.response.status_code = 200 if result.status in TERMINAL_STATUSES else 202
+        self.response.headers["Location"] = f"{router.prefix}/{result.id}"
+        return result
+
+
+def create_call(
+    response: Response,
+    metrics: MetricsDep,
+    idempotency_key: IdempotencyKey = None,
+    wait: Annotated[bool, Query(description="Wait for the result")] = True,
+) -> CreateCall:
+    return CreateCall(idempotency_key, wait, response, metrics)
+
+
+CreateCallDep = Annotated[CreateCall, Depends(create_call)]
+
+
 async def owned_execution(
     execution_id: str, tenant: CurrentTenant, service: ExecutionServiceDep
 ) -> Resource:
@@ -95,40 +127,12 @@ StreamSlot = Annotated[None, Depends(stream_slot)]
     ),
 )
 async def post_execution(
-    body: CreateExecutionRequest,
-    response: Response,
-    tenant: CurrentTenant,
-    service: ExecutionServiceDep,
-    catalog: CatalogDep,
-    settings: SettingsDep,
-    admission: AdmissionDep,
-    metrics: MetricsDep,
-    idempotency_key: IdempotencyKey = None,
-    wait: Annotated[bool, Query(description="Wait for the result")] = True,
+    body: CreateExecutionRequest, ctx: ExecutionContextDep, call: CreateCallDep
 ) -> ExecutionResult:
     outcome = await create_execution(
-        body,
-        tenant=tenant,
-        service=service,
-        catalog=catalog,
-        settings=settings,
-        admission=admission,
-        idempotency_key=idempotency_key,
-        wait=wait,
+        body, ctx, idempotency_key=call.idempotency_key, wait=call.wait
     )
-    return answer_execution(outcome, response, metrics)
-
-
-def answer_execution(
-    outcome: CreateOutcome, response: Response, metrics: GatewayMetrics
-) -> ExecutionResult:
-    """200 once finished, else 202; Location; counted when this request created it."""
-    result = outcome.result
-    if outcome.created:
-        metrics.executions.labels(result.language, result.status.value).inc()
-    response.status_code = 200 if result.status in TERMINAL_STATUSES else 202
-    response.headers["Location"] = f"{router.prefix}/{result.id}"
-    return result
+    return call.answer(outcome)
 
 
 @router.get(

@@ -3,14 +3,13 @@
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Request, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from sandpod_contract.models import RELATIVE_PATH_PATTERN
 
 from sandpod_gateway.dependencies import (
     CurrentTenant,
     ExecutionServiceDep,
-    MetricsDep,
     SessionContextDep,
     SessionServiceDep,
 )
@@ -19,9 +18,9 @@ from sandpod_gateway.executions import get_owned_execution, list_page
 from sandpod_gateway.resources import Resource, session_info
 from sandpod_gateway.routers.executions import (
     COMMON_ERRORS,
+    CreateCallDep,
     IdempotencyKey,
     PageParams,
-    answer_execution,
 )
 from sandpod_gateway.schemas import (
     CreateSessionRequest,
@@ -128,18 +127,12 @@ async def delete_session(
     ),
 )
 async def post_session_execution(
-    session_id: str,
-    body: SessionExecutionRequest,
-    response: Response,
-    ctx: SessionContextDep,
-    metrics: MetricsDep,
-    idempotency_key: IdempotencyKey = None,
-    wait: Annotated[bool, Query(description="Wait for the result")] = True,
+    session_id: str, body: SessionExecutionRequest, ctx: SessionContextDep, call: CreateCallDep
 ) -> ExecutionResult:
     outcome = await run_in_session(
-        session_id, body, ctx, idempotency_key=idempotency_key, wait=wait
+        session_id, body, ctx, idempotency_key=call.idempotency_key, wait=call.wait
     )
-    return answer_execution(outcome, response, metrics)
+    return call.answer(outcome)
 
 
 async def session_execution(
