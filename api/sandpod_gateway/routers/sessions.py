@@ -82,10 +82,8 @@ async def list_sessions(
     return SessionPage.of(await list_page(sessions.list, tenant, page), session_info)
 
 
-async def owned_session(
-    session_id: str, tenant: CurrentTenant, sessions: SessionServiceDep
-) -> Resource:
-    return await get_owned_session(session_id, tenant, sessions)
+async def owned_session(session_id: str, ctx: SessionContextDep) -> Resource:
+    return await get_owned_session(session_id, ctx.tenant, ctx.sessions)
 
 
 @router.get(
