@@ -346,15 +346,24 @@ class FakeKube:
         await self._enter("get_execution")
         return copy.deepcopy(self.executions.get((namespace, name)))
 
+    @staticmethod
+    def _at_version(
+        store: dict[Key, Manifest], plural: str, key: Key, resource_version: str
+    ) -> Manifest:
+        """The stored object if it is still at `resource_version`; else 404 or 409, as the
+        API server answers a conditional status patch."""
+        stored = store.get(key)
+        if stored is None:
+            raise KubeError(404, "NotFound", f'{plural} "{key[1]}" not found')
+        if stored["metadata"]["resourceVersion"] != resource_version:
+            raise conflict()
+        return stored
+
     async def patch_execution_status(
         self, namespace: str, name: str, *, uid: str | None, resource_version: str, status: Manifest
     ) -> Manifest:
         await self._enter("patch_execution_status")
-        stored = self.executions.get((namespace, name))
-        if stored is None:
-            raise KubeError(404, "NotFound", f'codeexecutions "{name}" not found')
-        if stored["metadata"]["resourceVersion"] != resource_version:
-            raise conflict()
+        stored = self._at_version(self.executions, PLURAL, (namespace, name), resource_version)
         # As the client sends it (ASCII-escaped) and as etcd would store the result.
         self.largest_status_write = max(self.largest_status_write, len(json.dumps(status)))
         patched = copy.deepcopy(stored)
@@ -390,11 +399,9 @@ class FakeKube:
         self, namespace: str, name: str, *, resource_version: str, status: Manifest
     ) -> Manifest:
         await self._enter("patch_session_status")
-        stored = self.sessions.get((namespace, name))
-        if stored is None:
-            raise KubeError(404, "NotFound", f'codesessions "{name}" not found')
-        if stored["metadata"]["resourceVersion"] != resource_version:
-            raise conflict()
+        stored = self._at_version(
+            self.sessions, SESSION_PLURAL, (namespace, name), resource_version
+        )
         merge_patch(stored.setdefault("status", {}), status)
         return self._bump(stored)
 
