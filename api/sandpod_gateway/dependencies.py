@@ -10,6 +10,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sandpod_gateway.admission import AdmissionControl
 from sandpod_gateway.auth import ApiKeyStore, KeyStoreUnavailable, Tenant
 from sandpod_gateway.errors import GatewayError
+from sandpod_gateway.executions import ExecutionContext
 from sandpod_gateway.languages import LanguageCatalog
 from sandpod_gateway.metrics import GatewayMetrics
 from sandpod_gateway.service import ExecutionService, SessionService
@@ -81,15 +82,23 @@ async def get_current_tenant(
 CurrentTenant = Annotated[Tenant, Depends(get_current_tenant)]
 
 
-def get_session_context(
+def get_execution_context(
     tenant: CurrentTenant,
-    sessions: SessionServiceDep,
     executions: ExecutionServiceDep,
     catalog: CatalogDep,
     settings: SettingsDep,
     admission: AdmissionDep,
-) -> SessionContext:
-    return SessionContext(tenant, sessions, executions, catalog, settings, admission)
+) -> ExecutionContext:
+    return ExecutionContext(tenant, executions, catalog, settings, admission)
+
+
+ExecutionContextDep = Annotated[ExecutionContext, Depends(get_execution_context)]
+
+
+def get_session_context(ctx: ExecutionContextDep, sessions: SessionServiceDep) -> SessionContext:
+    return SessionContext(
+        ctx.tenant, ctx.executions, ctx.catalog, ctx.settings, ctx.admission, sessions
+    )
 
 
 SessionContextDep = Annotated[SessionContext, Depends(get_session_context)]

@@ -205,3 +205,14 @@ def error_responses(*status_codes: int, streaming: bool = False) -> dict[int | s
         code: {"model": ErrorResponse, "description": ERROR_DESCRIPTIONS[code]}
         for code in status_codes
     }
+
+
+def responses_with(
+    status_code: int, model: type[BaseModel], description: str, *error_codes: int
+) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses`: a second success answer (e.g. 202 beside the route's 200) and the
+    error answers."""
+    return {
+        status_code: {"model": model, "description": description},
+        **error_responses(*error_codes),
+    }

@@ -58,20 +58,28 @@ class CreateOutcome:
     created: bool
 
 
+@dataclass(frozen=True)
+class ExecutionContext:
+    """What the execution use cases need, resolved per request."""
+
+    tenant: Tenant
+    executions: ExecutionService
+    catalog: LanguageCatalog
+    settings: GatewaySettings
+    admission: AdmissionControl
+
+
 async def create_execution(
     request: CreateExecutionRequest,
+    ctx: ExecutionContext,
     *,
-    tenant: Tenant,
-    service: ExecutionService,
-    catalog: LanguageCatalog,
-    settings: GatewaySettings,
-    admission: AdmissionControl,
     idempotency_key: str | None,
     wait: bool,
     session: str | None = None,
 ) -> CreateOutcome:
     """Create (or replay) an execution, in `session` when given, and wait for it if asked."""
-    check_request(request, tenant, catalog, settings)
+    tenant, service, settings, admission = ctx.tenant, ctx.executions, ctx.settings, ctx.admission
+    check_request(request, tenant, ctx.catalog, settings)
     name = execution_name(tenant.name, idempotency_key)
     fingerprint = request_fingerprint(request, session)
     # A waiting request holds a wait slot from the start: refused replays cost no API call.
@@ -194,16 +202,22 @@ async def get_owned_execution(
     return await get_owned(execution_id, tenant, service.get, ExecutionNotFound)
 
 
-async def list_page(
-    list_function: Lister, tenant: Tenant, limit: int, cursor: str | None
-) -> PageData:
+@dataclass(frozen=True)
+class PageQuery:
+    """?limit= and ?cursor= of a list request."""
+
+    limit: int
+    cursor: str | None
+
+
+async def list_page(list_function: Lister, tenant: Tenant, query: PageQuery) -> PageData:
     """One page of the tenant's executions or sessions; 400 invalid_cursor."""
     try:
         return await list_function(
             tenant.namespace,
             label_selector=f"{TENANT_LABEL}={tenant.name}",
-            limit=limit,
-            cursor=cursor,
+            limit=query.limit,
+            cursor=query.cursor,
         )
     except InvalidCursor as exc:
         raise GatewayError(400, "invalid_cursor", "The cursor is invalid or expired") from exc

@@ -18,7 +18,7 @@ from mcp_types import ToolAnnotations
 from pydantic import BaseModel, ValidationError
 
 from sandpod_gateway.errors import GatewayError, as_gateway_error
-from sandpod_gateway.executions import CreateOutcome
+from sandpod_gateway.executions import CreateOutcome, create_execution
 from sandpod_gateway.languages import LanguageCatalog
 from sandpod_gateway.metrics import GatewayMetrics
 from sandpod_gateway.schemas import (
@@ -36,7 +36,6 @@ from sandpod_gateway.service import (
 from sandpod_gateway.sessions import (
     SessionContext,
     close_session,
-    create_in,
     open_session,
     run_in_session,
 )
@@ -83,7 +82,7 @@ async def run_code(arguments: Any, call: ToolCallContext) -> ExecutionResult:
         code=arguments.code,
         timeout_seconds=arguments.timeout_seconds,
     )
-    outcome = await create_in(call.context, request, idempotency_key=None, wait=True)
+    outcome = await create_execution(request, call.context, idempotency_key=None, wait=True)
     return call.count(outcome)
 
 

@@ -1,9 +1,10 @@
 """The gateway's HTTP shapes (snake_case, agent-facing). Bounds come from the
 CodeExecution models, so a request that passes here also passes the CRD."""
 
+from collections.abc import Callable
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Generic, Literal, Self, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from sandpod_contract.models import (
@@ -21,6 +22,10 @@ from sandpod_contract.models import (
     RELATIVE_PATH_PATTERN,
     Diagnostic,
 )
+
+from sandpod_gateway.service import PageData, Resource
+
+Item = TypeVar("Item")
 
 
 def _utf8_encodable(value: str) -> str:
@@ -201,11 +206,21 @@ class ExecutionResult(BaseModel):
     )
 
 
-class ExecutionPage(BaseModel):
-    items: list[ExecutionResult]
+class Page(BaseModel, Generic[Item]):
+    """One page of a list; its subclasses name the kind of item."""
+
+    items: list[Item]
     next_cursor: str | None = Field(
         default=None, description="Pass as ?cursor= to get the next page; null on the last page"
     )
+
+    @classmethod
+    def of(cls, data: PageData, item: Callable[[Resource], Item]) -> Self:
+        return cls(items=[item(resource) for resource in data.items], next_cursor=data.next_cursor)
+
+
+class ExecutionPage(Page[ExecutionResult]):
+    pass
 
 
 class OutputEvent(BaseModel):
@@ -283,11 +298,8 @@ class SessionInfo(BaseModel):
     )
 
 
-class SessionPage(BaseModel):
-    items: list[SessionInfo]
-    next_cursor: str | None = Field(
-        default=None, description="Pass as ?cursor= to get the next page; null on the last page"
-    )
+class SessionPage(Page[SessionInfo]):
+    pass
 
 
 class TenantLimitsInfo(BaseModel):

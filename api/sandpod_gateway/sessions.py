@@ -8,17 +8,17 @@ session's other runs and are audited like them.
 
 from dataclasses import dataclass
 
-from sandpod_gateway.admission import AdmissionControl, check_session_count, resolved_session_spec
+from sandpod_gateway.admission import check_session_count, resolved_session_spec
 from sandpod_gateway.auth import Tenant
 from sandpod_gateway.errors import ErrorDetail, GatewayError
 from sandpod_gateway.executions import (
     CreateOutcome,
+    ExecutionContext,
     create_execution,
     get_owned,
     refused_by_cluster,
 )
 from sandpod_gateway.idempotency import SESSION_PREFIX, replay, resource_name
-from sandpod_gateway.languages import LanguageCatalog
 from sandpod_gateway.resources import (
     Resource,
     build_code_session,
@@ -34,12 +34,10 @@ from sandpod_gateway.schemas import (
 )
 from sandpod_gateway.service import (
     ExecutionRejected,
-    ExecutionService,
     SessionAlreadyExists,
     SessionNotFound,
     SessionService,
 )
-from sandpod_gateway.settings import GatewaySettings
 
 
 @dataclass(frozen=True)
@@ -49,15 +47,10 @@ class SessionOutcome:
 
 
 @dataclass(frozen=True)
-class SessionContext:
+class SessionContext(ExecutionContext):
     """What the session use cases need, resolved per request."""
 
-    tenant: Tenant
     sessions: SessionService
-    executions: ExecutionService
-    catalog: LanguageCatalog
-    settings: GatewaySettings
-    admission: AdmissionControl
 
 
 async def open_session(
@@ -140,28 +133,6 @@ async def run_in_session(
     session = await live_session(session_id, ctx)
     fields = body.model_dump(exclude_unset=True, exclude={"language"})
     request = CreateExecutionRequest(language=_session_language(body, session), **fields)
-    return await create_in(
-        ctx, request, idempotency_key=idempotency_key, wait=wait, session=session_id
-    )
-
-
-async def create_in(
-    ctx: SessionContext,
-    request: CreateExecutionRequest,
-    *,
-    idempotency_key: str | None,
-    wait: bool,
-    session: str | None = None,
-) -> CreateOutcome:
-    """executions.create_execution with what the context holds."""
     return await create_execution(
-        request,
-        tenant=ctx.tenant,
-        service=ctx.executions,
-        catalog=ctx.catalog,
-        settings=ctx.settings,
-        admission=ctx.admission,
-        idempotency_key=idempotency_key,
-        wait=wait,
-        session=session,
+        request, ctx, idempotency_key=idempotency_key, wait=wait, session=session_id
     )

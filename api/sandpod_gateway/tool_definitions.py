@@ -2,8 +2,8 @@
 definition each, from which both the MCP tool and the OpenAI function tool are derived."""
 
 import inspect
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
@@ -87,6 +87,8 @@ class Argument:
     name: str
     annotation: Any
     required: bool = True
+    # The TenantLimits field that bounds it in a tenant's OpenAI definition.
+    tenant_maximum: str | None = None
 
 
 @dataclass(frozen=True)
@@ -95,8 +97,6 @@ class ToolDefinition:
     title: str
     description: str
     arguments: Callable[[LanguageCatalog], tuple[Argument, ...]]
-    # Argument -> the TenantLimits field that bounds it in a tenant's OpenAI definition.
-    tenant_maximums: Mapping[str, str] = field(default_factory=dict)
     destructive: bool = False
     idempotent: bool = False
 
@@ -121,47 +121,44 @@ class ToolDefinition:
         ]
 
 
-def _language(catalog: LanguageCatalog) -> Any:
-    return Annotated[str, language_field(catalog)]
+def _language(catalog: LanguageCatalog) -> Argument:
+    return Argument("language", Annotated[str, language_field(catalog)])
 
+
+TIMEOUT = Argument(
+    "timeout_seconds", TimeoutSeconds, required=False, tenant_maximum="max_timeout_seconds"
+)
+IDLE_TIMEOUT = Argument(
+    "idle_timeout_seconds",
+    IdleTimeoutSeconds,
+    required=False,
+    tenant_maximum="max_idle_timeout_seconds",
+)
+SESSION_ID = Argument("session_id", SessionId)
 
 RUN_CODE = ToolDefinition(
     name=RUN_CODE_NAME,
     title="Run code in a sandbox",
     description=RUN_CODE_DESCRIPTION,
-    arguments=lambda catalog: (
-        Argument("language", _language(catalog)),
-        Argument("code", Code),
-        Argument("timeout_seconds", TimeoutSeconds, required=False),
-    ),
-    tenant_maximums={"timeout_seconds": "max_timeout_seconds"},
+    arguments=lambda catalog: (_language(catalog), Argument("code", Code), TIMEOUT),
 )
 OPEN_SESSION = ToolDefinition(
     name="open_session",
     title="Open a sandbox session",
     description=OPEN_SESSION_DESCRIPTION,
-    arguments=lambda catalog: (
-        Argument("language", _language(catalog)),
-        Argument("idle_timeout_seconds", IdleTimeoutSeconds, required=False),
-    ),
-    tenant_maximums={"idle_timeout_seconds": "max_idle_timeout_seconds"},
+    arguments=lambda catalog: (_language(catalog), IDLE_TIMEOUT),
 )
 RUN_IN_SESSION = ToolDefinition(
     name="run_in_session",
     title="Run code in a session",
     description=RUN_IN_SESSION_DESCRIPTION,
-    arguments=lambda catalog: (
-        Argument("session_id", SessionId),
-        Argument("code", SessionCode),
-        Argument("timeout_seconds", TimeoutSeconds, required=False),
-    ),
-    tenant_maximums={"timeout_seconds": "max_timeout_seconds"},
+    arguments=lambda _catalog: (SESSION_ID, Argument("code", SessionCode), TIMEOUT),
 )
 CLOSE_SESSION = ToolDefinition(
     name="close_session",
     title="Close a sandbox session",
     description=CLOSE_SESSION_DESCRIPTION,
-    arguments=lambda catalog: (Argument("session_id", SessionId),),
+    arguments=lambda _catalog: (SESSION_ID,),
     destructive=True,
     idempotent=True,
 )
@@ -181,9 +178,10 @@ def tool_parameters(
     """JSON schema of the tool's arguments, with the maximums bounded by the tenant's."""
     schema = tool.arguments_model(catalog).model_json_schema()
     properties = {name: _plain(value) for name, value in schema["properties"].items()}
-    for argument, limit in tool.tenant_maximums.items():
-        bounded = properties[argument]
-        bounded["maximum"] = min(getattr(limits, limit), bounded["maximum"])
+    for argument in tool.arguments(catalog):
+        if argument.tenant_maximum is not None:
+            bounded = properties[argument.name]
+            bounded["maximum"] = min(getattr(limits, argument.tenant_maximum), bounded["maximum"])
     return {
         "type": "object",
         "properties": properties,

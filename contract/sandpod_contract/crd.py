@@ -59,8 +59,28 @@ class Kind:
         return f"{self.names[1]}.{GROUP}"
 
 
-LANGUAGE_COLUMN: Schema = {"name": "Language", "type": "string", "jsonPath": ".spec.language"}
-AGE_COLUMN: Schema = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+def column(name: str, kind: str, path: str, description: str = "", priority: int = 0) -> Schema:
+    """A printer column; priority 1 shows it only with kubectl get -o wide."""
+    printed: Schema = {"name": name, "type": kind, "jsonPath": path}
+    if priority:
+        printed["priority"] = priority
+    if description:
+        printed["description"] = description
+    return printed
+
+
+def phase_columns(*middle: Schema) -> tuple[Schema, ...]:
+    """Phase and Reason, then the kind's own columns, then its Pod (wide)."""
+    return (
+        column("Phase", "string", ".status.phase"),
+        column("Reason", "string", ".status.reason", priority=1),
+        *middle,
+        column("Pod", "string", ".status.podName", priority=1),
+    )
+
+
+LANGUAGE_COLUMN = column("Language", "string", ".spec.language")
+AGE_COLUMN = column("Age", "date", ".metadata.creationTimestamp")
 EXECUTION_DESCRIPTION = (
     "CodeExecution runs one program in a short-lived, locked-down sandbox pod (gVisor) and "
     "records its result in status."
@@ -69,21 +89,23 @@ POOL_DESCRIPTION = (
     "SandboxPool keeps `size` sandbox pods of one language started and free, so that an "
     "execution that fits the pool claims one instead of starting a pod."
 )
+SESSION_DESCRIPTION = (
+    "CodeSession keeps one sandbox for one user: CodeExecutions that name it run there one "
+    "at a time, keeping its files and (Python) its interpreter's state, until it idles out, "
+    "reaches its lifetime or is deleted."
+)
 CODE_EXECUTION = Kind(
     names=EXECUTION_NAMES,
     description=EXECUTION_DESCRIPTION,
     models=(CodeExecutionSpec, CodeExecutionStatus),
-    columns=(
-        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-        {"name": "Reason", "type": "string", "jsonPath": ".status.reason", "priority": 1},
-        {"name": "Exit", "type": "integer", "jsonPath": ".status.exitCode"},
-        {
-            "name": "Duration(ms)",
-            "type": "integer",
-            "jsonPath": ".status.durationMs",
-            "description": "Run time of the program in milliseconds.",
-        },
-        {"name": "Pod", "type": "string", "jsonPath": ".status.podName", "priority": 1},
+    columns=phase_columns(
+        column("Exit", "integer", ".status.exitCode"),
+        column(
+            "Duration(ms)",
+            "integer",
+            ".status.durationMs",
+            "Run time of the program in milliseconds.",
+        ),
     ),
 )
 SANDBOX_POOL = Kind(
@@ -91,41 +113,18 @@ SANDBOX_POOL = Kind(
     description=POOL_DESCRIPTION,
     models=(SandboxPoolSpec, SandboxPoolStatus),
     columns=(
-        {
-            "name": "Ready",
-            "type": "integer",
-            "jsonPath": ".status.ready",
-            "description": "Free pods ready to be claimed.",
-        },
-        {
-            "name": "Total",
-            "type": "integer",
-            "jsonPath": ".status.total",
-            "description": "Free pods, ready or starting.",
-        },
-        {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
+        column("Ready", "integer", ".status.ready", "Free pods ready to be claimed."),
+        column("Total", "integer", ".status.total", "Free pods, ready or starting."),
+        column("Size", "integer", ".spec.size"),
     ),
-)
-SESSION_DESCRIPTION = (
-    "CodeSession keeps one sandbox for one user: CodeExecutions that name it run there one "
-    "at a time, keeping its files and (Python) its interpreter's state, until it idles out, "
-    "reaches its lifetime or is deleted."
 )
 CODE_SESSION = Kind(
     names=SESSION_NAMES,
     description=SESSION_DESCRIPTION,
     models=(CodeSessionSpec, CodeSessionStatus),
-    columns=(
-        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-        {"name": "Reason", "type": "string", "jsonPath": ".status.reason", "priority": 1},
-        {
-            "name": "Executions",
-            "type": "integer",
-            "jsonPath": ".status.executionCount",
-            "description": "Executions run in the session.",
-        },
-        {"name": "Expires", "type": "date", "jsonPath": ".status.expiresAt"},
-        {"name": "Pod", "type": "string", "jsonPath": ".status.podName", "priority": 1},
+    columns=phase_columns(
+        column("Executions", "integer", ".status.executionCount", "Executions run in the session."),
+        column("Expires", "date", ".status.expiresAt"),
     ),
 )
 KINDS = (CODE_EXECUTION, SANDBOX_POOL, CODE_SESSION)

@@ -32,9 +32,8 @@ from sandpod_operator.egress_policy import (
     refusal,
 )
 from sandpod_operator.egress_proxy import EgressProxy, proxy_rule
+from sandpod_operator.kube import Manifest
 from sandpod_operator.settings import CONFIG_KEY, INPUT_DIR, RUNNER_PATH, OperatorSettings
-
-Manifest = dict[str, Any]
 
 DENY_ALL_POLICY_NAME = "sandpod-sandbox-deny-all"
 

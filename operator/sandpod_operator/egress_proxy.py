@@ -17,11 +17,11 @@ import aiohttp
 from sandpod_contract.egress_grant import Grant, HostGrant, proxy_url, sign
 from sandpod_contract.models import MAX_BLOCKED_REPORTED, BlockedEgress, Network
 
+from sandpod_operator.kube import Manifest
 from sandpod_operator.settings import OperatorSettings
 
 logger = logging.getLogger(__name__)
 
-Manifest = dict[str, Any]
 
 # Whatever the program asked for is reported only in this alphabet (names, IPv4 and IPv6).
 _REPORTABLE_HOST = re.compile(r"^[A-Za-z0-9.:_\[\]-]{1,253}$")

@@ -26,10 +26,29 @@ from sandpod_contract.names import (
 from sandpod_contract.runner import LogReader, LogSummary, Summary
 
 Manifest = dict[str, Any]
+Key = tuple[str, str]  # (namespace, name)
 
 REQUEST_TIMEOUT_SECONDS = 30
 LOG_TIMEOUT_SECONDS = 120
 MERGE_PATCH = "application/merge-patch+json"
+
+
+@dataclass(frozen=True)
+class LogRead:
+    """A read of a sandbox pod's log: verified against the runner's summary, at most
+    `limit_bytes` fetched, memory bounded by `tail_bytes`, `files_bytes` of output files kept."""
+
+    namespace: str
+    name: str
+    uid: str | None
+    summary: Summary
+    tail_bytes: int
+    limit_bytes: int
+    files_bytes: int = 0
+
+    def reader(self) -> LogReader:
+        return LogReader(self.tail_bytes, self.summary, self.files_bytes)
+
 
 API_REQUESTS = Counter(
     "sandpod_operator_api_requests_total",
@@ -109,17 +128,7 @@ class KubeApi(Protocol):
     async def create_pod(self, body: Manifest, *, uid: str) -> Manifest | None: ...
     async def read_pod(self, namespace: str, name: str, *, uid: str | None) -> Manifest | None: ...
     async def delete_pod(self, namespace: str, name: str, *, uid: str | None) -> None: ...
-    async def read_pod_log(
-        self,
-        namespace: str,
-        name: str,
-        *,
-        uid: str | None,
-        summary: Summary,
-        tail_bytes: int,
-        limit_bytes: int,
-        files_bytes: int = 0,
-    ) -> LogSummary: ...
+    async def read_pod_log(self, read: LogRead) -> LogSummary: ...
     async def latest_warning(
         self, namespace: str, pod_name: str, *, uid: str | None
     ) -> str | None: ...
@@ -296,22 +305,14 @@ class Kube:
             if error.status != 404:
                 raise
 
-    async def read_pod_log(
-        self,
-        namespace: str,
-        name: str,
-        *,
-        uid: str | None,
-        summary: Summary,
-        tail_bytes: int,
-        limit_bytes: int,
-        files_bytes: int = 0,
-    ) -> LogSummary:
+    async def read_pod_log(self, read: LogRead) -> LogSummary:
         """Stream the pod log through a LogReader that verifies it against the runner's
         summary: memory stays bounded by `tail_bytes`."""
-        log = self._pod_log(namespace, name, uid, limit_bytes, LOG_TIMEOUT_SECONDS)
+        log = self._pod_log(
+            read.namespace, read.name, read.uid, read.limit_bytes, LOG_TIMEOUT_SECONDS
+        )
         async with log as response:
-            reader = LogReader(tail_bytes, summary, files_bytes)
+            reader = read.reader()
             async for chunk in response.content.iter_chunked(64 * 1024):
                 reader.feed(chunk)
             return reader.finish()
@@ -418,6 +419,30 @@ class Kube:
     ) -> Manifest:
         return await self._patch_status(PLURAL, namespace, name, uid, resource_version, status)
 
+    async def _merge_patch_custom(
+        self, resource: str, namespace: str, name: str, uid: str | None, body: Manifest
+    ) -> Manifest:
+        """Merge-patch one of our custom objects; `resource` is its plural, or plural/status."""
+        plural, _, subresource = resource.partition("/")
+        method = (
+            self._custom.patch_namespaced_custom_object_status
+            if subresource == "status"
+            else self._custom.patch_namespaced_custom_object
+        )
+        return await self._call(
+            "patch",
+            resource,
+            uid,
+            method,
+            GROUP,
+            VERSION,
+            namespace,
+            plural,
+            name,
+            body,
+            _content_type=MERGE_PATCH,
+        )
+
     async def _patch_status(
         self,
         plural: str,
@@ -429,19 +454,7 @@ class Kube:
     ) -> Manifest:
         """Merge-patch status, only if the object is still at `resource_version` (else 409)."""
         body = {"metadata": {"resourceVersion": resource_version}, "status": status}
-        return await self._call(
-            "patch",
-            f"{plural}/status",
-            uid,
-            self._custom.patch_namespaced_custom_object_status,
-            GROUP,
-            VERSION,
-            namespace,
-            plural,
-            name,
-            body,
-            _content_type=MERGE_PATCH,
-        )
+        return await self._merge_patch_custom(f"{plural}/status", namespace, name, uid, body)
 
     async def get_session(self, namespace: str, name: str) -> Manifest | None:
         return await self._get_custom(SESSION_PLURAL, namespace, name, None)
@@ -461,19 +474,7 @@ class Kube:
         immutable) and is left alone, like a deleted one (404)."""
         body = {"metadata": {"uid": uid, "labels": {FINISHED_LABEL: "true"}}}
         try:
-            await self._call(
-                "patch",
-                plural,
-                uid,
-                self._custom.patch_namespaced_custom_object,
-                GROUP,
-                VERSION,
-                namespace,
-                plural,
-                name,
-                body,
-                _content_type=MERGE_PATCH,
-            )
+            await self._merge_patch_custom(plural, namespace, name, uid, body)
         except KubeError as error:
             namesake = error.status == 422 and "metadata.uid" in error.message
             if error.status != 404 and not namesake:

@@ -6,7 +6,7 @@ from typing import Any, cast
 import kopf
 from sandpod_contract.names import API_VERSION, KIND
 
-Manifest = dict[str, Any]
+from sandpod_operator.kube import Manifest
 
 
 def as_body(manifest: Manifest) -> kopf.Body:

@@ -30,7 +30,6 @@ from sandpod_contract.names import (
 
 from sandpod_operator.builders import (
     InvalidSpecError,
-    Manifest,
     Sandbox,
     catalog_language,
     language_config,
@@ -39,6 +38,7 @@ from sandpod_operator.builders import (
     sandbox_labels,
     sandbox_pod_spec,
 )
+from sandpod_operator.kube import Manifest
 from sandpod_operator.settings import CONFIG_KEY, OperatorSettings
 
 RUNNER_INGRESS_POLICY_NAME = "sandpod-runner-ingress"

@@ -32,11 +32,10 @@ from sandpod_contract.names import POOL_FREE, POOL_STATE_LABEL, POOL_TEMPLATE_LA
 
 from sandpod_operator.builders import (
     InvalidSpecError,
-    Manifest,
     Sandbox,
     build_network_policy,
 )
-from sandpod_operator.kube import PoolKubeApi
+from sandpod_operator.kube import Manifest, PoolKubeApi
 from sandpod_operator.owners import as_body
 from sandpod_operator.pool_builders import (
     build_pool_configmap,

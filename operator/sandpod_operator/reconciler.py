@@ -37,6 +37,7 @@ from sandpod_contract.names import (
     SESSION_LABEL,
     child_name,
 )
+from sandpod_contract.runner import LogSummary
 
 from sandpod_operator.builders import (
     InvalidSpecError,
@@ -57,7 +58,7 @@ from sandpod_operator.egress_proxy import (
     execution_grant,
     proxy_env,
 )
-from sandpod_operator.kube import KubeApi, KubeError
+from sandpod_operator.kube import KubeApi, KubeError, LogRead, Manifest
 from sandpod_operator.owners import as_body, owned_by
 from sandpod_operator.runner_client import RunnerUnavailable
 from sandpod_operator.sessions import SessionController
@@ -80,8 +81,6 @@ from sandpod_operator.status import (
     terminated_state,
 )
 from sandpod_operator.warm import WarmPath, count_start, execution_wants, run_request, wait_ms
-
-Manifest = dict[str, Any]
 
 logger = logging.getLogger(__name__)
 
@@ -454,10 +453,21 @@ class Reconciler:
             FINAL if verdict.terminal else pod_state_key(pod)
         )
 
+    def _observe(self, execution: Manifest, pod: Manifest, log: LogSummary | None) -> Verdict:
+        """observe_pod with this execution's mode and timeout, now, and the cluster's room."""
+        return observe_pod(
+            pod,
+            log=log,
+            mode=str((execution.get("spec") or {}).get("mode") or "run"),
+            timeout_seconds=timeout_of(execution),
+            now=now(),
+            settings=self.settings,
+            largest_node=NodeRoom.largest(self.node_allocatable.values()),
+        )
+
     async def judge(self, execution: Manifest, pod: Manifest) -> Verdict:
         """The verdict for a pod, reading its log (and events) only when that adds to it."""
         meta = execution["metadata"]
-        mode = str((execution.get("spec") or {}).get("mode") or "run")
         log = None
         # The log is read only to verify a summary the runner's exit vouches for: without
         # one it holds nothing that may be believed.
@@ -465,26 +475,20 @@ class Reconciler:
         if summary is not None:
             try:
                 log = await self.kube.read_pod_log(
-                    meta["namespace"],
-                    pod["metadata"]["name"],
-                    uid=meta["uid"],
-                    summary=summary,
-                    tail_bytes=self.settings.status_output_bytes,
-                    limit_bytes=self.settings.log_read_limit_bytes,
-                    files_bytes=self.settings.outputs_stored_bytes,
+                    LogRead(
+                        meta["namespace"],
+                        pod["metadata"]["name"],
+                        uid=meta["uid"],
+                        summary=summary,
+                        tail_bytes=self.settings.status_output_bytes,
+                        limit_bytes=self.settings.log_read_limit_bytes,
+                        files_bytes=self.settings.outputs_stored_bytes,
+                    ),
                 )
             except (KubeError, *TRANSIENT_ERRORS) as error:
                 # The termination message still has the result; only the output tails are lost.
                 logger.warning("no log for pod %s: %s", pod["metadata"]["name"], error)
-        verdict = observe_pod(
-            pod,
-            log=log,
-            mode=mode,
-            timeout_seconds=timeout_of(execution),
-            now=now(),
-            settings=self.settings,
-            largest_node=NodeRoom.largest(self.node_allocatable.values()),
-        )
+        verdict = self._observe(execution, pod, log)
         if verdict.reason == "StartupTimeout" and not pod_finished(pod):
             warning = await self.kube.latest_warning(
                 meta["namespace"], pod["metadata"]["name"], uid=meta["uid"]
@@ -523,16 +527,7 @@ class Reconciler:
                 return
             await self.follow(execution, pod)
             return
-        mode = str((execution.get("spec") or {}).get("mode") or "run")
-        verdict = observe_pod(
-            pod,
-            log=None,
-            mode=mode,
-            timeout_seconds=timeout_of(execution),
-            now=now(),
-            settings=self.settings,
-            largest_node=NodeRoom.largest(self.node_allocatable.values()),
-        )
+        verdict = self._observe(execution, pod, None)
         if verdict.terminal:
             # The index may lag behind the pod (it may have just finished): look again.
             fresh = await self.kube.read_pod(

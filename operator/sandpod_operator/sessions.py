@@ -43,7 +43,7 @@ from sandpod_operator.builders import (
     limits_within,
     plan_execution,
 )
-from sandpod_operator.kube import KubeApi, KubeError
+from sandpod_operator.kube import Key, KubeApi, KubeError, Manifest
 from sandpod_operator.owners import as_body, owned_by
 from sandpod_operator.pool_builders import (
     SESSION_RUNNER_INGRESS_POLICY_NAME,
@@ -68,9 +68,6 @@ from sandpod_operator.status import (
 )
 from sandpod_operator.wakeups import Wakeups
 from sandpod_operator.warm import Wanted, WarmPath, pod_ready, run_request, wait_ms
-
-Manifest = dict[str, Any]
-Key = tuple[str, str]
 
 logger = logging.getLogger(__name__)
 

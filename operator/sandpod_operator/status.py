@@ -34,9 +34,9 @@ from sandpod_contract.runner import (
     parse_summary,
 )
 
+from sandpod_operator.kube import Manifest as Pod
 from sandpod_operator.settings import OperatorSettings
 
-Pod = dict[str, Any]
 Status = dict[str, Any]
 
 IMAGE_ERRORS = frozenset(

@@ -34,12 +34,10 @@ from sandpod_contract.quantities import parse_quantity
 from sandpod_contract.runner import LogSummary
 
 from sandpod_operator.builders import InvalidSpecError, Plan, Sandbox, build_runner_config
-from sandpod_operator.kube import KubeApi, KubeError
+from sandpod_operator.kube import KubeApi, KubeError, Manifest
 from sandpod_operator.pool_builders import plan_pool
 from sandpod_operator.runner_client import RunnerAddress, RunnerUnavailable, run
 from sandpod_operator.settings import OperatorSettings
-
-Manifest = dict[str, Any]
 
 logger = logging.getLogger(__name__)
 

@@ -19,6 +19,7 @@ from gateway_process import REQUEST_TIMEOUT, Gateway
 from kubernetes import client
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from sandpod_testkit.expected import AGENT_TOOLS
 from sandpod_testkit.waiting import wait_until
 
 LIVE_PROGRAM = """\
@@ -183,12 +184,7 @@ async def test_an_mcp_client_lists_and_runs_run_code(gateway: Gateway, namespace
         tools = (await mcp.list_tools()).tools
         result = await mcp.call_tool("run_code", {"language": "python", "code": "print(6 * 7)"})
 
-    assert [tool.name for tool in tools] == [
-        "run_code",
-        "open_session",
-        "run_in_session",
-        "close_session",
-    ]
+    assert [tool.name for tool in tools] == AGENT_TOOLS
     assert not result.is_error, result.content
     assert result.structured_content is not None
     assert result.structured_content["status"] == "success"

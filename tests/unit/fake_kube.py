@@ -38,11 +38,9 @@ from sandpod_contract.names import (
     SANDBOX_ROLE,
     SESSION_PLURAL,
 )
-from sandpod_contract.runner import LogReader, LogSummary, Summary
-from sandpod_operator.kube import KubeError, RequestCounter
+from sandpod_contract.runner import LogSummary
+from sandpod_operator.kube import Key, KubeError, LogRead, Manifest, RequestCounter
 
-Manifest = dict[str, Any]
-Key = tuple[str, str]
 Hook = Callable[[], Awaitable[None]]
 
 CONFLICT_MESSAGE = (
@@ -260,22 +258,12 @@ class FakeKube:
         if self.pods.pop((namespace, name), None) is not None:
             self.deleted_pods.append((namespace, name))
 
-    async def read_pod_log(
-        self,
-        namespace: str,
-        name: str,
-        *,
-        uid: str | None,
-        summary: Summary,
-        tail_bytes: int,
-        limit_bytes: int,
-        files_bytes: int = 0,
-    ) -> LogSummary:
+    async def read_pod_log(self, read: LogRead) -> LogSummary:
         await self._enter("read_pod_log")
-        if (namespace, name) not in self.pods:
-            raise KubeError(404, "NotFound", f'pods "{name}" not found')
-        reader = LogReader(tail_bytes, summary, files_bytes)
-        reader.feed(self.logs.get((namespace, name), b"")[:limit_bytes])
+        if (read.namespace, read.name) not in self.pods:
+            raise KubeError(404, "NotFound", f'pods "{read.name}" not found')
+        reader = read.reader()
+        reader.feed(self.logs.get((read.namespace, read.name), b"")[: read.limit_bytes])
         return reader.finish()
 
     async def latest_warning(self, namespace: str, pod_name: str, *, uid: str | None) -> str | None:
@@ -358,15 +346,24 @@ class FakeKube:
         await self._enter("get_execution")
         return copy.deepcopy(self.executions.get((namespace, name)))
 
+    @staticmethod
+    def _at_version(
+        store: dict[Key, Manifest], plural: str, key: Key, resource_version: str
+    ) -> Manifest:
+        """The stored object if it is still at `resource_version`; else 404 or 409, as the
+        API server answers a conditional status patch."""
+        stored = store.get(key)
+        if stored is None:
+            raise KubeError(404, "NotFound", f'{plural} "{key[1]}" not found')
+        if stored["metadata"]["resourceVersion"] != resource_version:
+            raise conflict()
+        return stored
+
     async def patch_execution_status(
         self, namespace: str, name: str, *, uid: str | None, resource_version: str, status: Manifest
     ) -> Manifest:
         await self._enter("patch_execution_status")
-        stored = self.executions.get((namespace, name))
-        if stored is None:
-            raise KubeError(404, "NotFound", f'codeexecutions "{name}" not found')
-        if stored["metadata"]["resourceVersion"] != resource_version:
-            raise conflict()
+        stored = self._at_version(self.executions, PLURAL, (namespace, name), resource_version)
         # As the client sends it (ASCII-escaped) and as etcd would store the result.
         self.largest_status_write = max(self.largest_status_write, len(json.dumps(status)))
         patched = copy.deepcopy(stored)
@@ -402,11 +399,9 @@ class FakeKube:
         self, namespace: str, name: str, *, resource_version: str, status: Manifest
     ) -> Manifest:
         await self._enter("patch_session_status")
-        stored = self.sessions.get((namespace, name))
-        if stored is None:
-            raise KubeError(404, "NotFound", f'codesessions "{name}" not found')
-        if stored["metadata"]["resourceVersion"] != resource_version:
-            raise conflict()
+        stored = self._at_version(
+            self.sessions, SESSION_PLURAL, (namespace, name), resource_version
+        )
         merge_patch(stored.setdefault("status", {}), status)
         return self._bump(stored)
 

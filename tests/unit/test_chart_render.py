@@ -18,6 +18,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from pydantic_settings import BaseSettings
 from sandpod_contract import crd
 from sandpod_contract.catalog import DEFAULT_CATALOG_PATH, load_catalog
 from sandpod_contract.models import SandboxPoolSpec
@@ -663,13 +664,33 @@ def settings_from_env(env: dict[str, str], model: str) -> dict[str, Any]:
     return dict(json.loads(completed.stdout))
 
 
-def test_every_setting_reaches_the_operator(rendered: dict[str, list[Manifest]]) -> None:
-    expected = set(OperatorSettings.model_fields) - CHART_MANAGED_OPERATOR_SETTINGS
-    assert {camel(name) for name in expected} == set(EVERY_OPERATOR_SETTING)
-    spec = find(rendered["full"], "Deployment", f"{FULLNAME}-operator")["spec"]["template"]["spec"]
-    settings = settings_from_env(container_env(spec), "sandpod_operator.settings.OperatorSettings")
+def settings_reaching(
+    rendered: dict[str, list[Manifest]],
+    component: str,
+    model: type[BaseSettings],
+    chart_managed: set[str],
+    every: dict[str, Any],
+) -> dict[str, Any]:
+    """The settings the full values give `component`'s Deployment, once each of the model's
+    settings (but those the chart manages) is checked to arrive as `every` sets it."""
+    expected = set(model.model_fields) - chart_managed
+    assert {camel(name) for name in expected} == set(every)
+    deployment = find(rendered["full"], "Deployment", f"{FULLNAME}-{component}")
+    spec = deployment["spec"]["template"]["spec"]
+    settings = settings_from_env(container_env(spec), f"{model.__module__}.{model.__name__}")
     for name in expected:
-        assert settings[name] == EVERY_OPERATOR_SETTING[camel(name)], name
+        assert settings[name] == every[camel(name)], name
+    return settings
+
+
+def test_every_setting_reaches_the_operator(rendered: dict[str, list[Manifest]]) -> None:
+    settings = settings_reaching(
+        rendered,
+        "operator",
+        OperatorSettings,
+        CHART_MANAGED_OPERATOR_SETTINGS,
+        EVERY_OPERATOR_SETTING,
+    )
     assert settings["metrics_port"] == 0
     assert settings["catalog_path"] == "/etc/sandpod/catalog.yaml"
     # Pool pods' runners accept connections from the operator's pods alone.
@@ -688,12 +709,9 @@ def test_every_setting_reaches_the_operator(rendered: dict[str, list[Manifest]])
 
 
 def test_every_setting_reaches_the_gateway(rendered: dict[str, list[Manifest]]) -> None:
-    expected = set(GatewaySettings.model_fields) - CHART_MANAGED_GATEWAY_SETTINGS
-    assert {camel(name) for name in expected} == set(EVERY_GATEWAY_SETTING)
-    spec = find(rendered["full"], "Deployment", f"{FULLNAME}-gateway")["spec"]["template"]["spec"]
-    settings = settings_from_env(container_env(spec), "sandpod_gateway.settings.GatewaySettings")
-    for name in expected:
-        assert settings[name] == EVERY_GATEWAY_SETTING[camel(name)], name
+    settings = settings_reaching(
+        rendered, "gateway", GatewaySettings, CHART_MANAGED_GATEWAY_SETTINGS, EVERY_GATEWAY_SETTING
+    )
     assert settings["api_keys_namespace"] == NAMESPACE
     assert settings["api_keys_secret"] == f"{FULLNAME}-api-keys"
 

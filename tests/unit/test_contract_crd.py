@@ -141,14 +141,24 @@ def test_yaml_is_lean_and_loads() -> None:
     assert yaml.safe_load(text)["kind"] == "CustomResourceDefinition"
 
 
-def test_pool_schema_names_and_columns() -> None:
-    generated = crd.build_crd(crd.SANDBOX_POOL)
-    assert generated["metadata"]["name"] == "sandboxpools.sandpod.dev"
+def named_crd(kind: crd.Kind, crd_name: str, kind_name: str, short_names: list[str]) -> Any:
+    """The kind's generated CRD, once its names are checked."""
+    generated = crd.build_crd(kind)
+    assert generated["metadata"]["name"] == crd_name
     names = generated["spec"]["names"]
-    assert (names["kind"], names["shortNames"]) == ("SandboxPool", ["sbp"])
-    version = generated["spec"]["versions"][0]
-    columns = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert columns == ["Language", "Ready", "Total", "Size", "Age"]
+    assert (names["kind"], names["shortNames"]) == (kind_name, short_names)
+    return generated
+
+
+def printer_columns(generated: Any, *, wide: bool) -> list[str]:
+    """The names of the columns kubectl get shows (with -o wide: all of them)."""
+    columns = generated["spec"]["versions"][0]["additionalPrinterColumns"]
+    return [c["name"] for c in columns if wide or "priority" not in c]
+
+
+def test_pool_schema_names_and_columns() -> None:
+    generated = named_crd(crd.SANDBOX_POOL, "sandboxpools.sandpod.dev", "SandboxPool", ["sbp"])
+    assert printer_columns(generated, wide=True) == ["Language", "Ready", "Total", "Size", "Age"]
     schema = schema_of(generated)
     spec = schema["properties"]["spec"]
     # Mutable: size scales the pool.
@@ -164,12 +174,8 @@ def test_pool_schema_names_and_columns() -> None:
 
 
 def test_session_schema_names_columns_and_immutable_spec() -> None:
-    generated = crd.build_crd(crd.CODE_SESSION)
-    assert generated["metadata"]["name"] == "codesessions.sandpod.dev"
-    names = generated["spec"]["names"]
-    assert (names["kind"], names["shortNames"]) == ("CodeSession", ["cxs"])
-    version = generated["spec"]["versions"][0]
-    columns = [c["name"] for c in version["additionalPrinterColumns"] if "priority" not in c]
+    generated = named_crd(crd.CODE_SESSION, "codesessions.sandpod.dev", "CodeSession", ["cxs"])
+    columns = printer_columns(generated, wide=False)
     assert columns == ["Language", "Phase", "Executions", "Expires", "Age"]
     spec = schema_of(generated)["properties"]["spec"]
     assert spec["x-kubernetes-validations"][0]["rule"] == "self == oldSelf"

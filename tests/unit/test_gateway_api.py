@@ -11,15 +11,11 @@ from gateway_fakes import FakeExecutionService, make_app, parse_sse, tenant
 from sandpod_contract.names import CANCEL_ANNOTATION, TENANT_LABEL
 from sandpod_gateway.dependencies import get_execution_service
 from sandpod_gateway.service import ExecutionNotFound, KubernetesUnavailable, PageData
+from sandpod_testkit.expected import AGENT_TOOLS, CATALOG_LANGUAGES
 
 ALICE = "sk-alice-0123456789"
 BOB = "sk-bob-0123456789"
 CAROL = "sk-carol-0123456789"  # shares alice's namespace, not her executions
-
-
-@pytest.fixture
-def service() -> FakeExecutionService:
-    return FakeExecutionService()
 
 
 @pytest.fixture
@@ -544,7 +540,7 @@ def test_unknown_paths_and_methods_are_json_errors(client: TestClient) -> None:
 def test_languages_come_from_the_catalog(client: TestClient) -> None:
     languages = {item["name"]: item for item in client.get("/v1/languages").json()["languages"]}
 
-    assert set(languages) == {"bash", "csharp", "go", "javascript", "python", "typescript"}
+    assert sorted(languages) == CATALOG_LANGUAGES
     assert languages["python"]["lint"] is True
     assert languages["bash"]["lint"] is False
     assert languages["python"]["version"]
@@ -553,26 +549,14 @@ def test_languages_come_from_the_catalog(client: TestClient) -> None:
 def test_the_openai_tools_are_run_code_and_the_session_tools(client: TestClient) -> None:
     tools = client.get("/v1/tools/openai").json()
 
-    assert [tool["function"]["name"] for tool in tools] == [
-        "run_code",
-        "open_session",
-        "run_in_session",
-        "close_session",
-    ]
+    assert [tool["function"]["name"] for tool in tools] == AGENT_TOOLS
     tool = tools[0]
     assert tool["type"] == "function"
     function = tool["function"]
     assert function["name"] == "run_code"
     parameters = function["parameters"]
     assert parameters["required"] == ["language", "code"]
-    assert parameters["properties"]["language"]["enum"] == [
-        "bash",
-        "csharp",
-        "go",
-        "javascript",
-        "python",
-        "typescript",
-    ]
+    assert parameters["properties"]["language"]["enum"] == CATALOG_LANGUAGES
     assert parameters["properties"]["timeout_seconds"]["maximum"] == 30
 
 

@@ -10,18 +10,9 @@ from fastapi import FastAPI
 from gateway_fakes import FakeExecutionService, FakeSessionService, make_app, tenant
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from sandpod_testkit.expected import AGENT_TOOLS, CATALOG_LANGUAGES
 
 KEY = "sk-mcp-0123456789"
-
-
-@pytest.fixture
-def service() -> FakeExecutionService:
-    return FakeExecutionService()
-
-
-@pytest.fixture
-def sessions() -> FakeSessionService:
-    return FakeSessionService()
 
 
 @pytest.fixture
@@ -53,21 +44,9 @@ async def test_an_mcp_client_lists_and_calls_run_code(
         tools = (await client.list_tools()).tools
         result = await client.call_tool("run_code", {"language": "python", "code": "print(5)"})
 
-    assert [t.name for t in tools] == [
-        "run_code",
-        "open_session",
-        "run_in_session",
-        "close_session",
-    ]
+    assert [t.name for t in tools] == AGENT_TOOLS
     tool = tools[0]
-    assert tool.input_schema["properties"]["language"]["enum"] == [
-        "bash",
-        "csharp",
-        "go",
-        "javascript",
-        "python",
-        "typescript",
-    ]
+    assert tool.input_schema["properties"]["language"]["enum"] == CATALOG_LANGUAGES
     assert tool.input_schema["required"] == ["language", "code"]
     assert not result.is_error
     assert result.structured_content is not None

@@ -55,11 +55,6 @@ def service(files: SessionFiles) -> FakeExecutionService:
 
 
 @pytest.fixture
-def sessions() -> FakeSessionService:
-    return FakeSessionService()
-
-
-@pytest.fixture
 def app(tmp_path: Path, service: FakeExecutionService, sessions: FakeSessionService) -> FastAPI:
     return make_app(
         service,

@@ -4,7 +4,7 @@ import re
 from typing import Any
 
 import pytest
-from sandpod_contract.catalog import Catalog, load_catalog
+from sandpod_contract.catalog import Catalog
 from sandpod_contract.models import CodeExecutionSpec, Network
 from sandpod_contract.names import child_name
 from sandpod_contract.runner import VerifiedFile
@@ -23,20 +23,11 @@ from sandpod_operator.builders import (
     plan_outputs,
 )
 from sandpod_operator.settings import RUNNER_PATH, OperatorSettings
-from sandpod_testkit.environment import clear_sandpod_environment
+
+pytestmark = pytest.mark.usefixtures("clean_environment")
 
 UID = "0a1b2c3d-4e5f-6789-abcd-ef0123456789"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-
-
-@pytest.fixture
-def catalog() -> Catalog:
-    return load_catalog()
-
-
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    clear_sandpod_environment(monkeypatch)
 
 
 @pytest.fixture

@@ -1,4 +1,3 @@
-import os
 from pathlib import Path
 
 import pytest
@@ -6,12 +5,7 @@ from pydantic import ValidationError
 from sandpod_contract.catalog import DEFAULT_CATALOG_PATH, load_catalog
 from sandpod_operator.settings import OperatorSettings
 
-
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in os.environ:
-        if name.startswith("SANDPOD_"):
-            monkeypatch.delenv(name)
+pytestmark = pytest.mark.usefixtures("clean_environment")
 
 
 def test_default_catalog_has_the_four_languages() -> None:

@@ -30,11 +30,6 @@ BIG = b"x" * 3000
 
 
 @pytest.fixture
-def kube() -> FakeKube:
-    return FakeKube()
-
-
-@pytest.fixture
 def reconciler(kube: FakeKube) -> Reconciler:
     settings = OperatorSettings(outputs_stored_bytes=2500)
     return Reconciler(

@@ -42,11 +42,6 @@ def no_sandpod_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def catalog() -> Catalog:
-    return load_catalog()
-
-
-@pytest.fixture
 def settings() -> OperatorSettings:
     return OperatorSettings(runner_ingress_from=[OPERATOR_PEER])
 
@@ -62,11 +57,6 @@ class Clock:
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
-
-
-@pytest.fixture
-def kube() -> FakeKube:
-    return FakeKube()
 
 
 @pytest.fixture

@@ -34,22 +34,13 @@ from sandpod_contract.names import CANCEL_ANNOTATION, FINISHED_LABEL, child_name
 from sandpod_operator.kube import KubeError
 from sandpod_operator.reconciler import MAX_WRITE_ATTEMPTS, Reconciler
 from sandpod_operator.settings import OperatorSettings
-from sandpod_testkit.environment import clear_sandpod_environment
+
+pytestmark = pytest.mark.usefixtures("clean_environment")
 
 NAMESPACE = "team-a"
 STARTUP_TIMEOUT = 60
 DEFAULT_TTL = 600
 ALLOWLIST = {"egress": "allowlist", "allow": [{"cidr": "1.1.1.0/24"}]}
-
-
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    clear_sandpod_environment(monkeypatch)
-
-
-@pytest.fixture
-def kube() -> FakeKube:
-    return FakeKube()
 
 
 @pytest.fixture

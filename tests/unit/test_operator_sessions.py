@@ -25,14 +25,14 @@ from sandpod_operator.sessions import (
 )
 from sandpod_operator.settings import OperatorSettings
 from serve_double import Script, ServeDouble
-
-# clean_environment: autouse, no SANDPOD_* settings from the environment.
-from test_operator_reconciler import clean_environment, latest, status_of, submit
+from test_operator_reconciler import latest, status_of, submit
 
 # runners: the local runners a test started, stopped after it.
 from test_operator_warm import runners
 
-__all__ = ["clean_environment", "runners"]
+__all__ = ["runners"]
+
+pytestmark = pytest.mark.usefixtures("clean_environment")
 
 NAMESPACE = "team-a"
 SESSION = "notebook"
@@ -88,11 +88,6 @@ def serve_from(kube: FakeKube, key: Key, server: ServeDouble) -> None:
     status["podIP"] = "127.0.0.1"
     kube.set_pod_status(*key, status)
     kube.logs[key] = b'{"serve":{"port":7070,"credential":"' + server.credential.encode() + b'"}}\n'
-
-
-@pytest.fixture
-def kube() -> FakeKube:
-    return FakeKube()
 
 
 @pytest_asyncio.fixture(loop_scope="function")

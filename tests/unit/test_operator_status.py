@@ -21,7 +21,8 @@ from sandpod_operator.status import (
     status_patch,
     supersedes,
 )
-from sandpod_testkit.environment import clear_sandpod_environment
+
+pytestmark = pytest.mark.usefixtures("clean_environment")
 
 CREATED = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 NOW = CREATED + timedelta(seconds=10)
@@ -30,11 +31,6 @@ TIMEOUT = 5
 
 def stamp(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    clear_sandpod_environment(monkeypatch)
 
 
 @pytest.fixture

@@ -38,11 +38,9 @@ from sandpod_operator.warm import (
     run_request,
 )
 from serve_double import Script, ServeDouble
+from test_operator_reconciler import latest, status_of, submit
 
-# clean_environment: autouse, no SANDPOD_* settings from the environment.
-from test_operator_reconciler import clean_environment, latest, status_of, submit
-
-__all__ = ["clean_environment"]
+pytestmark = pytest.mark.usefixtures("clean_environment")
 
 NAMESPACE = "team-a"
 TAIL = 64 * 1024
@@ -251,11 +249,6 @@ async def test_nothing_listening_is_unavailable() -> None:
 
 
 # --- the Reconciler's warm path -------------------------------------------------------------
-
-
-@pytest.fixture
-def kube() -> FakeKube:
-    return FakeKube()
 
 
 def new_reconciler(kube: FakeKube, **overrides: Any) -> Reconciler:
@@ -549,12 +542,20 @@ async def test_the_claim_starts_the_run_at_once_and_the_daemon_only_waits_for_it
     await reconciler.close()
 
 
-async def test_a_run_that_could_not_record_is_re_attached_by_the_daemon(
+async def pool_and_execution(
     kube: FakeKube, runners: list[ServeDouble]
-) -> None:
+) -> tuple[ServeDouble, Reconciler]:
+    """A pool of one pod, a reconciler and an execution it may claim that pod for."""
     (server,) = await pool_with(kube, runners, Script())
     reconciler = new_reconciler(kube)
     submit(kube)
+    return server, reconciler
+
+
+async def test_a_run_that_could_not_record_is_re_attached_by_the_daemon(
+    kube: FakeKube, runners: list[ServeDouble]
+) -> None:
+    server, reconciler = await pool_and_execution(kube, runners)
     await start(reconciler, kube)
     running = latest(kube)
     kube.fail("patch_execution_status", KubeError(500, "InternalError", "etcd hiccup"))
@@ -582,9 +583,7 @@ async def two_held_pods(
 async def test_the_first_event_claims_from_the_index_before_the_create_handler(
     kube: FakeKube, runners: list[ServeDouble]
 ) -> None:
-    (server,) = await pool_with(kube, runners, Script())
-    reconciler = new_reconciler(kube)
-    submit(kube)
+    server, reconciler = await pool_and_execution(kube, runners)
     await reconciler.start_early(latest(kube), pools=[pool()], pool_pods=pool_pods(kube))
     assert "list_pods" not in kube.calls
     assert (status_of(kube)["startMode"], status_of(kube)["podName"]) == ("warm", "py-0")

@@ -1,6 +1,7 @@
 """/v1/executions: create (and wait), get, list, cancel, stream."""
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Annotated
 from urllib.parse import quote
 
@@ -9,15 +10,16 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from sandpod_gateway.dependencies import (
     AdmissionDep,
-    CatalogDep,
     CurrentTenant,
+    ExecutionContextDep,
     ExecutionServiceDep,
     MetricsDep,
     SettingsDep,
 )
-from sandpod_gateway.errors import error_responses
+from sandpod_gateway.errors import error_responses, responses_with
 from sandpod_gateway.executions import (
     CreateOutcome,
+    PageQuery,
     create_execution,
     get_owned_execution,
     list_page,
@@ -34,13 +36,21 @@ from sandpod_gateway.schemas import (
 )
 from sandpod_gateway.streaming import execution_events
 
-router = APIRouter(prefix="/v1/executions", tags=["executions"])
-
 # Every route here authenticates (401), validates (422) and talks to the cluster (503).
 COMMON_ERRORS = (401, 422, 503)
+router = APIRouter(
+    prefix="/v1/executions", tags=["executions"], responses=error_responses(*COMMON_ERRORS)
+)
 
-PageLimit = Annotated[int, Query(ge=1, le=100)]
-PageCursor = Annotated[str | None, Query(min_length=1, max_length=4096)]
+
+def page_query(
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    cursor: Annotated[str | None, Query(min_length=1, max_length=4096)] = None,
+) -> PageQuery:
+    return PageQuery(limit, cursor)
+
+
+PageParams = Annotated[PageQuery, Depends(page_query)]
 IdempotencyKey = Annotated[
     str | None,
     Header(
@@ -51,6 +61,37 @@ IdempotencyKey = Annotated[
         description="Retrying a create with the same key returns the same execution",
     ),
 ]
+
+
+@dataclass(frozen=True)
+class CreateCall:
+    """A create request's Idempotency-Key and ?wait=, and where its answer goes."""
+
+    idempotency_key: str | None
+    wait: bool
+    response: Response
+    metrics: GatewayMetrics
+
+    def answer(self, outcome: CreateOutcome) -> ExecutionResult:
+        """200 once finished, else 202; Location; counted when this request created it."""
+        result = outcome.result
+        if outcome.created:
+            self.metrics.executions.labels(result.language, result.status.value).inc()
+        self.response.status_code = 200 if result.status in TERMINAL_STATUSES else 202
+        self.response.headers["Location"] = f"{router.prefix}/{result.id}"
+        return result
+
+
+def create_call(
+    response: Response,
+    metrics: MetricsDep,
+    idempotency_key: IdempotencyKey = None,
+    wait: Annotated[bool, Query(description="Wait for the result")] = True,
+) -> CreateCall:
+    return CreateCall(idempotency_key, wait, response, metrics)
+
+
+CreateCallDep = Annotated[CreateCall, Depends(create_call)]
 
 
 async def owned_execution(
@@ -81,71 +122,33 @@ StreamSlot = Annotated[None, Depends(stream_slot)]
     description="Creates an execution. With wait=true (default) answers 200 with the result "
     "once it has finished; with wait=false, or if it is still running when the wait ends, "
     "answers 202 with its current state.",
-    responses={
-        202: {"model": ExecutionResult, "description": "Accepted; not finished yet"},
-        **error_responses(*COMMON_ERRORS, 400, 409, 413, 429),
-    },
+    responses=responses_with(
+        202, ExecutionResult, "Accepted; not finished yet", 400, 409, 413, 429
+    ),
 )
 async def post_execution(
-    body: CreateExecutionRequest,
-    response: Response,
-    tenant: CurrentTenant,
-    service: ExecutionServiceDep,
-    catalog: CatalogDep,
-    settings: SettingsDep,
-    admission: AdmissionDep,
-    metrics: MetricsDep,
-    idempotency_key: IdempotencyKey = None,
-    wait: Annotated[bool, Query(description="Wait for the result")] = True,
+    body: CreateExecutionRequest, ctx: ExecutionContextDep, call: CreateCallDep
 ) -> ExecutionResult:
     outcome = await create_execution(
-        body,
-        tenant=tenant,
-        service=service,
-        catalog=catalog,
-        settings=settings,
-        admission=admission,
-        idempotency_key=idempotency_key,
-        wait=wait,
+        body, ctx, idempotency_key=call.idempotency_key, wait=call.wait
     )
-    return answer_execution(outcome, response, metrics)
-
-
-def answer_execution(
-    outcome: CreateOutcome, response: Response, metrics: GatewayMetrics
-) -> ExecutionResult:
-    """200 once finished, else 202; Location; counted when this request created it."""
-    result = outcome.result
-    if outcome.created:
-        metrics.executions.labels(result.language, result.status.value).inc()
-    response.status_code = 200 if result.status in TERMINAL_STATUSES else 202
-    response.headers["Location"] = f"{router.prefix}/{result.id}"
-    return result
+    return call.answer(outcome)
 
 
 @router.get(
-    "",
-    response_model=ExecutionPage,
-    summary="List executions",
-    responses=error_responses(*COMMON_ERRORS, 400),
+    "", response_model=ExecutionPage, summary="List executions", responses=error_responses(400)
 )
 async def list_executions(
-    tenant: CurrentTenant,
-    service: ExecutionServiceDep,
-    limit: PageLimit = 20,
-    cursor: PageCursor = None,
+    tenant: CurrentTenant, service: ExecutionServiceDep, page: PageParams
 ) -> ExecutionPage:
-    page = await list_page(service.list, tenant, limit, cursor)
-    return ExecutionPage(
-        items=[execution_result(item) for item in page.items], next_cursor=page.next_cursor
-    )
+    return ExecutionPage.of(await list_page(service.list, tenant, page), execution_result)
 
 
 @router.get(
     "/{execution_id}",
     response_model=ExecutionResult,
     summary="Get an execution",
-    responses=error_responses(*COMMON_ERRORS, 404),
+    responses=error_responses(404),
 )
 async def get_execution(
     execution: OwnedExecution, tenant: CurrentTenant, service: ExecutionServiceDep
@@ -162,7 +165,7 @@ async def get_execution(
     "have, or whose content was not stored.",
     responses={
         200: {"content": {"application/octet-stream": {}}, "description": "The file"},
-        **error_responses(*COMMON_ERRORS, 404),
+        **error_responses(404),
     },
 )
 async def get_output_file(
@@ -188,10 +191,7 @@ async def get_output_file(
     summary="Cancel an execution",
     description="Asks for the execution to be stopped (202); the result turns to cancelled "
     "shortly. An execution that has finished already is returned as it is (200).",
-    responses={
-        202: {"model": ExecutionResult, "description": "Cancel requested"},
-        **error_responses(*COMMON_ERRORS, 404),
-    },
+    responses=responses_with(202, ExecutionResult, "Cancel requested", 404),
 )
 async def cancel_execution(
     execution: OwnedExecution,

@@ -3,26 +3,24 @@
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Request, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from sandpod_contract.models import RELATIVE_PATH_PATTERN
 
 from sandpod_gateway.dependencies import (
     CurrentTenant,
     ExecutionServiceDep,
-    MetricsDep,
     SessionContextDep,
     SessionServiceDep,
 )
-from sandpod_gateway.errors import error_responses
+from sandpod_gateway.errors import error_responses, responses_with
 from sandpod_gateway.executions import get_owned_execution, list_page
 from sandpod_gateway.resources import Resource, session_info
 from sandpod_gateway.routers.executions import (
     COMMON_ERRORS,
+    CreateCallDep,
     IdempotencyKey,
-    PageCursor,
-    PageLimit,
-    answer_execution,
+    PageParams,
 )
 from sandpod_gateway.schemas import (
     CreateSessionRequest,
@@ -33,15 +31,12 @@ from sandpod_gateway.schemas import (
 )
 from sandpod_gateway.service import ExecutionNotFound
 from sandpod_gateway.session_files import FileInfo, download_file, upload_file
-from sandpod_gateway.sessions import (
-    close_session,
-    get_owned_session,
-    open_session,
-    run_in_session,
-)
+from sandpod_gateway.sessions import close_session, get_owned_session, open_session, run_in_session
 from sandpod_gateway.streaming import execution_events
 
-router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+router = APIRouter(
+    prefix="/v1/sessions", tags=["sessions"], responses=error_responses(*COMMON_ERRORS)
+)
 
 
 FilePath = Annotated[
@@ -64,10 +59,9 @@ FilePath = Annotated[
     "idle for idle_timeout_seconds, or max_lifetime_seconds old. Answers 201 at once "
     "(status starting); runs sent meanwhile wait for it. A retry with the same "
     "Idempotency-Key answers 200 with the same session.",
-    responses={
-        200: {"model": SessionInfo, "description": "The session an earlier retry opened"},
-        **error_responses(*COMMON_ERRORS, 400, 409, 429),
-    },
+    responses=responses_with(
+        200, SessionInfo, "The session an earlier retry opened", 400, 409, 429
+    ),
 )
 async def post_session(
     body: CreateSessionRequest,
@@ -81,39 +75,24 @@ async def post_session(
     return outcome.session
 
 
-@router.get(
-    "",
-    response_model=SessionPage,
-    summary="List sessions",
-    responses=error_responses(*COMMON_ERRORS, 400),
-)
+@router.get("", response_model=SessionPage, summary="List sessions", responses=error_responses(400))
 async def list_sessions(
-    tenant: CurrentTenant,
-    sessions: SessionServiceDep,
-    limit: PageLimit = 20,
-    cursor: PageCursor = None,
+    tenant: CurrentTenant, sessions: SessionServiceDep, page: PageParams
 ) -> SessionPage:
-    page = await list_page(sessions.list, tenant, limit, cursor)
-    return SessionPage(
-        items=[session_info(item) for item in page.items], next_cursor=page.next_cursor
-    )
+    return SessionPage.of(await list_page(sessions.list, tenant, page), session_info)
 
 
-async def owned_session(
-    session_id: str, tenant: CurrentTenant, sessions: SessionServiceDep
-) -> Resource:
-    return await get_owned_session(session_id, tenant, sessions)
+async def owned_session(session_id: str, ctx: SessionContextDep) -> Resource:
+    return await get_owned_session(session_id, ctx.tenant, ctx.sessions)
 
 
 @router.get(
     "/{session_id}",
     response_model=SessionInfo,
     summary="Get a session",
-    responses=error_responses(*COMMON_ERRORS, 404),
+    responses=error_responses(404),
 )
-async def get_session(
-    session: Annotated[Resource, Depends(owned_session)],
-) -> SessionInfo:
+async def get_session(session: Annotated[Resource, Depends(owned_session)]) -> SessionInfo:
     return session_info(session)
 
 
@@ -123,10 +102,7 @@ async def get_session(
     summary="Close a session",
     description="Ends the session and deletes its sandbox (202, the session as it was); a "
     "session that has ended already is returned as it is (200). Afterwards it is 404.",
-    responses={
-        202: {"model": SessionInfo, "description": "Closing"},
-        **error_responses(*COMMON_ERRORS, 404),
-    },
+    responses=responses_with(202, SessionInfo, "Closing", 404),
 )
 async def delete_session(
     session_id: str, response: Response, ctx: SessionContextDep
@@ -144,24 +120,17 @@ async def delete_session(
     "files, installed packages and (Python) variables persist. language is optional (the "
     "session's); memory and cpu are the session's. The result adds `result` (the repr of "
     "a trailing expression) and `state_lost`.",
-    responses={
-        202: {"model": ExecutionResult, "description": "Accepted; not finished yet"},
-        **error_responses(*COMMON_ERRORS, 400, 404, 409, 413, 429),
-    },
+    responses=responses_with(
+        202, ExecutionResult, "Accepted; not finished yet", 400, 404, 409, 413, 429
+    ),
 )
 async def post_session_execution(
-    session_id: str,
-    body: SessionExecutionRequest,
-    response: Response,
-    ctx: SessionContextDep,
-    metrics: MetricsDep,
-    idempotency_key: IdempotencyKey = None,
-    wait: Annotated[bool, Query(description="Wait for the result")] = True,
+    session_id: str, body: SessionExecutionRequest, ctx: SessionContextDep, call: CreateCallDep
 ) -> ExecutionResult:
     outcome = await run_in_session(
-        session_id, body, ctx, idempotency_key=idempotency_key, wait=wait
+        session_id, body, ctx, idempotency_key=call.idempotency_key, wait=call.wait
     )
-    return answer_execution(outcome, response, metrics)
+    return call.answer(outcome)
 
 
 async def session_execution(
@@ -215,7 +184,7 @@ async def stream_session_execution(
             "content": {"application/octet-stream": {"schema": {"type": "string"}}},
         }
     },
-    responses=error_responses(*COMMON_ERRORS, 400, 404, 409, 413, 415, 429),
+    responses=error_responses(400, 404, 409, 413, 415, 429),
 )
 async def put_file(
     session_id: str, path: FilePath, request: Request, ctx: SessionContextDep
@@ -230,7 +199,7 @@ async def put_file(
     description="The file's bytes, read by a run in the session (after its earlier runs).",
     responses={
         200: {"content": {"application/octet-stream": {"schema": {"type": "string"}}}},
-        **error_responses(*COMMON_ERRORS, 400, 404, 409, 413, 429),
+        **error_responses(400, 404, 409, 413, 429),
     },
 )
 async def get_file(session_id: str, path: FilePath, ctx: SessionContextDep) -> Response:

@@ -7,4 +7,5 @@ the CRD and namespaces on a cluster, and a private etcd + kube-apiserver.
 - processes: free_port, http_ok, ChildProcess (a logged child that can be stopped or killed)
 - kube: the CRD applied and served, namespaces ready for pods, executions cleaned up
 - apiserver: PrivateApiServer, etcd and kube-apiserver from the local cluster's build
+- expected: the agent tools and catalog languages several suites check for
 """
