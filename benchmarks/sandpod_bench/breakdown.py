@@ -67,6 +67,23 @@ WARM_SLICE_NAMES: dict[str, str] = {
     "client_returned": "client sees the result",
 }
 
+# A run in a session: no pod starts and the operator logs no timings for it, so the bench's
+# own two ends (client, watch) are all there is; the runner's durationMs is in the example.
+SESSION_MILESTONES: tuple[tuple[str, str], ...] = (
+    ("submitted", "the client starts its request"),
+    ("created", "the CodeExecution's ADDED watch event arrives"),
+    ("running", "its status Running (the session's pod named) arrives"),
+    ("status_written", "the terminal status of the CodeExecution arrives (bench's watch)"),
+    ("client_returned", "the client has the result (kubectl wait exits, HTTP response)"),
+)
+SESSION_MILESTONE_NAMES = tuple(name for name, _ in SESSION_MILESTONES)
+SESSION_SLICE_NAMES: dict[str, str] = {
+    "created": "create: client to API server",
+    "running": "operator: sees it, queue, status write Running",
+    "status_written": "run: POST to the runner, print(1), summary, terminal status",
+    "client_returned": "client sees the result",
+}
+
 # The slice that ends at a milestone, named for what happened in it.
 SLICE_NAMES: dict[str, str] = {
     "created": "create: client to API server",

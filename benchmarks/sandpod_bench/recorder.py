@@ -201,6 +201,8 @@ class Recorder:
             if FINALIZER in (metadata.get("finalizers") or []) or item.get("status"):
                 observation.mark("operator_seen", at)
             observation.execution = item
+            if observation.phase == "Running":
+                observation.mark("running", at)
             if observation.terminal:
                 observation.mark("status_written", at)
             self._changed.notify_all()
