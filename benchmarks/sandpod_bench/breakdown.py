@@ -72,6 +72,7 @@ WARM_SLICE_NAMES: dict[str, str] = {
 SESSION_MILESTONES: tuple[tuple[str, str], ...] = (
     ("submitted", "the client starts its request"),
     ("created", "the CodeExecution's ADDED watch event arrives"),
+    ("operator_seen", "the first change the operator makes to it (its finalizer) arrives"),
     ("running", "its status Running (the session's pod named) arrives"),
     ("status_written", "the terminal status of the CodeExecution arrives (bench's watch)"),
     ("client_returned", "the client has the result (kubectl wait exits, HTTP response)"),
@@ -79,7 +80,8 @@ SESSION_MILESTONES: tuple[tuple[str, str], ...] = (
 SESSION_MILESTONE_NAMES = tuple(name for name, _ in SESSION_MILESTONES)
 SESSION_SLICE_NAMES: dict[str, str] = {
     "created": "create: client to API server",
-    "running": "operator: sees it, queue, status write Running",
+    "operator_seen": "operator sees it (kopf's finalizer)",
+    "running": "operator: session queue, status write Running",
     "status_written": "run: POST to the runner, print(1), summary, terminal status",
     "client_returned": "client sees the result",
 }

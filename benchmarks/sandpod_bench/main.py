@@ -61,6 +61,7 @@ from sandpod_bench.recorder import FINALIZER, Recorder
 from sandpod_bench.report import baseline_ratios, render
 from sandpod_bench.session import (
     PerClient,
+    SessionNotReady,
     count_mismatches,
     create_session,
     execution_counts,
@@ -925,10 +926,10 @@ class Bench:
     def run_session_latency(self, http: httpx.Client, recorder: Recorder) -> None:
         options, namespace = self.options, self.namespaces.session
         progress(f"sessions in {namespace}: one through the gateway, one as a CodeSession")
-        via_gateway = open_through_gateway(http)
-        via_kubectl = create_session(self.custom, namespace, "bench-kubectl")
-        for name in (via_gateway, via_kubectl):
-            wait_ready(self.custom, namespace, name, SESSION_START_SECONDS)
+        [via_gateway] = self.ready_sessions(lambda: open_through_gateway(http), 1)
+        [via_kubectl] = self.ready_sessions(
+            lambda: create_session(self.custom, namespace, f"bench-{uuid.uuid4().hex[:8]}"), 1
+        )
         gateway = SandpodGateway(http, recorder, f"/v1/sessions/{via_gateway}/executions")
         self.warm("a session via the gateway", gateway)
         self.warm(
@@ -957,6 +958,27 @@ class Bench:
                 breakdown[f"session {path}"] = entry
         self.results["session_breakdown"] = breakdown
 
+    def ready_sessions(self, open_one: Callable[[], str], count: int) -> list[str]:
+        """`count` sessions opened at once and waited for until Ready; one that ends while
+        starting (StartupTimeout on a busy node) is replaced, at most `count` times, with a
+        note."""
+        waiting = [open_one() for _ in range(count)]
+        ready: list[str] = []
+        replaced = 0
+        while waiting:
+            name = waiting.pop(0)
+            try:
+                wait_ready(self.custom, self.namespaces.session, name, SESSION_START_SECONDS)
+            except SessionNotReady as error:
+                if replaced >= count:
+                    raise
+                replaced += 1
+                self.notes.append(f"a session did not start ({error}); opened another")
+                waiting.append(open_one())
+                continue
+            ready.append(name)
+        return ready
+
     def run_llm_sandbox_session(self) -> None:
         """llm-sandbox's own session on the baselines' pod spec: opened once, then print(1)
         in it back to back."""
@@ -984,11 +1006,9 @@ class Bench:
         """--session-clients closed-loop clients through the gateway, each in a session of
         its own, audited as the other throughputs, and each session's own executionCount
         checked against the executions seen naming it."""
-        options, namespace = self.options, self.namespaces.session
+        options = self.options
         progress(f"session throughput: opening {options.session_clients} sessions")
-        names = [open_through_gateway(http) for _ in range(options.session_clients)]
-        for name in names:
-            wait_ready(self.custom, namespace, name, SESSION_START_SECONDS)
+        names = self.ready_sessions(lambda: open_through_gateway(http), options.session_clients)
         workloads = [
             SandpodGateway(http, recorder, f"/v1/sessions/{name}/executions") for name in names
         ]

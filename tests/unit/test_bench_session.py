@@ -85,6 +85,7 @@ def test_a_session_run_slices_from_submit_to_the_client() -> None:
     timeline = {
         "submitted": 100.0,
         "created": 100.01,
+        "operator_seen": 100.02,
         "running": 100.03,
         "status_written": 100.07,
         "client_returned": 100.075,
@@ -92,6 +93,7 @@ def test_a_session_run_slices_from_submit_to_the_client() -> None:
     parts = slices(timeline, SESSION_MILESTONE_NAMES, SESSION_SLICE_NAMES)
     assert [p.milestone for p in parts] == [
         "created",
+        "operator_seen",
         "running",
         "status_written",
         "client_returned",
