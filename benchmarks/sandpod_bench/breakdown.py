@@ -41,31 +41,60 @@ MILESTONES: tuple[tuple[str, str], ...] = (
 )
 MILESTONE_NAMES = tuple(name for name, _ in MILESTONES)
 
-# A warm run, from the same two ends. The operator's marks are the `op_*` ones.
-WARM_MILESTONES: tuple[tuple[str, str], ...] = (
-    ("submitted", "the client starts its request"),
-    ("created", "the CodeExecution's ADDED watch event arrives"),
+
+def _from_the_ends(*middle: tuple[str, str]) -> tuple[tuple[str, str], ...]:
+    """Milestones between the bench's own two ends: its client and its watch."""
+    return (
+        ("submitted", "the client starts its request"),
+        ("created", "the CodeExecution's ADDED watch event arrives"),
+        *middle,
+        ("status_written", "the terminal status of the CodeExecution arrives (bench's watch)"),
+        ("client_returned", "the client has the result (kubectl wait exits, HTTP response)"),
+    )
+
+
+def _slices_from_the_ends(status_written: str, **middle: str) -> dict[str, str]:
+    """Slice names for `_from_the_ends` milestones: the slice that ends at each one."""
+    return {
+        "created": "create: client to API server",
+        **middle,
+        "status_written": status_written,
+        "client_returned": "client sees the result",
+    }
+
+
+# A warm run. The operator's marks are the `op_*` ones.
+WARM_MILESTONES = _from_the_ends(
     ("op_claiming", "the operator's create handler starts the claim (operator log)"),
     ("op_claimed", "the operator's claim patch of a pool pod returned (operator log)"),
     ("op_running", "the operator's status write Running returned (operator log)"),
     ("op_posted", "the operator sends POST /v1/run to the runner (operator log)"),
     ("op_first_frame", "the first bytes of the runner's answer arrive (operator log)"),
     ("op_summary", "the runner's summary arrives (operator log)"),
-    ("status_written", "the terminal status of the CodeExecution arrives (bench's watch)"),
-    ("client_returned", "the client has the result (kubectl wait exits, HTTP response)"),
 )
 WARM_MILESTONE_NAMES = tuple(name for name, _ in WARM_MILESTONES)
-WARM_SLICE_NAMES: dict[str, str] = {
-    "created": "create: client to API server",
-    "op_claiming": "operator sees it, finalizer, create handler",
-    "op_claimed": "claim: patch a free pod (from the index)",
-    "op_running": "status write Running",
-    "op_posted": "start the run (task, credential, request)",
-    "op_first_frame": "runner: start the program, first frame",
-    "op_summary": "program ends, summary",
-    "status_written": "verify, terminal status written and seen",
-    "client_returned": "client sees the result",
-}
+WARM_SLICE_NAMES = _slices_from_the_ends(
+    "verify, terminal status written and seen",
+    op_claiming="operator sees it, finalizer, create handler",
+    op_claimed="claim: patch a free pod (from the index)",
+    op_running="status write Running",
+    op_posted="start the run (task, credential, request)",
+    op_first_frame="runner: start the program, first frame",
+    op_summary="program ends, summary",
+)
+
+# A run in a session: no pod starts and the operator logs no timings for it, so what the
+# bench's watch sees is all there is (the runner's durationMs is in the example).
+SESSION_SLICE_NAMES = _slices_from_the_ends(
+    "run: POST to the runner, print(1), summary, terminal status",
+    operator_seen="operator sees it (kopf's finalizer)",
+    running="operator: session queue, status write Running",
+)
+SESSION_MILESTONES = _from_the_ends(
+    ("operator_seen", "the first change the operator makes to it (its finalizer) arrives"),
+    ("running", "its status Running (the session's pod named) arrives"),
+)
+SESSION_MILESTONE_NAMES = tuple(name for name, _ in SESSION_MILESTONES)
 
 # The slice that ends at a milestone, named for what happened in it.
 SLICE_NAMES: dict[str, str] = {

@@ -31,7 +31,7 @@ import httpx
 import yaml
 from kubernetes import client
 from sandpod_contract.catalog import Catalog, load_catalog
-from sandpod_contract.names import GROUP, PLURAL, POOL_PLURAL, VERSION
+from sandpod_contract.names import GROUP, PLURAL, POOL_PLURAL, SESSION_PLURAL, VERSION
 from sandpod_operator.settings import OperatorSettings
 from sandpod_testkit.kube import create_namespace, ensure_crd
 from sandpod_testkit.paths import REPO_ROOT, default_kubeconfig, kube_bin_dir
@@ -40,6 +40,8 @@ from urllib3.exceptions import HTTPError
 from sandpod_bench import manifests
 from sandpod_bench.breakdown import (
     MILESTONE_NAMES,
+    SESSION_MILESTONE_NAMES,
+    SESSION_SLICE_NAMES,
     SLICE_NAMES,
     WARM_MILESTONE_NAMES,
     WARM_SLICE_NAMES,
@@ -57,6 +59,16 @@ from sandpod_bench.procstat import ProcessSample
 from sandpod_bench.proxy import proxy_kubeconfig
 from sandpod_bench.recorder import FINALIZER, Recorder
 from sandpod_bench.report import baseline_ratios, render
+from sandpod_bench.session import (
+    PerClient,
+    SessionNotReady,
+    count_mismatches,
+    create_session,
+    execution_counts,
+    executions_by_session,
+    open_through_gateway,
+    wait_ready,
+)
 from sandpod_bench.stats import median, summarize
 from sandpod_bench.throughput import measure as measure_throughput
 from sandpod_bench.workloads import (
@@ -65,6 +77,7 @@ from sandpod_bench.workloads import (
     BarePod,
     JobBaseline,
     LlmSandbox,
+    LlmSandboxSession,
     SandpodApi,
     SandpodGateway,
     SandpodKubectl,
@@ -75,15 +88,27 @@ from sandpod_bench.workloads import (
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 CONTAINERD_SOCKET = REPO_ROOT / ".cluster" / "run" / "containerd.sock"
 KEYS_SECRET = "bench-api-keys"
-SECTIONS = ("latency", "baselines", "throughput", "pool", "pool-throughput", "cost")
+SECTIONS = (
+    "latency",
+    "baselines",
+    "throughput",
+    "pool",
+    "pool-throughput",
+    "session",
+    "session-throughput",
+    "cost",
+)
 POOL_SECTIONS = ("pool", "pool-throughput")
+SESSION_SECTIONS = ("session", "session-throughput")
+# A cold session boots one gVisor sandbox; eight at once on a busy node take longer.
+SESSION_START_SECONDS = 300
 # Filling the pool boots `--pool-size` gVisor sandboxes at once on a busy node.
 POOL_FILL_SECONDS = 300
 BASELINES = ("job", "pod", "llm-sandbox")
 CLEANUP_SECONDS = 180
 BENCH_LABELS = {manifests.PART_OF_LABEL: manifests.PART_OF}
-# What carries the operator's finalizer: executions and pools.
-FINALIZED_PLURALS = (PLURAL, POOL_PLURAL)
+# What carries the operator's finalizer: executions, pools and sessions.
+FINALIZED_PLURALS = (PLURAL, POOL_PLURAL, SESSION_PLURAL)
 
 
 class BenchError(RuntimeError):
@@ -102,6 +127,8 @@ class Options:
     cost_executions: int
     cost_concurrency: int
     pool_size: int
+    session_runs: int
+    session_clients: int
     sections: tuple[str, ...]
     baselines: tuple[str, ...]
     quick: bool
@@ -152,6 +179,16 @@ def argument_parser() -> argparse.ArgumentParser:
         "--pool-size",
         type=int,
         help="ready sandboxes in the SandboxPool of the pool sections (default 8)",
+    )
+    parser.add_argument(
+        "--session-runs",
+        type=int,
+        help="runs per session latency measurement, back to back (default 200)",
+    )
+    parser.add_argument(
+        "--session-clients",
+        type=int,
+        help="clients of the session throughput, each with its own session (default 8)",
     )
     parser.add_argument(
         "--sections",
@@ -208,6 +245,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         cost_executions=pick(arguments.cost_executions, 100, 10),
         cost_concurrency=pick(arguments.cost_concurrency, 8, 2),
         pool_size=pick(arguments.pool_size, 8, 4),
+        session_runs=pick(arguments.session_runs, 200, 30),
+        session_clients=arguments.session_clients or 8,
         sections=sections,
         baselines=baselines,
         quick=quick,
@@ -325,9 +364,13 @@ class Namespaces:
         return f"{self.prefix}-pool"
 
     @property
+    def session(self) -> str:
+        return f"{self.prefix}-session"
+
+    @property
     def sandpod(self) -> list[str]:
         """Those the main operator watches."""
-        return [self.kubectl, self.gateway, self.load, self.pool]
+        return [self.kubectl, self.gateway, self.load, self.pool, self.session]
 
 
 def delete_executions(
@@ -429,7 +472,7 @@ def tenants_secret(tenants: dict[str, tuple[str, str]]) -> client.V1Secret:
         "tenants": {
             name: {
                 "namespace": namespace,
-                "limits": {"maxTimeoutSeconds": 60, "maxConcurrent": 256},
+                "limits": {"maxTimeoutSeconds": 60, "maxConcurrent": 256, "maxSessions": 16},
                 "apiKeys": [{"name": "bench", "sha256": hashlib.sha256(key.encode()).hexdigest()}],
             }
             for name, (namespace, key) in tenants.items()
@@ -468,12 +511,17 @@ def breakdown_entry(
     recorder: Recorder | None,
     attempts: Sequence[Attempt],
     warm_marks: Mapping[tuple[str, str], Mapping[str, float]] | None = None,
+    *,
+    session: bool = False,
 ) -> dict[str, Any] | None:
     """Median slices over the successful attempts; milestones from the attempt itself and,
     for sandpod, from the recorder (watch events, containerd). With `warm_marks` (the
-    operator's timing lines): the warm milestones, over the attempts that ran warm."""
+    operator's timing lines): the warm milestones, over the attempts that ran warm; with
+    `session`: those of a run in a session."""
     names, slice_names = (
-        (MILESTONE_NAMES, SLICE_NAMES)
+        (SESSION_MILESTONE_NAMES, SESSION_SLICE_NAMES)
+        if session
+        else (MILESTONE_NAMES, SLICE_NAMES)
         if warm_marks is None
         else (WARM_MILESTONE_NAMES, WARM_SLICE_NAMES)
     )
@@ -528,15 +576,24 @@ class Recorders:
     gateway: Recorder
     load: Recorder
     pool: Recorder
+    session: Recorder
+
+    def each(self) -> tuple[Recorder, ...]:
+        return (self.kubectl, self.gateway, self.load, self.pool, self.session)
+
+    def request_stop(self) -> None:
+        for recorder in self.each():
+            recorder.request_stop()
 
 
 @dataclass(frozen=True)
 class GatewayClients:
-    """One gateway client per tenant: latency, load, pool."""
+    """One gateway client per tenant: latency, load, pool, session."""
 
     gateway: httpx.Client
     load: httpx.Client
     pool: httpx.Client
+    session: httpx.Client
 
 
 def ran_warm(recorder: Recorder, name: str) -> bool:
@@ -603,14 +660,25 @@ class Bench:
             raise BenchError(f"warm-up of {what} failed: {attempt.error}")
 
     def measure(
-        self, key: str, label: str, path: str, workload: Workload, *, runs: int, concurrency: int
+        self,
+        key: str,
+        label: str,
+        path: str,
+        workload: Workload,
+        *,
+        runs: int,
+        concurrency: int,
+        group: str | None = None,
+        think_seconds: float | None = None,
     ) -> list[Attempt]:
+        """Latency entry `key` of results[group] (default: latency for sandpod, else
+        baselines); think time `think_seconds` (default --think-time)."""
         progress(f"{label}: {runs} runs")
         attempts = run_many(
             workload,
             runs=runs,
             concurrency=concurrency,
-            think_seconds=self.options.think_time,
+            think_seconds=self.options.think_time if think_seconds is None else think_seconds,
         )
         entry = latency_entry(label, path, concurrency, attempts)
         summary = entry["summary"]
@@ -619,9 +687,8 @@ class Bench:
             if summary
             else f"  every run failed: {entry['error']}"
         )
-        self.results.setdefault("latency" if path.startswith("sandpod") else "baselines", {})[
-            key
-        ] = entry
+        group = group or ("latency" if path.startswith("sandpod") else "baselines")
+        self.results.setdefault(group, {})[key] = entry
         return attempts
 
     def run(self) -> None:
@@ -634,7 +701,11 @@ class Bench:
                 gateway=self.recorder(self.namespaces.gateway, stack),
                 load=self.recorder(self.namespaces.load, stack),
                 pool=self.recorder(self.namespaces.pool, stack),
+                session=self.recorder(self.namespaces.session, stack),
             )
+            # Runs before the recorders' own stops: all their watches wind down at once
+            # (each blocks up to a watch call's length) instead of one after another.
+            stack.callback(recorders.request_stop)
             operator, clients = self.start_sandpod(stack)
             operator_start = operator.sample()
             if "latency" in sections:
@@ -648,6 +719,8 @@ class Bench:
             # After the cold sections: the pool's sandboxes would share the node with them.
             if any(section in sections for section in POOL_SECTIONS):
                 self.run_pool(clients.pool, recorders.pool)
+            if any(section in sections for section in SESSION_SECTIONS):
+                self.run_sessions(clients.session, recorders.session)
             self.record_ratios()
             self.record_main_operator(operator_start, operator.sample(), recorders)
             progress("removing the executions (the operator releases them)")
@@ -658,7 +731,10 @@ class Bench:
         """The main operator and the gateway, stopped by `stack`, and a gateway client for
         each of the three tenants (latency, load, pool)."""
         options = self.options
-        keys = {tenant: f"sk-{secrets.token_urlsafe(24)}" for tenant in ("gateway", "load", "pool")}
+        keys = {
+            tenant: f"sk-{secrets.token_urlsafe(24)}"
+            for tenant in ("gateway", "load", "pool", "session")
+        }
         self.core.create_namespaced_secret(
             self.namespaces.gateway,
             tenants_secret(
@@ -666,6 +742,7 @@ class Bench:
                     "bench-latency": (self.namespaces.gateway, keys["gateway"]),
                     "bench-load": (self.namespaces.load, keys["load"]),
                     "bench-pool": (self.namespaces.pool, keys["pool"]),
+                    "bench-session": (self.namespaces.session, keys["session"]),
                 }
             ),
         )
@@ -845,6 +922,142 @@ class Bench:
                 breakdown[f"pool {path}"] = entry
         self.results["pool_breakdown"] = breakdown
 
+    def run_sessions(self, http: httpx.Client, recorder: Recorder) -> None:
+        """The session sections, in their own namespace (no pool: cold-started sessions):
+        print(1) in one session through the gateway and through kubectl, back to back (no
+        kubelet clock to dodge), with where the time goes, and llm-sandbox's own session
+        ('session'); throughput across --session-clients sessions ('session-throughput')."""
+        if "session" in self.options.sections:
+            self.run_session_latency(http, recorder)
+            self.run_llm_sandbox_session()
+        if "session-throughput" in self.options.sections:
+            self.results["session_throughput"] = self.run_session_throughput(http, recorder)
+
+    def run_session_latency(self, http: httpx.Client, recorder: Recorder) -> None:
+        options, namespace = self.options, self.namespaces.session
+        progress(f"sessions in {namespace}: one through the gateway, one as a CodeSession")
+        [via_gateway] = self.ready_sessions(lambda: open_through_gateway(http), 1)
+        [via_kubectl] = self.ready_sessions(
+            lambda: create_session(self.custom, namespace, f"bench-{uuid.uuid4().hex[:8]}"), 1
+        )
+        gateway = SandpodGateway(http, recorder, f"/v1/sessions/{via_gateway}/executions")
+        self.warm("a session via the gateway", gateway)
+        self.warm(
+            "a session via kubectl",
+            SandpodKubectl(
+                options.kubectl, options.kubeconfig, namespace, recorder, "warm", via_kubectl
+            ),
+        )
+        kubectl = SandpodKubectl(
+            options.kubectl, options.kubeconfig, namespace, recorder, "sess", via_kubectl
+        )
+        breakdown = {}
+        for path, workload in (("gateway", gateway), ("kubectl", kubectl)):
+            attempts = self.measure(
+                f"session_{path}_sequential",
+                f"print(1) in a session via {path}, sequential",
+                f"sandpod-session-{path}",
+                workload,
+                runs=options.session_runs,
+                concurrency=1,
+                group="session_latency",
+                think_seconds=0,
+            )
+            entry = breakdown_entry(recorder, attempts, session=True)
+            if entry:
+                breakdown[f"session {path}"] = entry
+        self.results["session_breakdown"] = breakdown
+
+    def ready_sessions(self, open_one: Callable[[], str], count: int) -> list[str]:
+        """`count` sessions opened at once and waited for until Ready; one that ends while
+        starting (StartupTimeout on a busy node) is replaced, at most `count` times, with a
+        note."""
+        waiting = [open_one() for _ in range(count)]
+        ready: list[str] = []
+        replaced = 0
+        while waiting:
+            name = waiting.pop(0)
+            try:
+                wait_ready(self.custom, self.namespaces.session, name, SESSION_START_SECONDS)
+            except SessionNotReady as error:
+                if replaced >= count:
+                    raise
+                replaced += 1
+                self.notes.append(f"a session did not start ({error}); opened another")
+                waiting.append(open_one())
+                continue
+            ready.append(name)
+        return ready
+
+    def run_llm_sandbox_session(self) -> None:
+        """llm-sandbox's own session on the baselines' pod spec: opened once, then print(1)
+        in it back to back."""
+        namespace = self.namespaces.baselines
+        self.ensure_baseline_policy()
+        workload = LlmSandboxSession(self.core, namespace, self.catalog, self.settings)
+        progress("llm-sandbox: opening its session")
+        workload.open()
+        try:
+            self.warm("llm-sandbox's session", workload)
+            self.measure(
+                "llm_sandbox_session",
+                "llm-sandbox's own session (run in its open pod)",
+                "baseline-llm-sandbox-session",
+                workload,
+                runs=self.options.session_runs,
+                concurrency=1,
+                group="session_latency",
+                think_seconds=0,
+            )
+        finally:
+            workload.close()
+
+    def run_session_throughput(self, http: httpx.Client, recorder: Recorder) -> dict[str, Any]:
+        """--session-clients closed-loop clients through the gateway, each in a session of
+        its own, audited as the other throughputs, and each session's own executionCount
+        checked against the executions seen naming it."""
+        options = self.options
+        progress(f"session throughput: opening {options.session_clients} sessions")
+        names = self.ready_sessions(lambda: open_through_gateway(http), options.session_clients)
+        workloads = [
+            SandpodGateway(http, recorder, f"/v1/sessions/{name}/executions") for name in names
+        ]
+        for index, workload in enumerate(workloads):
+            self.warm(f"session {index} of the throughput", workload)
+        progress(
+            f"throughput (sessions): {options.session_clients} clients, one session each, "
+            f"via the gateway for {options.duration:.0f}s"
+        )
+        throughput = measure_throughput(
+            PerClient(workloads),
+            recorder,
+            path="gateway, a session per client",
+            concurrency=options.session_clients,
+            duration_seconds=options.duration,
+        )
+        mismatches = self.session_count_mismatches(recorder, names)
+        throughput["session_count_mismatches"] = {k: list(v) for k, v in mismatches.items()}
+        progress(
+            f"  {throughput['executions_per_second']:.2f}/s, lost {throughput['lost']}, "
+            f"duplicated {throughput['duplicated']}, failed {throughput['failed']}, "
+            f"sessions whose count disagrees {len(mismatches)}"
+        )
+        return throughput
+
+    def session_count_mismatches(
+        self, recorder: Recorder, names: Sequence[str]
+    ) -> dict[str, tuple[int, int | None]]:
+        """The sessions write their count after the execution's status: allow them 10 s."""
+        deadline = time.monotonic() + 10
+        while True:
+            seen = executions_by_session(recorder.all())
+            mismatches = count_mismatches(
+                seen, execution_counts(self.custom, self.namespaces.session, names)
+            )
+            if not mismatches or time.monotonic() > deadline:
+                return mismatches
+            time.sleep(0.5)
+
     def record_main_operator(
         self, start: ProcessSample, end: ProcessSample, recorders: Recorders
     ) -> None:
@@ -852,12 +1065,7 @@ class Bench:
         handled = len(
             [
                 observation
-                for recorder in (
-                    recorders.kubectl,
-                    recorders.gateway,
-                    recorders.load,
-                    recorders.pool,
-                )
+                for recorder in recorders.each()
                 for observation in recorder.all()
                 if observation.terminal
             ]
@@ -872,13 +1080,22 @@ class Bench:
                 "peak_rss_mib": end.peak_rss_bytes / 1024 / 1024,
             }
 
+    def ensure_baseline_policy(self) -> None:
+        """The baselines' deny-all NetworkPolicy (the same enforcer work as for sandboxes)."""
+        namespace = self.namespaces.baselines
+        policies: Any = client.NetworkingV1Api(self.api)
+        try:
+            policies.create_namespaced_network_policy(
+                namespace, manifests.baseline_network_policy(namespace)
+            )
+        except client.ApiException as error:
+            if error.status != 409:
+                raise
+
     def run_baselines(self) -> None:
         options = self.options
         namespace = self.namespaces.baselines
-        policies: Any = client.NetworkingV1Api(self.api)
-        policies.create_namespaced_network_policy(
-            namespace, manifests.baseline_network_policy(namespace)
-        )
+        self.ensure_baseline_policy()
         catalog, settings, core = self.catalog, self.settings, self.core
         batch = client.BatchV1Api(self.api)
         candidates: dict[str, tuple[str, Callable[[str], Workload]]] = {

@@ -13,7 +13,7 @@ from typing import Any
 
 from sandpod_contract.catalog import Catalog
 from sandpod_contract.models import CodeExecutionSpec
-from sandpod_contract.names import API_VERSION, GROUP, KIND, VERSION
+from sandpod_contract.names import API_VERSION, GROUP, KIND, SESSION_KIND, VERSION
 from sandpod_operator.builders import build_pod, plan_execution
 from sandpod_operator.settings import OperatorSettings
 
@@ -32,15 +32,26 @@ SANDBOX_DIR = "/tmp/sandbox"
 SHIM_BIN_DIR = "/tmp/bin"
 
 
-def code_execution(name: str, *, namespace: str | None = None) -> Manifest:
+def code_execution(
+    name: str, *, namespace: str | None = None, session: str | None = None
+) -> Manifest:
+    """print(1); with `session`, run in that CodeSession (its sandbox, its interpreter)."""
     metadata: Manifest = {"name": name, "labels": {PART_OF_LABEL: PART_OF}}
     if namespace:
         metadata["namespace"] = namespace
+    spec: Manifest = {"language": LANGUAGE, "source": PROGRAM, "timeoutSeconds": TIMEOUT_SECONDS}
+    if session:
+        spec["session"] = session
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": spec}
+
+
+def code_session(name: str) -> Manifest:
+    """A python session with the defaults (resources, idle timeout, lifetime)."""
     return {
         "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": metadata,
-        "spec": {"language": LANGUAGE, "source": PROGRAM, "timeoutSeconds": TIMEOUT_SECONDS},
+        "kind": SESSION_KIND,
+        "metadata": {"name": name, "labels": {PART_OF_LABEL: PART_OF}},
+        "spec": {"language": LANGUAGE},
     }
 
 

@@ -121,8 +121,12 @@ class Recorder:
             if not listed.wait(timeout=60):
                 raise RuntimeError("the recorder could not list executions and pods")
 
-    def stop(self) -> None:
+    def request_stop(self) -> None:
+        """Ask the watches to end (each does when its current watch call returns)."""
         self._stopped.set()
+
+    def stop(self) -> None:
+        self.request_stop()
         for thread in self._threads:
             thread.join(timeout=WATCH_SECONDS + 5)
 
@@ -201,6 +205,8 @@ class Recorder:
             if FINALIZER in (metadata.get("finalizers") or []) or item.get("status"):
                 observation.mark("operator_seen", at)
             observation.execution = item
+            if observation.phase == "Running":
+                observation.mark("running", at)
             if observation.terminal:
                 observation.mark("status_written", at)
             self._changed.notify_all()

@@ -8,6 +8,9 @@ from typing import Any
 from sandpod_bench.stats import ratio
 
 LATENCY_COLUMNS = ("n", "fail", "p50 s", "p95 s", "p99 s", "mean s")
+# Issue 15's targets for runs in a session on this machine.
+SESSION_P50_TARGET_SECONDS = 0.050
+SESSION_THROUGHPUT_TARGET = 20.0
 
 
 def table(
@@ -62,7 +65,9 @@ def start_modes(modes: Mapping[str, int] | None) -> str:
     return ", ".join(f"{count} {mode}" for mode, count in sorted((modes or {}).items()))
 
 
-def latency_table(latency: Mapping[str, Mapping[str, Any]]) -> str:
+def latency_table(
+    latency: Mapping[str, Mapping[str, Any]], title: str = "sandpod, print(1) end to end"
+) -> str:
     rows = []
     for key, entry in latency.items():
         rows.append(
@@ -71,7 +76,7 @@ def latency_table(latency: Mapping[str, Mapping[str, Any]]) -> str:
         if entry.get("warm_only"):
             warm = {"summary": entry["warm_only"]}
             rows.append(["  of which the warm runs", *latency_cells(warm), ""])
-    return table(["sandpod, print(1) end to end", *LATENCY_COLUMNS, "started"], rows)
+    return table([title, *LATENCY_COLUMNS, "started"], rows)
 
 
 def statistic_of(entry: Mapping[str, Any] | None, statistic: str = "p50") -> float | None:
@@ -160,6 +165,30 @@ def breakdown_table(
     return table(headers, rows)
 
 
+def session_targets(results: Mapping[str, Any]) -> list[str]:
+    """The session targets against what was measured (only those measured)."""
+    lines = []
+    gateway = (results.get("session_latency") or {}).get("session_gateway_sequential")
+    p50 = statistic_of(gateway)
+    if p50 is not None:
+        verdict = "met" if p50 <= SESSION_P50_TARGET_SECONDS else "not met"
+        lines.append(
+            f"target: p50 <= {SESSION_P50_TARGET_SECONDS * 1000:.0f} ms through the gateway: "
+            f"{p50 * 1000:.0f} ms, {verdict}"
+        )
+    throughput = results.get("session_throughput")
+    if throughput:
+        rate = float(throughput["executions_per_second"])
+        clean = not (throughput["lost"] or throughput["duplicated"] or throughput["failed"])
+        met = rate >= SESSION_THROUGHPUT_TARGET and clean
+        lines.append(
+            f"target: >= {SESSION_THROUGHPUT_TARGET:.0f}/s across {throughput['concurrency']} "
+            f"sessions, none lost, duplicated or failed: {rate:.1f}/s, "
+            f"{'met' if met else 'not met'}"
+        )
+    return lines
+
+
 def cost_table(cost: Mapping[str, Any]) -> str:
     own = cost.get("operator_counted_requests_per_execution")
     rows = [
@@ -207,6 +236,13 @@ def render(results: Mapping[str, Any]) -> str:
         ]
     if results.get("pool_breakdown"):
         parts += ["", breakdown_table(results["pool_breakdown"], "where the warm time goes")]
+    if results.get("session_latency"):
+        parts += ["", latency_table(results["session_latency"], "print(1) in a session")]
+    if results.get("session_throughput"):
+        parts += ["", throughput_table(results["session_throughput"], "throughput in sessions")]
+    if results.get("session_breakdown"):
+        parts += ["", breakdown_table(results["session_breakdown"], "where a session run goes")]
+    parts += session_targets(results)
     if results.get("operator_cost"):
         parts += ["", cost_table(results["operator_cost"])]
     main_operator = results.get("main_operator")

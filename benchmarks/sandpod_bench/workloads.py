@@ -102,10 +102,13 @@ class SandpodKubectl:
     namespace: str
     recorder: Recorder
     prefix: str
+    session: str | None = None
 
     def __call__(self, index: int) -> Attempt:
         name = f"{self.prefix}-{index}"
-        document = yaml.safe_dump(manifests.code_execution(name, namespace=self.namespace))
+        document = yaml.safe_dump(
+            manifests.code_execution(name, namespace=self.namespace, session=self.session)
+        )
         env = {"KUBECONFIG": str(self.kubeconfig), "PATH": "/usr/bin:/bin"}
         submitted = time.time()
         started = time.perf_counter()
@@ -143,16 +146,18 @@ class SandpodKubectl:
 
 @dataclass
 class SandpodGateway:
-    """POST /v1/executions and wait for the result (the gateway's default)."""
+    """POST /v1/executions (or a session's executions) and wait for the result (the
+    gateway's default)."""
 
     http: httpx.Client
     recorder: Recorder
+    path: str = "/v1/executions"
 
     def __call__(self, index: int) -> Attempt:
         submitted = time.time()
         started = time.perf_counter()
         response = self.http.post(
-            "/v1/executions",
+            self.path,
             json={"language": LANGUAGE, "code": PROGRAM},
             headers={"Idempotency-Key": uuid.uuid4().hex},
         )
@@ -393,6 +398,35 @@ class JobBaseline:
         return Attempt(True, seconds, name)
 
 
+def _llm_sandbox_session(
+    core: client.CoreV1Api, namespace: str, catalog: Catalog, settings: OperatorSettings
+) -> Any:
+    """An unopened llm-sandbox session on the baselines' pod manifest."""
+    from llm_sandbox import SandboxBackend, SandboxSession
+
+    pod = manifests.llm_sandbox_pod(namespace=namespace, catalog=catalog, settings=settings)
+    return SandboxSession(
+        backend=SandboxBackend.KUBERNETES,
+        lang=LANGUAGE,
+        image=pod["spec"]["containers"][0]["image"],
+        client=core,
+        kube_namespace=namespace,
+        pod_manifest=copy.deepcopy(pod),
+        workdir=manifests.SANDBOX_DIR,
+        # Its Python setup makes a venv and upgrades pip from PyPI: the sandbox has no
+        # network, and the image has what print(1) needs.
+        skip_environment_setup=True,
+    )
+
+
+def _llm_sandbox_attempt(result: Any, seconds: float) -> Attempt:
+    if result.exit_code != 0 or result.stdout != EXPECTED_STDOUT:
+        return Attempt(
+            False, seconds, "", f"exit {result.exit_code}: {result.stdout!r} {result.stderr!r}"
+        )
+    return Attempt(True, seconds)
+
+
 @dataclass
 class LlmSandbox:
     """llm-sandbox's Kubernetes backend: a session opens a pod (same image, RuntimeClass
@@ -404,32 +438,39 @@ class LlmSandbox:
     settings: OperatorSettings
 
     def __call__(self, index: int) -> Attempt:
-        from llm_sandbox import SandboxBackend, SandboxSession
-
-        pod = manifests.llm_sandbox_pod(
-            namespace=self.namespace, catalog=self.catalog, settings=self.settings
-        )
         started = time.perf_counter()
-        session = SandboxSession(
-            backend=SandboxBackend.KUBERNETES,
-            lang=LANGUAGE,
-            image=pod["spec"]["containers"][0]["image"],
-            client=self.core,
-            kube_namespace=self.namespace,
-            pod_manifest=copy.deepcopy(pod),
-            workdir=manifests.SANDBOX_DIR,
-            # Its Python setup makes a venv and upgrades pip from PyPI: the sandbox has no
-            # network, and the image has what print(1) needs.
-            skip_environment_setup=True,
-        )
+        session = _llm_sandbox_session(self.core, self.namespace, self.catalog, self.settings)
         try:
             session.open()
             result = session.run(PROGRAM)
             seconds = time.perf_counter() - started
         finally:
             session.close()
-        if result.exit_code != 0 or result.stdout != EXPECTED_STDOUT:
-            return Attempt(
-                False, seconds, "", f"exit {result.exit_code}: {result.stdout!r} {result.stderr!r}"
-            )
-        return Attempt(True, seconds)
+        return _llm_sandbox_attempt(result, seconds)
+
+
+@dataclass
+class LlmSandboxSession:
+    """llm-sandbox's own session: one pod opened once (`open`, not timed), then each
+    attempt is one `run(print(1))` in it (the code copied in and run over exec);
+    `close` deletes the pod."""
+
+    core: client.CoreV1Api
+    namespace: str
+    catalog: Catalog
+    settings: OperatorSettings
+    session: Any = None
+
+    def open(self) -> None:
+        self.session = _llm_sandbox_session(self.core, self.namespace, self.catalog, self.settings)
+        self.session.open()
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+
+    def __call__(self, index: int) -> Attempt:
+        started = time.perf_counter()
+        result = self.session.run(PROGRAM)
+        return _llm_sandbox_attempt(result, time.perf_counter() - started)

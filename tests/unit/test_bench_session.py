@@ -1,0 +1,176 @@
+"""The bench's session sections (pure parts): manifests, one session per client, the audit
+of the sessions' own counts, the breakdown's milestones, the targets and the report."""
+
+import threading
+
+import pytest
+from sandpod_bench.breakdown import SESSION_MILESTONE_NAMES, SESSION_SLICE_NAMES, slices
+from sandpod_bench.main import parse_options
+from sandpod_bench.manifests import code_execution, code_session
+from sandpod_bench.recorder import Observation
+from sandpod_bench.report import render, session_targets
+from sandpod_bench.session import PerClient, count_mismatches, executions_by_session
+from sandpod_bench.workloads import Attempt, Workload
+from sandpod_contract.models import CodeExecutionSpec, CodeSessionSpec
+
+
+def test_an_execution_in_a_session_names_it_and_validates() -> None:
+    manifest = code_execution("run-1", namespace="ns", session="s1")
+    assert manifest["spec"]["session"] == "s1"
+    assert CodeExecutionSpec.model_validate(manifest["spec"]).session == "s1"
+    assert "session" not in code_execution("run-2")["spec"]
+
+
+def test_the_code_session_manifest_validates() -> None:
+    manifest = code_session("bench-kubectl")
+    assert manifest["kind"] == "CodeSession"
+    assert manifest["metadata"]["name"] == "bench-kubectl"
+    assert CodeSessionSpec.model_validate(manifest["spec"]).language == "python"
+
+
+def test_each_client_keeps_a_workload_of_its_own() -> None:
+    def workload(tag: str) -> Workload:
+        return lambda index: Attempt(True, 0.0, f"{tag}-{index}")
+
+    per_client = PerClient([workload("a"), workload("b")])
+    seen: dict[str, set[str]] = {}
+    lock = threading.Lock()
+    both_running = threading.Barrier(2)
+
+    def client(label: str) -> None:
+        both_running.wait(timeout=10)
+        for index in range(3):
+            tag = per_client(index).name.split("-")[0]
+            with lock:
+                seen.setdefault(label, set()).add(tag)
+
+    threads = [threading.Thread(target=client, args=(label,)) for label in ("x", "y")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(tag for tags in seen.values() for tag in tags) == ["a", "b"]
+    assert all(len(tags) == 1 for tags in seen.values())
+
+
+def test_more_clients_than_workloads_is_an_error() -> None:
+    per_client = PerClient([])
+    with pytest.raises(RuntimeError):
+        per_client(0)
+
+
+def in_session(name: str, session: str | None) -> Observation:
+    seen = Observation("ns", name)
+    seen.execution = {"spec": {"session": session} if session else {}}
+    return seen
+
+
+def test_the_sessions_own_counts_are_checked_against_the_executions_seen() -> None:
+    observations = [
+        in_session("a", "s1"),
+        in_session("b", "s1"),
+        in_session("c", "s2"),
+        in_session("d", None),
+    ]
+    seen = executions_by_session(observations)
+    assert seen == {"s1": 2, "s2": 1}
+    assert count_mismatches(seen, {"s1": 2, "s2": 1}) == {}
+    assert count_mismatches(seen, {"s1": 3, "s2": None, "s3": 0}) == {
+        "s1": (2, 3),
+        "s2": (1, None),
+    }
+
+
+def test_a_session_run_slices_from_submit_to_the_client() -> None:
+    timeline = {
+        "submitted": 100.0,
+        "created": 100.01,
+        "operator_seen": 100.02,
+        "running": 100.03,
+        "status_written": 100.07,
+        "client_returned": 100.075,
+    }
+    parts = slices(timeline, SESSION_MILESTONE_NAMES, SESSION_SLICE_NAMES)
+    assert [p.milestone for p in parts] == [
+        "created",
+        "operator_seen",
+        "running",
+        "status_written",
+        "client_returned",
+    ]
+    assert sum(p.seconds for p in parts) == pytest.approx(0.075)
+    assert not any(p.estimated for p in parts)
+
+
+def test_session_options_have_full_and_quick_defaults() -> None:
+    full = parse_options([])
+    quick = parse_options(["--quick"])
+    assert (full.session_runs, full.session_clients) == (200, 8)
+    assert (quick.session_runs, quick.session_clients) == (30, 8)
+    assert "session" in full.sections and "session-throughput" in full.sections
+
+
+def latency(p50: float) -> dict[str, object]:
+    return {
+        "label": "print(1) in a session via gateway",
+        "concurrency": 1,
+        "summary": {"count": 30, "failures": 0, "p50": p50, "p95": p50, "p99": p50, "mean": p50},
+    }
+
+
+def throughput(rate: float, lost: int = 0) -> dict[str, object]:
+    return {
+        "path": "gateway, a session per client",
+        "concurrency": 8,
+        "window_seconds": 20.0,
+        "executions_per_second": rate,
+        "requests": 500,
+        "succeeded": 500,
+        "failed": 0,
+        "lost": lost,
+        "duplicated": 0,
+        "latency": {"p50": 0.3, "p95": 0.5},
+    }
+
+
+def test_targets_say_what_was_met() -> None:
+    met = session_targets(
+        {
+            "session_latency": {"session_gateway_sequential": latency(0.04)},
+            "session_throughput": throughput(25.0),
+        }
+    )
+    assert met == [
+        "target: p50 <= 50 ms through the gateway: 40 ms, met",
+        "target: >= 20/s across 8 sessions, none lost, duplicated or failed: 25.0/s, met",
+    ]
+    missed = session_targets(
+        {
+            "session_latency": {"session_gateway_sequential": latency(0.08)},
+            "session_throughput": throughput(25.0, lost=1),
+        }
+    )
+    assert all(line.endswith("not met") for line in missed)
+    assert session_targets({}) == []
+
+
+def test_render_shows_the_session_sections() -> None:
+    slices_ = [{"name": "status write", "median_seconds": 0.02, "share": 0.5, "estimated_runs": 0}]
+    text = render(
+        {
+            "session_latency": {"session_gateway_sequential": latency(0.04)},
+            "session_throughput": throughput(25.0),
+            "session_breakdown": {
+                "session gateway": {"slices": slices_, "total_seconds": 0.04, "largest": "x"}
+            },
+        }
+    )
+    for expected in (
+        "print(1) in a session",
+        "throughput in sessions",
+        "where a session run goes",
+        "0.020 (50%)",
+        "25.00",
+        "40 ms, met",
+    ):
+        assert expected in text
