@@ -7,7 +7,7 @@ CIDR (direct), so both paths run in the same sandbox, interleaved, in the same r
         --port 8080 --path /big.bin [--rounds 20] [--output result.json]
 
 Needs an operator configured with the chart's egress proxy serving NS, and a host that the
-proxy resolves (tests/hostile/test_egress_proxy.py runs it against its fake internet).
+proxy resolves (tests/hostile/test_egress_by_host_name.py runs it against its fake internet).
 """
 
 import argparse
