@@ -87,7 +87,7 @@ def selected(
 
 def page_of(items: list[Resource], limit: int | None, cursor: str | None) -> PageData:
     """One page as the API server cuts it; the fake's cursor is the next item's index."""
-    if cursor is not None and not cursor.isdigit():
+    if cursor is not None and not (cursor.isascii() and cursor.isdigit()):
         raise InvalidCursor(cursor)
     start = int(cursor or 0)
     end = len(items) if limit is None else start + limit
