@@ -95,7 +95,12 @@ def all_ended(objects: client.CustomObjectsApi, namespace: str, names: list[str]
 
 
 def audit(
-    objects: client.CustomObjectsApi, core: client.CoreV1Api, namespace: str, names: list[str]
+    objects: client.CustomObjectsApi,
+    core: client.CoreV1Api,
+    namespace: str,
+    names: list[str],
+    *,
+    operator_killed: bool = False,
 ) -> Counter[str]:
     """Every execution ended once with its own output; no pod served two: the start modes."""
     wait_until(
@@ -116,7 +121,9 @@ def audit(
         ends = [
             e for e in events_about(core, namespace, "CodeExecution", name) if e.reason in TERMINAL
         ]
-        if sum(e.count or 1 for e in ends) != 1:
+        # Events are best effort: one still queued in an operator killed with -9 is lost.
+        allowed = {0, 1} if operator_killed else {1}
+        if sum(e.count or 1 for e in ends) not in allowed:
             problems.append(f"{name}: {len(ends)} terminal events")
     assert not problems, "\n".join(problems[:20])
     return Counter(str(s.get("startMode")) for s in statuses.values())
@@ -157,7 +164,7 @@ def test_operator_killed_while_pool_pods_are_claimed(
         names += run_batch(custom_objects, warm_namespace, range(12, 24))
     finally:
         operator.start()
-    audit(custom_objects, core_v1, warm_namespace, names)
+    audit(custom_objects, core_v1, warm_namespace, names, operator_killed=True)
 
 
 def test_a_drained_pool_falls_back_to_cold(

@@ -202,7 +202,6 @@ def egress_proxy(
     create_namespace(core_v1, namespace)
     ranges = cluster_ranges(api_client)
     values = {
-        "images": {"tag": "0.1.0-egressproxy"},
         "egress": {
             "openCidrs": [OPENED_TEST_NETWORK],
             "nodeCidrs": ranges["nodes"],
