@@ -785,9 +785,8 @@ class Reconciler:
                 generation=current["metadata"].get("generation"),
                 pod_name=pod_name,
                 now=now(),
+                egress_blocked=blocked,
             )
-            if blocked:
-                new["egressBlocked"] = [b.model_dump(mode="json") for b in blocked]
             patch = status_patch(previous, new)
             if not patch:
                 return None

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 from sandpod_contract.models import (
     COMPILATION_ERROR,
+    BlockedEgress,
     CodeExecutionStatus,
     Condition,
     Diagnostic,
@@ -798,8 +799,10 @@ def next_status(
     generation: int | None,
     pod_name: str | None,
     now: datetime,
+    egress_blocked: list[BlockedEgress] | None = None,
 ) -> Status:
-    """The whole status after `verdict` (call `supersedes` first), built through the model."""
+    """The whole status after `verdict` (call `supersedes` first), built through the model;
+    `egress_blocked`: what the egress proxy refused this execution."""
     previous = previous or {}
     verdict = replace(verdict, message=clip_message(verdict.message))
     started_at = verdict.started_at or parse_time(previous.get("startedAt"))
@@ -837,6 +840,7 @@ def next_status(
             previous, verdict, started_at is not None, refused, format_time(now), generation
         ),
         observed_generation=generation,
+        egress_blocked=egress_blocked or None,
     )
     return status.model_dump(mode="json", by_alias=True, exclude_none=True)
 
