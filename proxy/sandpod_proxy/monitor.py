@@ -2,11 +2,13 @@
 
     sandpod-proxy-monitor --log-port 9181 --http-port 9180
 
-Squid sends each access-log line (logformat sandpod: "%ea %>rd %>rP %Ss ...") over TCP to
-127.0.0.1:9181 as it happens (access_log tcp://, buffered_logs off; the udp module buffers).
-Lines of refused requests (TCP_DENIED) with an execution (%ea, from the grant helper) are
-counted per execution and destination. HTTP: GET /blocked/<uid> -> [{host, port, count}],
-GET /metrics -> Prometheus text. Counts are kept for the most recent executions only.
+Squid sends each access-log line (logformat sandpod: "%ea %>rd %>rP %Ss %>Hs %rm
+%ssl::bump_mode %#ssl::>sni") over TCP to 127.0.0.1:9181 as it happens (access_log tcp://,
+buffered_logs off; the udp module buffers). Refused requests with an execution (%ea, from the
+grant helper) are counted per execution and destination: TCP_DENIED (by host and port), and
+CONNECTs whose TLS server name was refused (bump mode "terminate"; by the server name the client
+sent, else the CONNECT host). HTTP: GET /blocked/<uid> -> [{host, port, count}], GET /metrics
+-> Prometheus text. Counts are kept for the most recent executions only.
 """
 
 import argparse
@@ -36,8 +38,14 @@ class Tally:
         if len(parts) < 4:
             return
         who, host, port, status = urllib.parse.unquote(parts[0]), parts[1], parts[2], parts[3]
+        method, bump, sni = (parts + ["-"] * 4)[5:8]
+        if _follow_up(status, method, bump, sni):
+            return
         uid, _, namespace = who.partition("/")
-        denied = status.startswith("TCP_DENIED")
+        terminated = bump == "terminate"
+        denied = status.startswith("TCP_DENIED") or terminated
+        if terminated and sni != "-":
+            host = urllib.parse.unquote(sni)
         with self.lock:
             self.decisions[("blocked" if denied else "allowed", namespace or "-")] += 1
             if not denied or not uid or uid == "-" or not port.isdigit():
@@ -64,6 +72,14 @@ class Tally:
                 labels = f'decision="{decision}",namespace="{_label(namespace)}"'
                 lines.append(f"sandpod_egress_proxy_requests_total{{{labels}}} {count}")
         return "\n".join(lines) + "\n"
+
+
+def _follow_up(status: str, method: str, bump: str, sni: str) -> bool:
+    """Whether a line follows a CONNECT already logged: the tunnel Squid opens itself once it
+    spliced one, or the error page it serves inside a refused one (any request with a TLS
+    server name but CONNECT)."""
+    spliced_tunnel = bump == "splice" and status == "TCP_TUNNEL"
+    return spliced_tunnel or (method != "CONNECT" and sni != "-")
 
 
 def _label(value: str) -> str:

@@ -35,7 +35,7 @@ from sandpod_operator.egress_proxy import (
     proxy_peer,
 )
 from sandpod_operator.settings import CONFIG_KEY, OperatorSettings
-from sandpod_proxy.grant_helper import decide
+from sandpod_proxy.grant_helper import SPLICED_TAG, decide
 from sandpod_proxy.monitor import Tally
 
 KEY = b"k" * 32
@@ -149,8 +149,9 @@ def test_proxy_authorization() -> None:
 # --- the proxy's helper and monitor ---------------------------------------------------------
 
 
-def helper_line(header: str, host: str, port: str) -> str:
-    return " ".join(urllib.parse.quote(field, safe="") for field in (header, host, port)) + " -"
+def helper_line(header: str, host: str, port: str, *sni: str) -> str:
+    fields = (header, host, port, *sni)
+    return " ".join(urllib.parse.quote(field, safe="") for field in fields) + " -"
 
 
 def test_the_grant_helper_decides_and_names_the_execution() -> None:
@@ -167,6 +168,26 @@ def test_the_grant_helper_decides_and_names_the_execution() -> None:
     assert decide("garbage", KEY, NOW) == "ERR"
 
 
+def test_the_server_name_check_splices_only_the_connect_name_when_granted() -> None:
+    token = sign(grant(HostGrant("pypi.org", (443,)), HostGrant("evil.org", (80,))), KEY)
+
+    def server_name(host: str, sni: str, port: str = "443", header: str = basic(token)) -> str:
+        return decide(helper_line(header, host, port, sni), KEY, NOW, server_name=True)
+
+    spliced = f"OK log={UID}/team-a clt_conn_tag={SPLICED_TAG}"
+    assert server_name("pypi.org", "pypi.org") == spliced
+    assert server_name("pypi.org", "PyPI.org.") == spliced
+    assert server_name("pypi.org", "evil.org") == f"ERR log={UID}/team-a"
+    assert server_name("pypi.org", "-") == f"ERR log={UID}/team-a"
+    assert server_name("pypi.org", "pypi.org.evil.org") == f"ERR log={UID}/team-a"
+    assert server_name("evil.org", "evil.org") == f"ERR log={UID}/team-a"  # not port 443
+    assert server_name("pypi.org", "pypi.org", header="-") == "ERR"
+    assert decide(helper_line(basic(token), "pypi.org", "443"), KEY, NOW, server_name=True) == (
+        f"ERR log={UID}/team-a"  # Squid's %DATA "-" where the server name should be
+    )
+    assert decide("garbage", KEY, NOW, server_name=True) == "ERR"
+
+
 def test_the_monitor_counts_refusals_per_execution() -> None:
     tally = Tally()
     for line in [
@@ -176,16 +197,26 @@ def test_the_monitor_counts_refusals_per_execution() -> None:
         f"{UID}/team-a 169.254.169.254 80 TCP_DENIED 403 GET",
         "- evil.org 443 TCP_DENIED 403 CONNECT",
         "short line",
+        # HTTPS by TLS server name: spliced (then Squid's own tunnel), refused server names
+        # (by the name sent, else the CONNECT host), and the error page inside a refused CONNECT.
+        f"{UID}/team-a pypi.org 443 NONE_NONE 200 CONNECT splice pypi.org",
+        "- pypi.org 443 TCP_TUNNEL 200 CONNECT splice pypi.org",
+        f"{UID}/team-a pypi.org 443 NONE_NONE 200 CONNECT terminate other.org",
+        f"{UID}/team-a pypi.org 443 NONE_NONE 200 CONNECT terminate -",
+        f"{UID}/team-a evil.org 443 TCP_DENIED 200 CONNECT bump evil.org",
+        "- evil.org 443 NONE_NONE 403 GET - evil.org",
     ]:
         tally.record(line)
     assert tally.report(UID) == [
         {"host": "169.254.169.254", "port": 80, "count": 1},
-        {"host": "evil.org", "port": 443, "count": 2},
+        {"host": "evil.org", "port": 443, "count": 3},
+        {"host": "other.org", "port": 443, "count": 1},
+        {"host": "pypi.org", "port": 443, "count": 1},
     ]
     assert tally.report("other") == []
     metrics = tally.metrics()
-    assert 'sandpod_egress_proxy_requests_total{decision="blocked",namespace="team-a"} 3' in metrics
-    assert 'sandpod_egress_proxy_requests_total{decision="allowed",namespace="team-a"} 1' in metrics
+    assert 'sandpod_egress_proxy_requests_total{decision="blocked",namespace="team-a"} 6' in metrics
+    assert 'sandpod_egress_proxy_requests_total{decision="allowed",namespace="team-a"} 2' in metrics
     assert 'sandpod_egress_proxy_requests_total{decision="blocked",namespace="-"} 1' in metrics
 
 
