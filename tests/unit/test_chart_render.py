@@ -1093,8 +1093,34 @@ def test_the_egress_proxy(helm: Path, tmp_path: Path) -> None:
     assert {"169.254.0.0/16", "10.0.0.0/8", "10.244.0.0/16", "fe80::/10"} <= set(excluded)
     # Squid holds IPv4 as IPv4-mapped IPv6, inside ::/3: that range is refused apart.
     assert "::/3" not in excluded and "http_access deny reserved6 !ipv4" in lines
-    assert lines.index("http_access deny !granted") < lines.index("http_access allow opened")
+    assert lines.index("http_access deny !spliced !granted") < lines.index(
+        "http_access allow opened"
+    )
     assert lines.index("http_access allow opened") < lines.index("http_access deny excluded")
+    assert lines.index("http_access deny excluded") < lines.index("http_access allow spliced")
+    # HTTPS by TLS server name: peek, then splice or terminate; never bumped, never mimicked.
+    port = lines[0].split()
+    assert port[:3] == ["http_port", "3128", "ssl-bump"]
+    assert "generate-host-certificates=off" in port
+    assert [line for line in lines if line.startswith("ssl_bump")] == [
+        "ssl_bump peek step1",
+        "ssl_bump splice step2 server_name_granted",
+        "ssl_bump terminate all",
+    ]
+    helper = next(line for line in lines if line.startswith("external_acl_type sandpod_server_"))
+    assert "%>ha{Proxy-Authorization} %>rd %>rP %ssl::>sni" in helper and "--server-name" in helper
+    assert "on_unsupported_protocol respond all" in lines
+    pod = find(manifests, "Deployment", f"{FULLNAME}-egress-proxy")["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    assert init["command"][:3] == ["openssl", "req", "-x509"]
+    assert init["volumeMounts"] == [{"name": "tls", "mountPath": "/var/run/sandpod-proxy-tls"}]
+    assert {"name": "tls", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}} in pod["volumes"]
+    squid = next(c for c in pod["containers"] if c["name"] == "squid")
+    assert {
+        "name": "tls",
+        "mountPath": "/var/run/sandpod-proxy-tls",
+        "readOnly": True,
+    } in squid["volumeMounts"]
     policy = find(manifests, "NetworkPolicy", f"{FULLNAME}-egress-proxy", NAMESPACE)["spec"]
     blocks = [peer["ipBlock"] for peer in policy["egress"][0]["to"]]
     assert blocks[0]["cidr"] == "0.0.0.0/0" and "169.254.0.0/16" in blocks[0]["except"]
