@@ -433,8 +433,15 @@ def test_allowed_hosts_pass_and_everything_else_is_blocked_and_reported(
         ("metadata.fake", 80): 1,
         ("cluster.fake", 443): 1,
     }
-    reasons = {e.reason for e in events_about(core_v1, tenants["a"], "CodeExecution", name)}
-    assert "EgressBlocked" in reasons
+    # kopf posts Events in the background: the status may come first.
+    wait_until(
+        lambda: any(
+            e.reason == "EgressBlocked"
+            for e in events_about(core_v1, tenants["a"], "CodeExecution", name)
+        ),
+        timeout=30,
+        what="the EgressBlocked Event",
+    )
 
 
 @pytest.mark.usefixtures("proxy_operator")
