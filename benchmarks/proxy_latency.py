@@ -1,10 +1,12 @@
 """The egress proxy's added latency: a 1 MB download through it vs directly, in one sandbox.
 
 One CodeExecution whose allowlist names both the host (through the proxy) and its address as a
-CIDR (direct), so both paths run in the same sandbox, interleaved, in the same run:
+CIDR (direct), so both paths run in the same sandbox, interleaved, in the same run; with
+--https-port also over HTTPS (through the proxy: CONNECT, then Squid peeks at the TLS server
+name and splices; the client does not verify the test host's certificate):
 
     python benchmarks/proxy_latency.py --namespace NS --host allowed.fake --address 203.0.113.20 \
-        --port 8080 --path /big.bin [--rounds 20] [--output result.json]
+        --port 8080 [--https-port 8443] --path /big.bin [--rounds 20] [--output result.json]
 
 Needs an operator configured with the chart's egress proxy serving NS, and a host that the
 proxy resolves (tests/hostile/test_egress_by_host_name.py runs it against its fake internet).
@@ -22,17 +24,22 @@ from kubernetes import client, config
 from sandpod_bench.stats import summarize
 from sandpod_contract.names import GROUP, PLURAL, VERSION
 
-# Alternates direct and proxied downloads; prints {"direct": [ms...], "proxied": [ms...]}.
+# Alternates the paths (name, URL, through the proxy or not); prints {name: [ms...]}.
 PROGRAM = """
-import json, sys, time, urllib.request
-direct_url, proxied_url, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
-direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-proxied = urllib.request.build_opener()
-samples = {"direct": [], "proxied": []}
+import json, ssl, sys, time, urllib.request
+paths, rounds = json.loads(sys.argv[1]), int(sys.argv[2])
+unverified = ssl.create_default_context()
+unverified.check_hostname, unverified.verify_mode = False, ssl.CERT_NONE
+tls = urllib.request.HTTPSHandler(context=unverified)
+openers = {
+    True: urllib.request.build_opener(tls),
+    False: urllib.request.build_opener(urllib.request.ProxyHandler({}), tls),
+}
+samples = {name: [] for name, _, _ in paths}
 for _ in range(rounds + 1):  # the first round warms up and is dropped
-    for name, opener, url in (("direct", direct, direct_url), ("proxied", proxied, proxied_url)):
+    for name, url, proxied in paths:
         started = time.perf_counter()
-        with opener.open(url, timeout=30) as answer:
+        with openers[proxied].open(url, timeout=30) as answer:
             size = len(answer.read())
         assert size >= 1024 * 1024, size
         samples[name].append((time.perf_counter() - started) * 1000)
@@ -40,33 +47,45 @@ print(json.dumps({name: values[1:] for name, values in samples.items()}))
 """
 
 
-def execution_spec(host: str, address: str, port: int, path: str, rounds: int) -> dict[str, Any]:
+def execution_spec(
+    host: str, address: str, port: int, path: str, rounds: int, https_port: int | None = None
+) -> dict[str, Any]:
+    paths = [
+        ("direct", f"http://{address}:{port}{path}", False),
+        ("proxied", f"http://{host}:{port}{path}", True),
+    ]
+    ports = [port]
+    if https_port is not None:
+        paths += [
+            ("direct_https", f"https://{address}:{https_port}{path}", False),
+            ("proxied_https", f"https://{host}:{https_port}{path}", True),
+        ]
+        ports.append(https_port)
+    opened = [{"port": p} for p in ports]
     return {
         "language": "python",
         "source": PROGRAM,
-        "args": [f"http://{address}:{port}{path}", f"http://{host}:{port}{path}", str(rounds)],
+        "args": [json.dumps(paths), str(rounds)],
         "timeoutSeconds": 120,
         "resources": {"memory": "256Mi", "cpu": "1"},
         "network": {
             "egress": "allowlist",
-            "allow": [
-                {"cidr": f"{address}/32", "ports": [{"port": port}]},
-                {"host": host, "ports": [{"port": port}]},
-            ],
+            "allow": [{"cidr": f"{address}/32", "ports": opened}, {"host": host, "ports": opened}],
         },
     }
 
 
 def report(samples: dict[str, list[float]]) -> dict[str, Any]:
-    """p50/p95 of each path and the proxy's added p50 in milliseconds."""
+    """p50/p95 of each path and the proxy's added p50 in milliseconds (per scheme)."""
     summaries = {name: summarize(values) for name, values in samples.items()}
     result: dict[str, Any] = {
         name: None if summary is None else {"p50_ms": summary.p50, "p95_ms": summary.p95}
         for name, summary in summaries.items()
     }
-    direct, proxied = summaries.get("direct"), summaries.get("proxied")
-    if direct is not None and proxied is not None:
-        result["added_p50_ms"] = proxied.p50 - direct.p50
+    for suffix in ("", "_https"):
+        direct, proxied = summaries.get(f"direct{suffix}"), summaries.get(f"proxied{suffix}")
+        if direct is not None and proxied is not None:
+            result[f"added_p50_ms{suffix}"] = proxied.p50 - direct.p50
     return result
 
 
@@ -94,12 +113,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", required=True)
     parser.add_argument("--address", required=True)
     parser.add_argument("--port", type=int, default=80)
+    parser.add_argument("--https-port", type=int)
     parser.add_argument("--path", default="/big.bin")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--output", type=Path)
     args = parser.parse_args(argv)
     config.load_kube_config()
-    spec = execution_spec(args.host, args.address, args.port, args.path, args.rounds)
+    spec = execution_spec(
+        args.host, args.address, args.port, args.path, args.rounds, args.https_port
+    )
     result = report(measure(client.CustomObjectsApi(), args.namespace, spec))
     text = json.dumps(result, indent=2)
     print(text)
