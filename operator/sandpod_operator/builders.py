@@ -158,12 +158,15 @@ def file_key(index: int) -> str:
     return f"file-{index}"
 
 
-def language_config(language: Language, settings: OperatorSettings) -> dict[str, Any]:
-    """The part of config.json that depends only on the language and the installation."""
+def language_config(
+    language: Language, settings: OperatorSettings, extra_env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The part of config.json that depends only on the language and the installation (and
+    on the sandbox's egress proxy: `extra_env`, its variables over the language's)."""
     return {
         "sourceFile": language.file,
         "command": list(language.command),
-        "env": dict(language.env),
+        "env": {**language.env, **(extra_env or {})},
         "limits": {
             "processes": settings.process_limit,
             "fileSizeBytes": settings.file_size_limit_bytes,
@@ -180,11 +183,9 @@ def build_runner_config(
 ) -> dict[str, Any]:
     """config.json for the runner (docs/runner-protocol.md); `extra_env` (the egress proxy's
     variables) over the language's environment."""
-    base = language_config(plan.language, settings)
     config: dict[str, Any] = {
         "mode": spec.mode,
-        **base,
-        "env": {**base["env"], **(extra_env or {})},
+        **language_config(plan.language, settings, extra_env),
         "args": list(spec.args),
         "timeoutSeconds": plan.timeout_seconds,
         "maxOutputBytes": spec.max_output_bytes,

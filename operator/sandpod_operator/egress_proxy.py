@@ -1,9 +1,10 @@
 """Host allowlists through the chart's egress proxy (Squid): credentials, policy, reports.
 
-An execution whose allowlist names hosts gets a signed grant (sandpod_contract.egress_grant)
-as the password of its proxy URL, set in HTTP_PROXY and friends; its NetworkPolicy opens the
-proxy's pods and nothing else for those entries (no DNS: the proxy resolves). At the end, the
-refusals the proxy's monitors counted for it go into status.egressBlocked and Events.
+An execution (or a session) whose allowlist names hosts gets a signed grant
+(sandpod_contract.egress_grant) as the password of its proxy URL, set in HTTP_PROXY and
+friends; its NetworkPolicy opens the proxy's pods and nothing else for those entries (no DNS:
+the proxy resolves). At the end (of each run in a session), the refusals the proxy's monitors
+counted for it go into status.egressBlocked and Events.
 """
 
 import logging
@@ -14,8 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import kopf
 from sandpod_contract.egress_grant import Grant, HostGrant, proxy_url, sign
-from sandpod_contract.models import MAX_BLOCKED_REPORTED, BlockedEgress, Network
+from sandpod_contract.models import (
+    MAX_BLOCKED_REPORTED,
+    MAX_TIMEOUT_SECONDS,
+    BlockedEgress,
+    Network,
+)
 
 from sandpod_operator.kube import Manifest
 from sandpod_operator.settings import OperatorSettings
@@ -27,6 +34,8 @@ logger = logging.getLogger(__name__)
 _REPORTABLE_HOST = re.compile(r"^[A-Za-z0-9.:_\[\]-]{1,253}$")
 GRANT_MARGIN_SECONDS = 60
 MONITOR_TIMEOUT_SECONDS = 3
+# Per (host, port): how many requests the proxy refused.
+Refusals = Counter[tuple[str, int]]
 
 
 @dataclass(frozen=True)
@@ -48,16 +57,33 @@ def proxy_peer(namespace: str, pod_labels: Mapping[str, str]) -> Manifest:
     }
 
 
+def host_grant(network: Network, *, namespace: str, uid: str, until: float) -> Grant:
+    """The host entries of one execution or session (`uid`), valid until `until` plus a
+    margin."""
+    return Grant(
+        execution=uid,
+        namespace=namespace,
+        expires=int(until) + GRANT_MARGIN_SECONDS,
+        hosts=tuple(HostGrant(str(rule.host), rule.host_ports) for rule in network.host_rules),
+    )
+
+
 def execution_grant(
     network: Network, *, namespace: str, uid: str, timeout_seconds: int, now: float, startup: int
 ) -> Grant:
     """The grant of one execution: its host entries, valid for as long as it may run."""
-    return Grant(
-        execution=uid,
-        namespace=namespace,
-        expires=int(now) + startup + timeout_seconds + GRANT_MARGIN_SECONDS,
-        hosts=tuple(HostGrant(str(rule.host), rule.host_ports) for rule in network.host_rules),
-    )
+    until = now + startup + timeout_seconds
+    return host_grant(network, namespace=namespace, uid=uid, until=until)
+
+
+def session_grant(
+    network: Network, *, namespace: str, uid: str, created: float, lifetime_seconds: int
+) -> Grant:
+    """The grant of a session's sandbox, the same whenever it is computed (each run's request
+    must carry the env the pod started with): valid for the session's whole lifetime, from its
+    creation, and for a run that starts just before that ends."""
+    until = created + lifetime_seconds + MAX_TIMEOUT_SECONDS
+    return host_grant(network, namespace=namespace, uid=uid, until=until)
 
 
 def proxy_env(proxy: EgressProxy, grant: Grant) -> dict[str, str]:
@@ -81,21 +107,33 @@ def proxy_rule(proxy: EgressProxy) -> Manifest:
     return {"to": [dict(proxy.peer)], "ports": [{"port": proxy.port, "protocol": "TCP"}]}
 
 
-def merge_blocked(reports: Iterable[Mapping[str, Any]]) -> list[BlockedEgress]:
-    """The monitors' answers ([{host, port, count}], one list per replica) as one bounded
-    status list, most frequent first; entries the proxy could not have written are dropped."""
-    counts: Counter[tuple[str, int]] = Counter()
+def tally_blocked(reports: Iterable[Mapping[str, Any]]) -> Refusals:
+    """The monitors' answers ([{host, port, count}], one list per replica) added up;
+    entries the proxy could not have written are dropped."""
+    counts: Refusals = Counter()
     for entry in reports:
         host, port, count = entry.get("host"), entry.get("port"), entry.get("count")
         if not isinstance(host, str) or not _REPORTABLE_HOST.match(host):
             continue
         if isinstance(port, int) and isinstance(count, int) and 0 <= port <= 65535 and count > 0:
             counts[(host, port)] += count
+    return counts
+
+
+def ranked_blocked(counts: Refusals) -> list[BlockedEgress]:
+    """Refusals as a bounded status list, most frequent first."""
     ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
     return [
         BlockedEgress(host=host, port=port, count=count)
         for (host, port), count in ranked[:MAX_BLOCKED_REPORTED]
     ]
+
+
+def blocked_between(before: Refusals, after: Refusals) -> list[BlockedEgress]:
+    """What was refused between two looks at one grant's refusals (a session's runs, one at
+    a time): the growth of each count. A count that fell (a proxy replica restarted or did
+    not answer) adds nothing: the report is then a lower bound."""
+    return ranked_blocked(after - before)
 
 
 def blocked_message(blocked: list[BlockedEgress]) -> str:
@@ -130,9 +168,21 @@ class ProxyClient:
         )
         return self._resolved
 
+    async def access(self, grant: Grant) -> tuple[EgressProxy, dict[str, str]]:
+        """The proxy and a sandbox's variables for `grant` (retried while the proxy's Service
+        has no address)."""
+        proxy = await self.resolve()
+        if proxy is None:
+            raise kopf.TemporaryError("the egress proxy's Service has no address yet", delay=5)
+        return proxy, proxy_env(proxy, grant)
+
     async def blocked(self, uid: str) -> list[BlockedEgress]:
-        """What every proxy replica refused for this execution (replicas that do not answer
-        are skipped: the report is then a lower bound)."""
+        """What every proxy replica refused for this execution."""
+        return ranked_blocked(await self.refusals(uid))
+
+    async def refusals(self, uid: str) -> Refusals:
+        """What every proxy replica refused for this grant (execution or session) so far
+        (replicas that do not answer are skipped: the counts are then a lower bound)."""
         addresses = await self._kube.endpoint_addresses(self._namespace, self._service)
         reports: list[Mapping[str, Any]] = []
         timeout = aiohttp.ClientTimeout(total=MONITOR_TIMEOUT_SECONDS)
@@ -148,4 +198,4 @@ class ProxyClient:
                     continue
                 if isinstance(answer, list):
                     reports.extend(e for e in answer if isinstance(e, dict))
-        return merge_blocked(reports)
+        return tally_blocked(reports)

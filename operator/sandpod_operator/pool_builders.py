@@ -7,6 +7,7 @@ No I/O here. The pool controller adds ownerReferences (kopf.adopt) and creates t
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from sandpod_contract.catalog import Catalog
@@ -83,13 +84,15 @@ def build_serve_configmap(
     labels: dict[str, str],
     sandbox: Sandbox,
     settings: OperatorSettings,
+    extra_env: Mapping[str, str] | None = None,
 ) -> Manifest:
     """The serve config: a complete config.json for this language, which the runner checks as
     it checks any; the per-execution fields (args, timeout, output cap, files, stdin) come with
-    each request and replace these placeholders."""
+    each request and replace these placeholders. Each request's env must be this one
+    (`extra_env`: a session's egress proxy variables)."""
     config = {
         "mode": "run",
-        **language_config(sandbox.language, settings),
+        **language_config(sandbox.language, settings, extra_env),
         "args": [],
         "timeoutSeconds": settings.max_timeout_seconds,
         "maxOutputBytes": DEFAULT_OUTPUT_BYTES,
@@ -165,7 +168,13 @@ def build_pool_pod(
 
 
 def build_session_configmap(
-    *, namespace: str, session_name: str, uid: str, sandbox: Sandbox, settings: OperatorSettings
+    *,
+    namespace: str,
+    session_name: str,
+    uid: str,
+    sandbox: Sandbox,
+    settings: OperatorSettings,
+    extra_env: Mapping[str, str] | None = None,
 ) -> Manifest:
     return build_serve_configmap(
         namespace=namespace,
@@ -173,6 +182,7 @@ def build_session_configmap(
         labels={MANAGED_BY_LABEL: MANAGED_BY, SESSION_LABEL: session_name},
         sandbox=sandbox,
         settings=settings,
+        extra_env=extra_env,
     )
 
 

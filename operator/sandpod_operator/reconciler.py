@@ -56,7 +56,6 @@ from sandpod_operator.egress_proxy import (
     ProxyClient,
     blocked_message,
     execution_grant,
-    proxy_env,
 )
 from sandpod_operator.kube import KubeApi, KubeError, LogRead, Manifest
 from sandpod_operator.owners import as_body, owned_by
@@ -166,11 +165,11 @@ class Reconciler:
 
     def __post_init__(self) -> None:
         self.warm = WarmPath(self.kube, self.settings, self.catalog)
-        self.sessions = SessionController(
-            self.kube, self.settings, self.catalog, self.warm, self.record
-        )
         self.proxy = (
             ProxyClient(self.kube, self.settings) if self.settings.egress_proxy_service else None
+        )
+        self.sessions = SessionController(
+            self.kube, self.settings, self.catalog, self.warm, self.record, proxy=self.proxy
         )
 
     async def close(self) -> None:
@@ -340,9 +339,6 @@ class Reconciler:
         """The egress proxy and the sandbox's variables for it, when the allowlist names hosts."""
         if self.proxy is None or not spec.network.host_rules:
             return None, {}
-        proxy = await self.proxy.resolve()
-        if proxy is None:
-            raise kopf.TemporaryError("the egress proxy's Service has no address yet", delay=5)
         grant = execution_grant(
             spec.network,
             namespace=namespace,
@@ -351,7 +347,7 @@ class Reconciler:
             now=time.time(),
             startup=self.settings.pod_startup_timeout_seconds,
         )
-        return proxy, proxy_env(proxy, grant)
+        return await self.proxy.access(grant)
 
     async def _blocked_for(self, execution: Manifest, verdict: Verdict) -> list[BlockedEgress]:
         """When an execution with host entries ends: what the proxy refused for it (best
@@ -758,19 +754,34 @@ class Reconciler:
     # --- writing status -------------------------------------------------------------------
 
     async def record(
-        self, execution: Manifest, verdict: Verdict, *, pod_name: str | None = None
+        self,
+        execution: Manifest,
+        verdict: Verdict,
+        *,
+        pod_name: str | None = None,
+        egress_blocked: list[BlockedEgress] | None = None,
     ) -> bool:
-        """Write the verdict into status (compare-and-swap); True if this call moved it."""
-        return await self._write(execution, verdict, pod_name=pod_name) is not None
+        """Write the verdict into status (compare-and-swap); True if this call moved it.
+        `egress_blocked`: what the proxy refused the run, when the caller knows (a run in a
+        session); else an execution with host entries asks the proxy when it ends."""
+        written = await self._write(
+            execution, verdict, pod_name=pod_name, egress_blocked=egress_blocked
+        )
+        return written is not None
 
     async def _write(
-        self, execution: Manifest, verdict: Verdict, *, pod_name: str | None = None
+        self,
+        execution: Manifest,
+        verdict: Verdict,
+        *,
+        pod_name: str | None = None,
+        egress_blocked: list[BlockedEgress] | None = None,
     ) -> Manifest | None:
         """`record`, answering the execution as written (None if this call did not move it)."""
         meta = execution["metadata"]
         namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
         current: Manifest | None = execution
-        blocked: list[BlockedEgress] | None = None
+        blocked = egress_blocked
         for _ in range(MAX_WRITE_ATTEMPTS):
             if current is None or current["metadata"].get("uid") != uid:
                 return None

@@ -8,19 +8,26 @@ and one daemon per live session runs its queue. Each run is the warm path's: the
 status names the pod first (Running), then POST /v1/run with the execution's uid, so after an
 operator restart the head of the queue is re-attached, never run twice; the result comes
 from the runner's verified summary. The pod stays after a run; it goes with the session.
+
+A session whose allowlist names hosts gets its own pod (pool pods carry no proxy
+credentials), with the egress proxy's variables for a grant of its own (egress_proxy), and
+each of its runs reports what the proxy refused the session while it ran.
 """
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+import aiohttp
 import kopf
 from pydantic import ValidationError
 from sandpod_contract.catalog import Catalog
 from sandpod_contract.models import (
+    BlockedEgress,
     CodeExecutionSpec,
     CodeSessionSpec,
     CodeSessionStatus,
@@ -42,6 +49,13 @@ from sandpod_operator.builders import (
     check_egress,
     limits_within,
     plan_execution,
+)
+from sandpod_operator.egress_proxy import (
+    EgressProxy,
+    ProxyClient,
+    Refusals,
+    blocked_between,
+    session_grant,
 )
 from sandpod_operator.kube import Key, KubeApi, KubeError, Manifest
 from sandpod_operator.owners import as_body, owned_by
@@ -72,10 +86,6 @@ from sandpod_operator.warm import Wanted, WarmPath, pod_ready, run_request, wait
 logger = logging.getLogger(__name__)
 
 SESSION_ENDED = "SessionEnded"
-SESSION_HOSTS_MESSAGE = (
-    "spec.network.allow: a session takes address (cidr) entries only; host names go through "
-    "the egress proxy, which session sandboxes do not use"
-)
 SESSION_NOT_FOUND = "SessionNotFound"
 SESSION_ENDED_MESSAGE = "the session this execution names has ended; nothing was run"
 SESSION_NOT_FOUND_MESSAGE = "no CodeSession of that name exists in this namespace; nothing was run"
@@ -249,7 +259,12 @@ class Recording(Protocol):
     """The Reconciler's status write of an execution (compare-and-swap)."""
 
     async def __call__(
-        self, execution: Manifest, verdict: Verdict, *, pod_name: str | None = None
+        self,
+        execution: Manifest,
+        verdict: Verdict,
+        *,
+        pod_name: str | None = None,
+        egress_blocked: list[BlockedEgress] | None = None,
     ) -> bool: ...
 
 
@@ -267,12 +282,18 @@ class SessionController:
     finished: set[str] = field(default_factory=set)
     # Namespaces whose session runner-ingress policy this process has ensured.
     protected: set[str] = field(default_factory=set)
+    # The egress proxy, when the operator has one (sessions with host entries use it).
+    proxy: ProxyClient | None = None
+    # Per session uid (with host entries): what the proxy had refused it when its last run
+    # ended, so that each run's report is the growth since (runs are one at a time).
+    refused: dict[str, Refusals] = field(default_factory=dict)
 
     # --- waking -------------------------------------------------------------------------
 
     def forget(self, key: Key, uid: str) -> None:
         self.wakeups.forget(key)
         self.written.pop(uid, None)
+        self.refused.pop(uid, None)
 
     def freshest(self, session: Manifest) -> Manifest:
         return newer(session, self.written.get(session["metadata"]["uid"]))
@@ -288,10 +309,11 @@ class SessionController:
         try:
             spec = CodeSessionSpec.model_validate(session.get("spec") or {})
             sandbox = plan_session(spec, self.catalog, self.settings)
-            if spec.network.host_rules:
-                raise InvalidSpecError(SESSION_HOSTS_MESSAGE)
             check_egress(
-                spec.network, self.settings.egress_bounds, meta["namespace"], proxy_configured=False
+                spec.network,
+                self.settings.egress_bounds,
+                meta["namespace"],
+                proxy_configured=self.proxy is not None,
             )
         except (ValidationError, InvalidSpecError) as error:
             message = clip_message(str(error))
@@ -335,6 +357,7 @@ class SessionController:
             if ingress is not None:
                 await self.kube.create_network_policy(ingress, uid=None)
             self.protected.add(namespace)
+        proxy, proxy_variables = await self._proxy_for(session, spec)
         egress = build_egress_policy(
             owner_label=SESSION_LABEL,
             execution_name=name,
@@ -342,9 +365,15 @@ class SessionController:
             uid=uid,
             bounds=self.settings.egress_bounds,
             network=spec.network,
+            proxy=proxy,
         )
         configmap = build_session_configmap(
-            namespace=namespace, session_name=name, uid=uid, sandbox=sandbox, settings=self.settings
+            namespace=namespace,
+            session_name=name,
+            uid=uid,
+            sandbox=sandbox,
+            settings=self.settings,
+            extra_env=proxy_variables,
         )
         pod = build_session_pod(configmap, sandbox, self.settings)
         children: list[tuple[Manifest, Any]] = [
@@ -356,7 +385,26 @@ class SessionController:
         for child, create in children:  # each the session's, so removed with it
             kopf.adopt(child, owner=as_body(session))
             found = await self._own(session, child, await create(child, uid=uid))
+        if proxy is not None:
+            self.refused[uid] = Counter()  # a new grant: nothing refused yet
         return found
+
+    async def _proxy_for(
+        self, session: Manifest, spec: CodeSessionSpec
+    ) -> tuple[EgressProxy | None, dict[str, str]]:
+        """The egress proxy and the sandbox's variables for it, when the allowlist names
+        hosts: the same at the pod's start and at each run (the runner checks)."""
+        if self.proxy is None or not spec.network.host_rules:
+            return None, {}
+        meta = session["metadata"]
+        grant = session_grant(
+            spec.network,
+            namespace=meta["namespace"],
+            uid=meta["uid"],
+            created=created_at(session).timestamp(),
+            lifetime_seconds=spec.max_lifetime_seconds,
+        )
+        return await self.proxy.access(grant)
 
     async def _own(self, session: Manifest, wanted: Manifest, found: Manifest | None) -> Manifest:
         """The child as the cluster has it, if it is this session's; a namesake that is not
@@ -389,7 +437,7 @@ class SessionController:
         queue = [e for e in queue_order(executions) if e["metadata"]["uid"] not in self.finished]
         reason = expiry_reason(spec, status, created_at(session), now())
         if queue and reason != "LifetimeExceeded":
-            await self._run(session, pod, queue[0])
+            await self._run(session, spec, pod, queue[0])
             return 0.0
         if reason:
             await self._end(session, reason, expiry_message(reason, spec), executions)
@@ -422,13 +470,17 @@ class SessionController:
 
     # --- running one execution ----------------------------------------------------------
 
-    async def _run(self, session: Manifest, pod: Manifest, execution: Manifest) -> None:
+    async def _run(
+        self, session: Manifest, session_spec: CodeSessionSpec, pod: Manifest, execution: Manifest
+    ) -> None:
         """Run the head of the queue (or re-attach to it) and record both statuses."""
         name, uid = session["metadata"]["name"], execution["metadata"]["uid"]
         spec, plan, problem = self._execution_plan(execution, session)
         if problem or spec is None or plan is None:
             await self._refuse(execution, "InvalidSpec", problem, name)
             return
+        _, proxy_variables = await self._proxy_for(session, session_spec)
+        before = await self._refused_before(session, session_spec)
         status = execution.get("status") or {}
         started = parse_time(status.get("startedAt")) if status.get("phase") == "Running" else None
         if started is None:
@@ -449,7 +501,7 @@ class SessionController:
                 self.finished.add(uid)
                 return
         deadline = run_deadline(started, plan.timeout_seconds, self.settings)
-        request = run_request(uid, spec, plan, self.settings)
+        request = run_request(uid, spec, plan, self.settings, proxy_variables)
         try:
             log = await self.warm.run(pod, request, seconds_left=(deadline - now()).total_seconds())
         except (TimeoutError, RunnerUnavailable) as error:
@@ -459,20 +511,60 @@ class SessionController:
                 if timed_out
                 else runner_unavailable(started, now())
             )
-            await self.record(execution, replace(verdict, session=name))
+            blocked = await self._blocked_since(session, before)
+            await self.record(execution, replace(verdict, session=name), egress_blocked=blocked)
             self.finished.add(uid)
             await self._end(session, "SandboxLost", SANDBOX_LOST_MESSAGE, [])
             return
         verdict = observe_served(
             pod, log, mode=spec.mode, started_at=started, now=now(), settings=self.settings
         )
-        tail = self.settings.status_output_bytes
+        verdict = served_verdict(verdict, log, name, self.settings.status_output_bytes)
         ended = now()
+        blocked = await self._blocked_since(session, before)
         await asyncio.gather(
-            self.record(execution, served_verdict(verdict, log, name, tail)),
+            self.record(execution, verdict, egress_blocked=blocked),
             self._write(session, lambda current: self._after_run(current, ended)),
         )
         self.finished.add(uid)
+
+    # --- what the egress proxy refused a run --------------------------------------------
+
+    async def _refused_before(self, session: Manifest, spec: CodeSessionSpec) -> Refusals | None:
+        """What the proxy had refused the session before this run (kept from its last run's
+        end; asked once after a restart); None without host entries (nothing asked) or when
+        the proxy does not answer."""
+        uid = session["metadata"]["uid"]
+        if self.proxy is None or not spec.network.host_rules:
+            return None
+        if uid not in self.refused:
+            counts = await self._refusals(self.proxy, uid)
+            if counts is None:
+                return None
+            self.refused[uid] = counts
+        return self.refused[uid]
+
+    async def _blocked_since(
+        self, session: Manifest, before: Refusals | None
+    ) -> list[BlockedEgress] | None:
+        """What the proxy refused the session since `before`: this run's report (best
+        effort: None when unknown, and a proxy that does not answer never fails the run)."""
+        uid = session["metadata"]["uid"]
+        if self.proxy is None or before is None:
+            return None
+        after = await self._refusals(self.proxy, uid)
+        if after is None:
+            self.refused.pop(uid, None)  # unknown now: asked again before the next run
+            return None
+        self.refused[uid] = after
+        return blocked_between(before, after)
+
+    async def _refusals(self, proxy: ProxyClient, session_uid: str) -> Refusals | None:
+        try:
+            return await proxy.refusals(session_uid)
+        except (KubeError, aiohttp.ClientError, TimeoutError) as error:
+            logger.warning("egress report of session %s: %s", session_uid, error)
+            return None
 
     def _execution_plan(self, execution: Manifest, session: Manifest) -> tuple[Any, Any, str]:
         try:

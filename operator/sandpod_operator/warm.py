@@ -17,7 +17,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -223,12 +223,17 @@ def claim_patch(pod: Manifest, owner: Manifest, owner_label: str) -> Manifest:
 
 
 def run_request(
-    execution_uid: str, spec: CodeExecutionSpec, plan: Plan, settings: OperatorSettings
+    execution_uid: str,
+    spec: CodeExecutionSpec,
+    plan: Plan,
+    settings: OperatorSettings,
+    extra_env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The body of POST /v1/run: the same config as config.json, and the inputs."""
+    """The body of POST /v1/run: the same config as config.json (`extra_env`: what the
+    serving pod was started with, a session's egress proxy variables), and the inputs."""
     return {
         "executionId": execution_uid,
-        "config": build_runner_config(spec, plan, settings),
+        "config": build_runner_config(spec, plan, settings, extra_env),
         "source": spec.source,
         "stdin": spec.stdin,
         "files": [

@@ -96,6 +96,9 @@ class FakeKube:
         self.pods: dict[Key, Manifest] = {}
         self.configmaps: dict[Key, Manifest] = {}
         self.network_policies: dict[Key, Manifest] = {}
+        # Per Service: its cluster IP, and the ready addresses behind it.
+        self.service_ips: dict[Key, str] = {}
+        self.endpoints: dict[Key, list[str]] = {}
         self.logs: dict[Key, bytes] = {}
         self.warnings: dict[Key, str] = {}
         self.events: list[PostedEvent] = []
@@ -390,6 +393,14 @@ class FakeKube:
         # As `Kube`: the uid precondition's 409 and a 404 are both "nothing to do".
         if stored is not None and stored["metadata"]["uid"] == uid:
             del self.executions[(namespace, name)]
+
+    async def read_service_ip(self, namespace: str, name: str) -> str | None:
+        await self._enter("read_service_ip")
+        return self.service_ips.get((namespace, name))
+
+    async def endpoint_addresses(self, namespace: str, service: str) -> list[str]:
+        await self._enter("endpoint_addresses")
+        return list(self.endpoints.get((namespace, service), []))
 
     async def get_session(self, namespace: str, name: str) -> Manifest | None:
         await self._enter("get_session")

@@ -9,6 +9,7 @@ its result, and faults; in session mode each new run takes the next of `scripts`
 import asyncio
 import json
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,8 @@ class Script:
     forged: bool = False
     # Set: the summary waits for it (the program is still running).
     hold: asyncio.Event | None = None
+    # Called while the program runs (before its summary): what it does to the world.
+    during: Callable[[], None] | None = None
 
 
 FORGED_LINES = (
@@ -125,6 +128,8 @@ class ServeDouble:
             if script.forged and seq == 1:
                 for forged in FORGED_LINES:
                     await response.write(line(forged))
+        if script.during is not None:
+            script.during()
         if script.hold is not None:
             await script.hold.wait()
         await response.write(line(runner_wire.summary(script.result, len(script.outputs))))

@@ -30,9 +30,10 @@ from sandpod_operator.egress_policy import make_bounds
 from sandpod_operator.egress_proxy import (
     EgressProxy,
     execution_grant,
-    merge_blocked,
     proxy_env,
     proxy_peer,
+    ranked_blocked,
+    tally_blocked,
 )
 from sandpod_operator.settings import CONFIG_KEY, OperatorSettings
 from sandpod_proxy.grant_helper import SPLICED_TAG, decide
@@ -229,7 +230,7 @@ def test_blocked_reports_are_merged_bounded_and_sanitised() -> None:
         {"host": "x.org", "port": "80", "count": 1},
         *({"host": f"h{i}.org", "port": 80, "count": 1} for i in range(40)),
     ]
-    merged = merge_blocked(reports)
+    merged = ranked_blocked(tally_blocked(reports))
     assert len(merged) == 20
     assert [(b.host, b.port, b.count) for b in merged[:2]] == [
         ("a.org", 80, 5),

@@ -1,21 +1,32 @@
 """CodeSessions against the in-memory API server and a real local runner in session mode:
 the session's pod (own or claimed from a session pool), its executions in creation order one
 at a time, the trailing value and lost state, idle and lifetime ends, deletion, unknown and
-ended sessions, and an operator restart in the middle of the queue."""
+ended sessions, an operator restart in the middle of the queue, and host entries (the
+session's own proxy grant, each run's refusals from the proxy's monitor)."""
 
 import asyncio
 import copy
-from collections.abc import AsyncIterator
+import json
+import threading
+import urllib.parse
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from http.server import ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
+import kopf
 import pytest
 import pytest_asyncio
 import runner_wire
 from fake_kube import FakeKube, Key, Manifest, ready_status, stamp
 from sandpod_contract.catalog import load_catalog
-from sandpod_contract.models import CodeSessionSpec
+from sandpod_contract.egress_grant import HostGrant, verify
+from sandpod_contract.models import MAX_TIMEOUT_SECONDS, CodeSessionSpec
 from sandpod_contract.names import CLAIMED_BY_LABEL, POOL_CLAIMED, POOL_STATE_LABEL, SESSION_LABEL
+from sandpod_operator.egress_proxy import blocked_between
+from sandpod_operator.kube import KubeError
 from sandpod_operator.reconciler import Reconciler
 from sandpod_operator.sessions import (
     SESSION_ENDED_MESSAGE,
@@ -23,7 +34,8 @@ from sandpod_operator.sessions import (
     expiry_reason,
     queue_order,
 )
-from sandpod_operator.settings import OperatorSettings
+from sandpod_operator.settings import CONFIG_KEY, OperatorSettings
+from sandpod_proxy.monitor import Tally, handler_for
 from serve_double import Script, ServeDouble
 from test_operator_reconciler import latest, status_of, submit
 
@@ -424,3 +436,222 @@ async def test_after_a_restart_mid_queue_each_execution_ends_once_and_in_order(
     assert session_status(kube)["executionCount"] == 3
     await first.close()
     await second.close()
+
+
+# --- host entries: the session's own proxy grant ------------------------------------------
+
+PROXY_SERVICE = ("sandpod-system", "egress-proxy")
+PROXY_KEY = b"k" * 32
+HOSTS = {"egress": "allowlist", "allow": [{"host": "pypi.org"}]}
+
+
+@pytest.fixture
+def monitor() -> Iterator[tuple[Tally, int]]:
+    """The proxy's monitor (sandpod_proxy.monitor), on a port of this machine."""
+    tally = Tally()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(tally))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield tally, server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def proxied(
+    kube: FakeKube, monitor: tuple[Tally, int], tmp_path: Path
+) -> AsyncIterator[Reconciler]:
+    """An operator with the egress proxy configured: its Service has an address and one
+    replica, this machine's monitor."""
+    key_file = tmp_path / "proxy-key"
+    key_file.write_bytes(PROXY_KEY)
+    kube.service_ips[PROXY_SERVICE] = "10.96.0.50"
+    kube.endpoints[PROXY_SERVICE] = ["127.0.0.1"]
+    settings = OperatorSettings(
+        deadline_grace_seconds=0.5,
+        egress_proxy_service="/".join(PROXY_SERVICE),
+        egress_proxy_key_file=key_file,
+        egress_proxy_monitor_port=monitor[1],
+        egress_proxy_pod_labels={"app.kubernetes.io/component": "egress-proxy"},
+    )
+    process = Reconciler(
+        kube=kube, settings=settings, catalog=load_catalog(), post_event=kube.post_event
+    )
+    yield process
+    await process.close()
+
+
+def session_pool() -> list[Manifest]:
+    """A pool of session pods that fits any python session but for the network."""
+    return [
+        {
+            "metadata": {"name": "warm", "namespace": NAMESPACE},
+            "spec": {"language": "python", "size": 1, "sessions": True},
+        }
+    ]
+
+
+def refuse(tally: Tally, kube: FakeKube, *destinations: str) -> Callable[[], None]:
+    """What a program does while it runs: requests the proxy refuses under the session's
+    grant (the monitor gets Squid's log lines)."""
+
+    def requests() -> None:
+        uid = session_now(kube)["metadata"]["uid"]
+        for destination in destinations:
+            host, port = destination.split(":")
+            tally.record(f"{uid}/{NAMESPACE} {host} {port} TCP_DENIED 403 CONNECT")
+
+    return requests
+
+
+def test_a_runs_refusals_are_the_growth_of_the_sessions_counts() -> None:
+    before = Counter({("a.org", 443): 2, ("b.org", 80): 5})
+    after = Counter({("a.org", 443): 5, ("b.org", 80): 1, ("c.org", 80): 1})
+    assert [(b.host, b.port, b.count) for b in blocked_between(before, after)] == [
+        ("a.org", 443, 3),
+        ("c.org", 80, 1),
+    ]
+    assert blocked_between(after, after) == []
+
+
+def blocked_of(kube: FakeKube, name: str) -> dict[tuple[str, int], int]:
+    return {
+        (b["host"], b["port"]): b["count"] for b in status_of(kube, name).get("egressBlocked", [])
+    }
+
+
+async def test_a_session_with_host_entries_gets_its_own_pod_with_its_own_proxy_grant(
+    kube: FakeKube, runners: list[ServeDouble], proxied: Reconciler
+) -> None:
+    server = await ServeDouble(session=True).start()
+    runners.append(server)
+    kube.add_pool_pod(
+        NAMESPACE, "warm-0", pool="warm", port=server.port, credential=server.credential
+    )
+    session = open_session(kube, network=HOSTS)
+    await proxied.sessions.start(session_now(kube), pools=session_pool(), deny_all=True)
+    status = session_status(kube)
+    assert status["startMode"] == "cold" and status["podName"] != "warm-0"
+    assert POOL_STATE_LABEL in kube.pods[(NAMESPACE, "warm-0")]["metadata"]["labels"]
+    assert kube.pods[(NAMESPACE, "warm-0")]["metadata"]["labels"][POOL_STATE_LABEL] != (
+        POOL_CLAIMED
+    )
+    configmap = kube.configmaps[(NAMESPACE, status["podName"])]
+    env = json.loads(configmap["data"][CONFIG_KEY])["env"]
+    assert env["PYTHONUNBUFFERED"] == "1"
+    url = urllib.parse.urlsplit(env["HTTPS_PROXY"])
+    assert (url.hostname, url.port) == ("10.96.0.50", 3128)
+    assert env["HTTP_PROXY"] == env["npm_config_https_proxy"] == url.geturl()
+    grant = verify(str(url.password), PROXY_KEY, datetime.now(UTC).timestamp())
+    assert grant is not None
+    assert (grant.execution, grant.namespace) == (session["metadata"]["uid"], NAMESPACE)
+    assert grant.hosts == (HostGrant("pypi.org", (80, 443)),)
+    created = datetime.fromisoformat(session["metadata"]["creationTimestamp"]).timestamp()
+    spec = CodeSessionSpec.model_validate(session["spec"])
+    assert grant.expires == int(created + spec.max_lifetime_seconds + MAX_TIMEOUT_SECONDS + 60)
+    policy = kube.network_policies[(NAMESPACE, status["podName"])]
+    assert policy["spec"]["podSelector"]["matchLabels"][SESSION_LABEL] == SESSION
+    (rule,) = policy["spec"]["egress"]
+    assert rule["ports"] == [{"port": 3128, "protocol": "TCP"}]
+    assert rule["to"][0]["podSelector"]["matchLabels"] == {
+        "app.kubernetes.io/component": "egress-proxy"
+    }
+    # Each run's request carries the env the pod was started with (the runner checks it).
+    own = await ServeDouble(session=True).start()
+    runners.append(own)
+    serve_from(kube, (NAMESPACE, status["podName"]), own)
+    await proxied.sessions.tick(session_now(kube), [])
+    ask(kube, "first", ago(1))
+    await drain(proxied, kube)
+    assert status_of(kube, "first")["phase"] == "Succeeded"
+    assert own.requests[0]["config"]["env"] == env
+    assert server.runs == 0
+
+
+async def test_host_entries_without_the_proxy_are_an_invalid_spec(
+    kube: FakeKube, reconciler: Reconciler
+) -> None:
+    open_session(kube, network=HOSTS)
+    with pytest.raises(kopf.PermanentError, match="egress proxy"):
+        await reconciler.sessions.start(session_now(kube), pools=[], deny_all=True)
+    status = session_status(kube)
+    assert (status["phase"], status["reason"]) == ("Ended", "InvalidSpec")
+    assert "host entries go through the egress proxy" in status["message"]
+    assert not kube.pods
+
+
+async def ready_proxied_session(
+    kube: FakeKube, proxied: Reconciler, runners: list[ServeDouble], *scripts: Script
+) -> None:
+    open_session(kube, network=HOSTS)
+    await proxied.sessions.start(session_now(kube), pools=[], deny_all=True)
+    server = await ServeDouble(session=True, scripts=list(scripts)).start()
+    runners.append(server)
+    serve_from(kube, (NAMESPACE, session_status(kube)["podName"]), server)
+    await proxied.sessions.tick(session_now(kube), [])
+
+
+async def test_each_run_reports_what_the_proxy_refused_it(
+    kube: FakeKube,
+    runners: list[ServeDouble],
+    proxied: Reconciler,
+    monitor: tuple[Tally, int],
+) -> None:
+    tally = monitor[0]
+    scripts = [
+        Script(during=refuse(tally, kube, "other.fake:80", "other.fake:80")),
+        Script(during=refuse(tally, kube, "evil.fake:443")),
+        Script(),
+    ]
+    await ready_proxied_session(kube, proxied, runners, *scripts)
+    for name, seconds in (("one", 3), ("two", 2), ("three", 1)):
+        ask(kube, name, ago(seconds))
+    await drain(proxied, kube)
+    assert [status_of(kube, n)["phase"] for n in ("one", "two", "three")] == ["Succeeded"] * 3
+    assert blocked_of(kube, "one") == {("other.fake", 80): 2}
+    assert blocked_of(kube, "two") == {("evil.fake", 443): 1}
+    assert blocked_of(kube, "three") == {}
+    warned = [(e.uid, e.message) for e in kube.events if e.reason == "EgressBlocked"]
+    assert warned == [
+        (uid_of(kube, "one"), "the egress proxy refused requests to other.fake:80 x2"),
+        (uid_of(kube, "two"), "the egress proxy refused requests to evil.fake:443 x1"),
+    ]
+
+
+async def test_a_proxy_that_does_not_answer_never_fails_a_run(
+    kube: FakeKube,
+    runners: list[ServeDouble],
+    proxied: Reconciler,
+    monitor: tuple[Tally, int],
+) -> None:
+    tally = monitor[0]
+    scripts = [
+        Script(during=refuse(tally, kube, "other.fake:80")),
+        Script(during=refuse(tally, kube, "evil.fake:443")),
+    ]
+    await ready_proxied_session(kube, proxied, runners, *scripts)
+    kube.fail("endpoint_addresses", KubeError(503, "ServiceUnavailable", "the API server is busy"))
+    ask(kube, "one", ago(2))
+    await drain(proxied, kube)
+    assert status_of(kube, "one")["phase"] == "Succeeded"
+    assert "egressBlocked" not in status_of(kube, "one")
+    # Its refusals are unknown; the next run asks before it starts and reports only its own.
+    ask(kube, "two", ago(1))
+    await drain(proxied, kube)
+    assert blocked_of(kube, "two") == {("evil.fake", 443): 1}
+
+
+async def test_a_session_without_host_entries_never_asks_the_proxy(
+    kube: FakeKube, runners: list[ServeDouble], proxied: Reconciler
+) -> None:
+    await ready_session(kube, proxied, runners)
+    ask(kube, "first", ago(1))
+    await drain(proxied, kube)
+    assert status_of(kube, "first")["phase"] == "Succeeded"
+    assert "endpoint_addresses" not in kube.calls and "read_service_ip" not in kube.calls
+    assert (
+        "HTTPS_PROXY"
+        not in json.loads(
+            kube.configmaps[(NAMESPACE, session_status(kube)["podName"])]["data"][CONFIG_KEY]
+        )["env"]
+    )
