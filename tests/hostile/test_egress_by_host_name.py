@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import base64
 import concurrent.futures
+import contextlib
+import functools
 import hashlib
 import io
 import json
@@ -40,15 +42,20 @@ from fake_hosts import (
 from kubernetes import client, utils
 from operator_process import OPENED_TEST_NETWORK, e2e_operator
 from proxy_latency import execution_spec, measure, report
+from sandpod_contract.names import SESSION_PLURAL
 from sandpod_testkit.components import OperatorProcess
 from sandpod_testkit.kube import (
+    GROUP,
     LOCAL_POD_CIDR,
+    VERSION,
     cluster_ranges,
     create_namespace,
     delete_executions,
+    is_gone,
 )
 from sandpod_testkit.paths import REPO_ROOT
 from sandpod_testkit.waiting import wait_until
+from test_sessions import open_session, session_of
 
 PROXY_NAME = "sandpod-egress-proxy"
 PACKAGE = "sandpodfake"
@@ -482,7 +489,7 @@ def test_a_narrowed_tenant_cannot_name_other_hosts(
 def test_pip_install_from_a_package_index_on_the_fake_internet(
     custom_objects: client.CustomObjectsApi, tenants: dict[str, str]
 ) -> None:
-    # Sessions are not in main yet: the import runs in the same execution (a new interpreter).
+    # One execution: the import runs in a new interpreter (a session: see the end).
     source = INSTALL % {"port": HTTP_PORT, "package": PACKAGE}
     hosts = [{"host": "pypi.fake", "ports": [{"port": HTTP_PORT}]}]
     _, result = run(custom_objects, tenants["a"], source, hosts)
@@ -534,3 +541,76 @@ def test_benchmark_the_proxy_on_a_1mb_download(
     print(f"\negress proxy, 1 MB download: {json.dumps(result)}")
     assert all(result[path] is not None for path in ("direct", "proxied", "direct_https"))
     assert result["proxied_https"] is not None
+
+
+# --- sessions
+
+
+@contextlib.contextmanager
+def proxied_session(
+    objects: client.CustomObjectsApi, namespace: str, hosts: list[dict[str, Any]]
+) -> Iterator[str]:
+    """A Ready python session whose allowlist names `hosts`; deleted (and gone) after, while
+    the operator that holds its finalizer still runs."""
+    name = f"sess-{uuid.uuid4().hex[:6]}"
+    network = {"egress": "allowlist", "allow": hosts}
+    try:
+        open_session(objects, namespace, name, network=network, resources={"memory": "512Mi"})
+        yield name
+    finally:
+        read = functools.partial(
+            objects.get_namespaced_custom_object, GROUP, VERSION, namespace, SESSION_PLURAL, name
+        )
+        if not is_gone(read):
+            objects.delete_namespaced_custom_object(GROUP, VERSION, namespace, SESSION_PLURAL, name)
+            wait_until(lambda: is_gone(read), timeout=60, what=f"session {name} to be deleted")
+
+
+def run_in_session(
+    objects: client.CustomObjectsApi,
+    namespace: str,
+    session: str,
+    source: str,
+    args: list[str] | None = None,
+) -> tuple[str, dict[str, Any]]:
+    name = f"{session}-{uuid.uuid4().hex[:4]}"
+    create(
+        objects,
+        namespace,
+        name,
+        language="python",
+        source=source,
+        args=args or [],
+        timeoutSeconds=90,
+        session=session,
+    )
+    return name, status(wait_for(objects, namespace, name, timeout=150))
+
+
+@pytest.mark.usefixtures("proxy_operator")
+def test_a_session_installs_a_package_that_its_next_execution_imports(
+    custom_objects: client.CustomObjectsApi, core_v1: client.CoreV1Api, tenants: dict[str, str]
+) -> None:
+    namespace = tenants["a"]
+    hosts = [{"host": "pypi.fake", "ports": [{"port": HTTP_PORT}]}]
+    with proxied_session(custom_objects, namespace, hosts) as session:
+        assert session_of(custom_objects, namespace, session)["startMode"] == "cold"
+        install = INSTALL % {"port": HTTP_PORT, "package": PACKAGE}
+        _, installed = run_in_session(custom_objects, namespace, session, install)
+        assert installed["phase"] == "Succeeded", installed
+        assert "pip exit 0" in installed["stdout"], installed["stdout"]
+        assert not installed.get("egressBlocked")
+        # The session's interpreter started before the user site existed: it adds it.
+        source = f"import {PACKAGE}\nprint({PACKAGE}.VALUE)"
+        _, imported = run_in_session(custom_objects, namespace, session, source)
+        assert (imported["phase"], imported["stdout"]) == ("Succeeded", f"{PACKAGE_VALUE}\n"), (
+            imported
+        )
+        other = f"http://other.fake:{HTTP_PORT}/whoami"
+        name, fetched = run_in_session(custom_objects, namespace, session, fetch_source(), [other])
+        assert fetched["phase"] == "Succeeded", fetched
+        assert json.loads(fetched["stdout"])[other] == [403, ""]
+        assert blocked_of(fetched) == {("other.fake", HTTP_PORT): 1}
+        reasons = {e.reason for e in events_about(core_v1, namespace, "CodeExecution", name)}
+        assert "EgressBlocked" in reasons
+        assert session_of(custom_objects, namespace, session)["executionCount"] == 3
