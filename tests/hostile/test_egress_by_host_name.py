@@ -403,6 +403,17 @@ def blocked_of(result: dict[str, Any]) -> dict[tuple[str, int], int]:
     return {(b["host"], b["port"]): b["count"] for b in result.get("egressBlocked") or []}
 
 
+def wait_for_blocked_event(core: client.CoreV1Api, namespace: str, name: str) -> None:
+    """The execution's EgressBlocked Event: posted (kopf queues Events) after the status write
+    that a test sees first."""
+
+    def posted() -> bool:
+        events = events_about(core, namespace, "CodeExecution", name)
+        return any(e.reason == "EgressBlocked" for e in events)
+
+    wait_until(posted, timeout=30, what=f"an EgressBlocked Event about {name}")
+
+
 @pytest.mark.usefixtures("proxy_operator")
 def test_allowed_hosts_pass_and_everything_else_is_blocked_and_reported(
     custom_objects: client.CustomObjectsApi, core_v1: client.CoreV1Api, tenants: dict[str, str]
@@ -440,15 +451,7 @@ def test_allowed_hosts_pass_and_everything_else_is_blocked_and_reported(
         ("metadata.fake", 80): 1,
         ("cluster.fake", 443): 1,
     }
-    # kopf posts Events in the background: the status may come first.
-    wait_until(
-        lambda: any(
-            e.reason == "EgressBlocked"
-            for e in events_about(core_v1, tenants["a"], "CodeExecution", name)
-        ),
-        timeout=30,
-        what="the EgressBlocked Event",
-    )
+    wait_for_blocked_event(core_v1, tenants["a"], name)
 
 
 @pytest.mark.usefixtures("proxy_operator")
@@ -611,6 +614,5 @@ def test_a_session_installs_a_package_that_its_next_execution_imports(
         assert fetched["phase"] == "Succeeded", fetched
         assert json.loads(fetched["stdout"])[other] == [403, ""]
         assert blocked_of(fetched) == {("other.fake", HTTP_PORT): 1}
-        reasons = {e.reason for e in events_about(core_v1, namespace, "CodeExecution", name)}
-        assert "EgressBlocked" in reasons
+        wait_for_blocked_event(core_v1, namespace, name)
         assert session_of(custom_objects, namespace, session)["executionCount"] == 3
