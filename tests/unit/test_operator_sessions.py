@@ -141,6 +141,26 @@ async def drain(reconciler: Reconciler, kube: FakeKube) -> None:
     raise AssertionError("the queue did not drain")
 
 
+def session_pool() -> list[Manifest]:
+    """A pool of session pods (python, 1 pod) that fits a session without network."""
+    return [
+        {
+            "metadata": {"name": "warm", "namespace": NAMESPACE},
+            "spec": {"language": "python", "size": 1, "sessions": True},
+        }
+    ]
+
+
+async def free_pool_pod(kube: FakeKube, runners: list[ServeDouble]) -> ServeDouble:
+    """A free ready pod warm-0 of session_pool(), its runner a local one in session mode."""
+    server = await ServeDouble(session=True).start()
+    runners.append(server)
+    kube.add_pool_pod(
+        NAMESPACE, "warm-0", pool="warm", port=server.port, credential=server.credential
+    )
+    return server
+
+
 def ago(seconds: float) -> datetime:
     return datetime.now(UTC) - timedelta(seconds=seconds)
 
@@ -210,17 +230,8 @@ async def test_a_session_gets_its_own_serving_pod_and_becomes_ready(
 async def test_a_session_starts_from_a_session_pool_and_executions_never_take_those(
     kube: FakeKube, runners: list[ServeDouble], reconciler: Reconciler
 ) -> None:
-    server = await ServeDouble(session=True).start()
-    runners.append(server)
-    kube.add_pool_pod(
-        NAMESPACE, "warm-0", pool="warm", port=server.port, credential=server.credential
-    )
-    pools = [
-        {
-            "metadata": {"name": "warm", "namespace": NAMESPACE},
-            "spec": {"language": "python", "size": 1, "sessions": True},
-        }
-    ]
+    server = await free_pool_pod(kube, runners)
+    pools = session_pool()
     submit(kube, "one-off")
     await reconciler.start(latest(kube, "one-off"), deny_all_present=True, pools=pools)
     assert status_of(kube, "one-off")["startMode"] == "cold"
@@ -481,16 +492,6 @@ async def proxied(
     await process.close()
 
 
-def session_pool() -> list[Manifest]:
-    """A pool of session pods that fits any python session but for the network."""
-    return [
-        {
-            "metadata": {"name": "warm", "namespace": NAMESPACE},
-            "spec": {"language": "python", "size": 1, "sessions": True},
-        }
-    ]
-
-
 def refuse(tally: Tally, kube: FakeKube, *destinations: str) -> Callable[[], None]:
     """What a program does while it runs: requests the proxy refuses under the session's
     grant (the monitor gets Squid's log lines)."""
@@ -523,11 +524,7 @@ def blocked_of(kube: FakeKube, name: str) -> dict[tuple[str, int], int]:
 async def test_a_session_with_host_entries_gets_its_own_pod_with_its_own_proxy_grant(
     kube: FakeKube, runners: list[ServeDouble], proxied: Reconciler
 ) -> None:
-    server = await ServeDouble(session=True).start()
-    runners.append(server)
-    kube.add_pool_pod(
-        NAMESPACE, "warm-0", pool="warm", port=server.port, credential=server.credential
-    )
+    server = await free_pool_pod(kube, runners)
     session = open_session(kube, network=HOSTS)
     await proxied.sessions.start(session_now(kube), pools=session_pool(), deny_all=True)
     status = session_status(kube)
@@ -580,17 +577,6 @@ async def test_host_entries_without_the_proxy_are_an_invalid_spec(
     assert not kube.pods
 
 
-async def ready_proxied_session(
-    kube: FakeKube, proxied: Reconciler, runners: list[ServeDouble], *scripts: Script
-) -> None:
-    open_session(kube, network=HOSTS)
-    await proxied.sessions.start(session_now(kube), pools=[], deny_all=True)
-    server = await ServeDouble(session=True, scripts=list(scripts)).start()
-    runners.append(server)
-    serve_from(kube, (NAMESPACE, session_status(kube)["podName"]), server)
-    await proxied.sessions.tick(session_now(kube), [])
-
-
 async def test_each_run_reports_what_the_proxy_refused_it(
     kube: FakeKube,
     runners: list[ServeDouble],
@@ -603,7 +589,7 @@ async def test_each_run_reports_what_the_proxy_refused_it(
         Script(during=refuse(tally, kube, "evil.fake:443")),
         Script(),
     ]
-    await ready_proxied_session(kube, proxied, runners, *scripts)
+    await ready_session(kube, proxied, runners, *scripts, network=HOSTS)
     for name, seconds in (("one", 3), ("two", 2), ("three", 1)):
         ask(kube, name, ago(seconds))
     await drain(proxied, kube)
@@ -629,7 +615,7 @@ async def test_a_proxy_that_does_not_answer_never_fails_a_run(
         Script(during=refuse(tally, kube, "other.fake:80")),
         Script(during=refuse(tally, kube, "evil.fake:443")),
     ]
-    await ready_proxied_session(kube, proxied, runners, *scripts)
+    await ready_session(kube, proxied, runners, *scripts, network=HOSTS)
     kube.fail("endpoint_addresses", KubeError(503, "ServiceUnavailable", "the API server is busy"))
     ask(kube, "one", ago(2))
     await drain(proxied, kube)
