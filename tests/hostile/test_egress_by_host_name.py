@@ -515,6 +515,49 @@ def test_npm_install_from_a_registry_on_the_fake_internet(
     assert not result.get("egressBlocked")
 
 
+# requests and aiohttp (trust_env) read the proxy variables; each fetches argv's URLs
+# (HTTPS without verifying the fake host's self-signed certificate) and prints a status line.
+STANDARD_CLIENTS = """
+import asyncio, sys, aiohttp, requests, urllib3
+urllib3.disable_warnings()
+for url in sys.argv[1:]:
+    print("requests", url, requests.get(url, verify=False, timeout=15).status_code)
+async def main():
+    async with aiohttp.ClientSession(trust_env=True) as session:
+        for url in sys.argv[1:]:
+            async with session.get(url, ssl=False) as answer:
+                print("aiohttp", url, answer.status)
+asyncio.run(main())
+"""
+CURL = """
+for url in "$@"; do echo "curl $url $(curl -sk -o /dev/null -w '%{http_code}' "$url")"; done
+"""
+
+
+@pytest.mark.usefixtures("proxy_operator")
+def test_standard_clients_use_the_proxy_unchanged(
+    custom_objects: client.CustomObjectsApi, tenants: dict[str, str]
+) -> None:
+    urls = [
+        f"http://allowed.fake:{HTTP_PORT}/whoami",
+        f"https://allowed.fake:{HTTPS_PORT}/whoami",
+        f"http://other.fake:{HTTP_PORT}/whoami",
+    ]
+    hosts = [{"host": "allowed.fake", "ports": [{"port": HTTP_PORT}, {"port": HTTPS_PORT}]}]
+    expected = {urls[0]: "200", urls[1]: "200", urls[2]: "403"}
+    for language, source, clients in (
+        ("python", STANDARD_CLIENTS, ("requests", "aiohttp")),
+        ("bash", CURL, ("curl",)),
+    ):
+        _, result = run(custom_objects, tenants["a"], source, hosts, urls, language=language)
+        assert result["phase"] == "Succeeded", result
+        lines = set(result["stdout"].splitlines())
+        for name in clients:
+            for url, code in expected.items():
+                assert f"{name} {url} {code}" in lines, (name, url, result["stdout"])
+        assert blocked_of(result) == {("other.fake", HTTP_PORT): len(clients)}
+
+
 @pytest.mark.usefixtures("proxy_operator")
 def test_tls_to_another_server_name_than_the_connect_name_is_refused_and_reported(
     custom_objects: client.CustomObjectsApi, tenants: dict[str, str]
