@@ -317,6 +317,7 @@ def resolved_session_spec(
             memory=request.memory or smaller_quantity(settings.default_memory, limits.max_memory),
             cpu=request.cpu or smaller_quantity(settings.default_cpu, limits.max_cpu),
         ),
+        network=request.network_spec(),
         idle_timeout_seconds=idle
         or min(DEFAULT_IDLE_TIMEOUT_SECONDS, limits.max_idle_timeout_seconds),
         max_lifetime_seconds=lifetime

@@ -81,6 +81,7 @@ async def run_code(arguments: Any, call: ToolCallContext) -> ExecutionResult:
         language=arguments.language,
         code=arguments.code,
         timeout_seconds=arguments.timeout_seconds,
+        allow_hosts=arguments.allow_hosts,
     )
     outcome = await create_execution(request, call.context, idempotency_key=None, wait=True)
     return call.count(outcome)
@@ -88,7 +89,9 @@ async def run_code(arguments: Any, call: ToolCallContext) -> ExecutionResult:
 
 async def open_session_tool(arguments: Any, call: ToolCallContext) -> SessionInfo:
     request = CreateSessionRequest(
-        language=arguments.language, idle_timeout_seconds=arguments.idle_timeout_seconds
+        language=arguments.language,
+        idle_timeout_seconds=arguments.idle_timeout_seconds,
+        allow_hosts=arguments.allow_hosts,
     )
     return (await open_session(request, call.context, None)).session
 

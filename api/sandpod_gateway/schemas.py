@@ -6,9 +6,18 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Generic, Literal, Self, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
+from sandpod_contract.egress_grant import MAX_HOST_CHARS
 from sandpod_contract.models import (
     CPU_BOUNDS,
+    MAX_ALLOW_RULES,
     MAX_ARG_CHARS,
     MAX_ARGS,
     MAX_FILES,
@@ -20,7 +29,11 @@ from sandpod_contract.models import (
     MIN_MAX_LIFETIME_SECONDS,
     MIN_OUTPUT_BYTES,
     RELATIVE_PATH_PATTERN,
+    BlockedEgress,
     Diagnostic,
+    EgressRule,
+    Network,
+    PortRule,
 )
 
 from sandpod_gateway.service import PageData, Resource
@@ -44,6 +57,80 @@ Memory = Annotated[
     AfterValidator(MEMORY_BOUNDS.check),
 ]
 Cpu = Annotated[str, Field(max_length=32, examples=["500m"]), AfterValidator(CPU_BOUNDS.check)]
+
+
+HOST_ENTRY_MESSAGE = (
+    "must be a host name (pypi.org), *. and a domain for every name below it "
+    "(*.example.org), or either with :port (files.pythonhosted.org:443); not a URL, "
+    "not an IP address"
+)
+
+
+def host_rule(entry: str) -> EgressRule:
+    """An allow_hosts entry as the allowlist entry it stands for (ports 80 and 443 when it
+    names none)."""
+    host, colon, port = entry.lower().partition(":")
+    try:
+        if colon and not (port.isascii() and port.isdigit()):
+            raise ValueError(port)
+        return EgressRule(host=host, ports=[PortRule(port=int(port))] if colon else [])
+    except (ValueError, ValidationError) as exc:
+        raise ValueError(f"{entry!r} {HOST_ENTRY_MESSAGE}") from exc
+
+
+def _host_entry(entry: str) -> str:
+    host_rule(entry)
+    return entry.lower()
+
+
+AllowHost = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_HOST_CHARS + len(":65535")),
+    AfterValidator(_host_entry),
+]
+AllowHosts = Annotated[
+    list[AllowHost] | None,
+    Field(
+        max_length=MAX_ALLOW_RULES,
+        description="Hosts the program may reach over HTTP and HTTPS, through the platform's "
+        "egress proxy (HTTP_PROXY and HTTPS_PROXY are set in the sandbox; pip, npm, curl and "
+        "requests use them): a host name (pypi.org), *. and a domain for every name below it "
+        "(*.githubusercontent.com), or either with :port; ports 80 and 443 when none is "
+        "given. pip needs pypi.org and files.pythonhosted.org. Only hosts the tenant is "
+        "allowed: another ends the run with reason InvalidSpec. Omitted: no network at all.",
+        examples=[["pypi.org", "files.pythonhosted.org:443"]],
+    ),
+]
+
+
+def hosts_network(entries: list[str]) -> Network:
+    """The allowlist that allow_hosts stands for."""
+    return Network(egress="allowlist", allow=[host_rule(entry) for entry in entries])
+
+
+class NetworkFields(BaseModel):
+    """The sandbox's network: none unless asked for, with the full allowlist or hosts only."""
+
+    network: Network | None = Field(
+        default=None,
+        description="Network access of the sandbox, as the CodeExecution's spec.network: "
+        "egress none (the default) or allowlist with allow entries that name a cidr or a "
+        "host (and ports). Entries outside what the platform and the tenant allow end the "
+        "run (or the session) with reason InvalidSpec, or are refused at create (422).",
+    )
+    allow_hosts: AllowHosts = None
+
+    @model_validator(mode="after")
+    def _one_network(self) -> Self:
+        if self.network is not None and self.allow_hosts:
+            raise ValueError("give network or allow_hosts, not both")
+        return self
+
+    def network_spec(self) -> Network:
+        """The spec's network: as asked for, else none."""
+        if self.allow_hosts:
+            return hosts_network(self.allow_hosts)
+        return self.network or Network()
 
 
 class ExecutionStatus(StrEnum):
@@ -133,7 +220,7 @@ class ProgramFields(BaseModel):
     )
 
 
-class CreateExecutionRequest(ProgramFields):
+class CreateExecutionRequest(ProgramFields, NetworkFields):
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={"examples": [{"language": "python", "code": "print(2 + 2)"}]},
@@ -189,6 +276,11 @@ class ExecutionResult(BaseModel):
     )
     files_truncated: bool = Field(
         default=False, description="Some output files were left out (count or size limits)"
+    )
+    egress_blocked: list[BlockedEgress] | None = Field(
+        default=None,
+        description="Requests the egress proxy refused (a host not allowed, a non-public "
+        "address), per destination: host, port, count; most frequent first",
     )
     created_at: datetime | None = None
     started_at: datetime | None = None
@@ -252,7 +344,7 @@ class SessionStatus(StrEnum):
     ended = "ended"
 
 
-class CreateSessionRequest(BaseModel):
+class CreateSessionRequest(NetworkFields):
     model_config = ConfigDict(
         extra="forbid", json_schema_extra={"examples": [{"language": "python"}]}
     )

@@ -16,19 +16,25 @@ from sandpod_contract.models import (
 
 from sandpod_gateway.auth import TenantLimits
 from sandpod_gateway.languages import LanguageCatalog
+from sandpod_gateway.schemas import AllowHosts
 
 RUN_CODE_NAME = "run_code"
 RUN_CODE_DESCRIPTION = (
-    "Run a program in a fresh, isolated sandbox (no network, no state kept between runs) "
-    "and return its stdout, stderr and exit code. Print whatever you want to see. "
+    "Run a program in a fresh, isolated sandbox (no state kept between runs; no network "
+    "unless allow_hosts names hosts, and only those the platform allows) and return its "
+    "stdout, stderr and exit code. Print whatever you want to see. "
     "status is success, error (non-zero exit; read stderr), compile_error (the program did "
     "not build; read compile_output), timeout, cancelled or sandbox_error (the sandbox "
-    "itself failed; error_message says why). To keep variables "
+    "itself failed; error_message says why, e.g. InvalidSpec for a host not allowed). "
+    "egress_blocked lists requests the proxy refused (host, port, count). To keep variables "
     "and files between runs, use open_session and run_in_session instead."
 )
 OPEN_SESSION_DESCRIPTION = (
-    "Open a session: one isolated sandbox (no network) kept for you, where runs share files, "
-    "installed packages and, in Python, variables, imports and functions, like a notebook. "
+    "Open a session: one isolated sandbox kept for you, where runs share files, installed "
+    "packages and, in Python, variables, imports and functions, like a notebook. No network "
+    "unless allow_hosts names hosts (e.g. pypi.org and files.pythonhosted.org to pip "
+    "install), and only those the platform allows: another ends the session (status ended, "
+    "reason InvalidSpec). "
     "Returns the session's id for run_in_session. It ends after idle_timeout_seconds "
     "without runs; close it with close_session when done."
 )
@@ -135,18 +141,19 @@ IDLE_TIMEOUT = Argument(
     tenant_maximum="max_idle_timeout_seconds",
 )
 SESSION_ID = Argument("session_id", SessionId)
+ALLOW_HOSTS = Argument("allow_hosts", AllowHosts, required=False)
 
 RUN_CODE = ToolDefinition(
     name=RUN_CODE_NAME,
     title="Run code in a sandbox",
     description=RUN_CODE_DESCRIPTION,
-    arguments=lambda catalog: (_language(catalog), Argument("code", Code), TIMEOUT),
+    arguments=lambda catalog: (_language(catalog), Argument("code", Code), TIMEOUT, ALLOW_HOSTS),
 )
 OPEN_SESSION = ToolDefinition(
     name="open_session",
     title="Open a sandbox session",
     description=OPEN_SESSION_DESCRIPTION,
-    arguments=lambda catalog: (_language(catalog), IDLE_TIMEOUT),
+    arguments=lambda catalog: (_language(catalog), IDLE_TIMEOUT, ALLOW_HOSTS),
 )
 RUN_IN_SESSION = ToolDefinition(
     name="run_in_session",

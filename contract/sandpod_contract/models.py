@@ -52,6 +52,7 @@ MIN_OUTPUT_BYTES = KIB
 MAX_OUTPUT_BYTES = 8 * KIB * KIB
 DEFAULT_OUTPUT_BYTES = KIB * KIB
 DEFAULT_TIMEOUT_SECONDS = 10
+MAX_ALLOW_RULES = 16
 
 CPU_BOUNDS = QuantityBounds(minimum="10m", maximum="16")
 MEMORY_BOUNDS = QuantityBounds(minimum="16Mi", maximum="64Gi")
@@ -308,7 +309,7 @@ class Network(_Model):
     )
     allow: list[EgressRule] = Field(
         default_factory=list,
-        max_length=16,
+        max_length=MAX_ALLOW_RULES,
         description="Where egress may go when egress is allowlist.",
     )
 

@@ -65,6 +65,13 @@ def namespace_prefix() -> str:
     return f"{os.environ.get('E2E_NAMESPACE_PREFIX', 'e2e')}{uuid.uuid4().hex[:4]}"
 
 
+@pytest.fixture(scope="session")
+def node_ip(core_v1: client.CoreV1Api) -> str:
+    """The (first) node's address: this machine, as pods see it."""
+    node: Any = core_v1.list_node().items[0]
+    return str(next(a.address for a in node.status.addresses if a.type == "InternalIP"))
+
+
 @pytest.fixture
 def namespace(
     core_v1: client.CoreV1Api, namespace_prefix: str, request: pytest.FixtureRequest

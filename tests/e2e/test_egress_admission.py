@@ -1,5 +1,6 @@
 """The chart's egress admission policy on the cluster: `kubectl apply` of an allowlist outside
-the platform's bounds is refused by the API server, naming the rule.
+the platform's bounds is refused by the API server, naming the rule (and so is the gateway's
+create: a 422 with the API server's message).
 
 Only the policy's objects are rendered (helm template --show-only) and applied, bound to this
 test's namespace alone; requests are server-side dry runs, so nothing is created.
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 from executions import applied_policy, kubectl, manifest
+from gateway_process import Gateway
 from kubernetes import client
 from sandpod_testkit.kube import cluster_ranges
 
@@ -127,3 +129,20 @@ def test_kubectl_apply_within_the_bounds_is_accepted(
 ) -> None:
     result = dry_run(kubeconfig_path, namespace, ["1.1.1.1/32", "203.0.113.10/32"])
     assert result.returncode == 0, result.stderr
+
+
+def test_the_gateway_answers_an_allowlist_the_policy_refuses_with_422_naming_the_rule(
+    namespace: str, gateway: Gateway, egress_policy: Any
+) -> None:
+    key = gateway.add_tenant(namespace, namespace)
+    network = {"egress": "allowlist", "allow": [{"cidr": "10.0.0.0/8"}]}
+    with gateway.client(key) as http:
+        response = http.post(
+            "/v1/executions", json={"language": "python", "code": "print(1)", "network": network}
+        )
+
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_execution"
+    assert "spec.network.allow: 10.0.0.0/8 overlaps " in error["message"]
+    assert "egress rule public-only" in error["message"]

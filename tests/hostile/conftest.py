@@ -10,7 +10,6 @@ import platform
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fake_hosts import LISTEN_PORT, METADATA_ADDRESS, PUBLIC_ADDRESS, FakeHosts, NetworkControl
@@ -62,12 +61,6 @@ def hostile_namespace(
     yield name
     delete_executions(custom_objects, name, timeout=120)
     core_v1.delete_namespace(name, propagation_policy="Background")
-
-
-@pytest.fixture(scope="session")
-def node_ip(core_v1: client.CoreV1Api) -> str:
-    node: Any = core_v1.list_node().items[0]
-    return str(next(a.address for a in node.status.addresses if a.type == "InternalIP"))
 
 
 # --- fake remote hosts and a peer pod, with proof that they are reachable without policy ---------

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from egress_proxy_deployment import DeployedProxy, deployed_proxy
+from egress_proxy_deployment import proxy_operator as proxy_operator_process
 from executions import create, events_about, status, wait_for
 from fake_hosts import (
     FAKE_INTERNET,
@@ -39,8 +40,7 @@ from fake_hosts import (
     WEB_SERVER,
     FakeHosts,
 )
-from kubernetes import client, utils
-from operator_process import OPENED_TEST_NETWORK, e2e_operator
+from kubernetes import client
 from proxy_latency import execution_spec, measure, report
 from sandpod_contract.names import SESSION_PLURAL
 from sandpod_testkit.components import OperatorProcess
@@ -48,16 +48,13 @@ from sandpod_testkit.kube import (
     GROUP,
     LOCAL_POD_CIDR,
     VERSION,
-    cluster_ranges,
     create_namespace,
     delete_executions,
     is_gone,
 )
-from sandpod_testkit.paths import REPO_ROOT
 from sandpod_testkit.waiting import wait_until
 from test_sessions import open_session, session_of
 
-PROXY_NAME = "sandpod-egress-proxy"
 PACKAGE = "sandpodfake"
 PACKAGE_VALUE = "installed through the egress proxy"
 NPM_PACKAGE = "sandpod-fake-npm"
@@ -268,64 +265,20 @@ def proxy_prefix(namespace_prefix: str) -> str:
     return f"{namespace_prefix}px"
 
 
-def render_proxy(helm: Path, namespace: str, values: dict[str, Any], workdir: Path) -> list[Any]:
-    values_file = workdir / "values.yaml"
-    values_file.write_text(yaml.safe_dump(values))
-    rendered = subprocess.run(
-        [str(helm), "template", "sandpod", str(REPO_ROOT / "charts" / "sandpod"),
-         "--namespace", namespace, "--values", str(values_file),
-         "--show-only", "templates/egress-proxy.yaml"],
-        capture_output=True, text=True, timeout=120, check=True,
-    ).stdout  # fmt: skip
-    return [document for document in yaml.safe_load_all(rendered) if document]
-
-
-def proxy_ready(apps: client.AppsV1Api, namespace: str) -> bool:
-    deployment: Any = apps.read_namespaced_deployment(PROXY_NAME, namespace)
-    return bool(deployment.status.ready_replicas)
-
-
 @pytest.fixture(scope="module")
 def egress_proxy(
     api_client: client.ApiClient,
-    core_v1: client.CoreV1Api,
     helm: Path,
     proxy_prefix: str,
     fake_internet: FakeHosts,
     node_ip: str,
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[dict[str, Any]]:
-    """The chart's egress proxy in its own namespace; yields its namespace, labels and key."""
+) -> Iterator[DeployedProxy]:
+    """The chart's egress proxy in its own namespace, its names the fake internet's."""
     namespace = f"{proxy_prefix}-proxy-{uuid.uuid4().hex[:4]}"
-    create_namespace(core_v1, namespace)
-    ranges = cluster_ranges(api_client)
-    values = {
-        "egress": {
-            "openCidrs": [OPENED_TEST_NETWORK],
-            "nodeCidrs": ranges["nodes"],
-            "podCidrs": ranges["pods"],
-            "serviceCidrs": ranges["services"],
-            "apiServerCidrs": ranges["apiServer"],
-        },
-        "egressProxy": {"hostAliases": HOST_ALIASES},
-        # This machine (the module's operator) reads the monitors.
-        "networkPolicies": {"ingressFrom": [{"ipBlock": {"cidr": f"{node_ip}/32"}}]},
-    }
-    documents = render_proxy(helm, namespace, values, tmp_path_factory.mktemp("proxy"))
-    try:
-        for document in documents:
-            utils.create_from_dict(api_client, document, namespace=namespace)
-        apps = client.AppsV1Api(api_client)
-        wait_until(lambda: proxy_ready(apps, namespace), timeout=120, what="the egress proxy")
-        secret = next(d for d in documents if d["kind"] == "Secret")
-        deployment = next(d for d in documents if d["kind"] == "Deployment")
-        yield {
-            "namespace": namespace,
-            "labels": deployment["spec"]["selector"]["matchLabels"],
-            "key": base64.b64decode(secret["data"]["key"]),
-        }
-    finally:
-        core_v1.delete_namespace(namespace, propagation_policy="Background")
+    workdir = tmp_path_factory.mktemp("proxy")
+    with deployed_proxy(api_client, helm, namespace, node_ip, workdir, HOST_ALIASES) as proxy:
+        yield proxy
 
 
 @pytest.fixture(scope="module")
@@ -344,24 +297,18 @@ def proxy_operator(
     api_client: client.ApiClient,
     kubeconfig_path: Path,
     proxy_prefix: str,
-    egress_proxy: dict[str, Any],
+    egress_proxy: DeployedProxy,
     tenants: dict[str, str],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorProcess]:
-    workdir = tmp_path_factory.mktemp("proxy-operator")
-    key_file = workdir / "proxy-key"
-    key_file.write_bytes(egress_proxy["key"])
-    operator = e2e_operator(
-        kubeconfig_path, [f"{proxy_prefix}-*"], workdir, cluster_ranges(api_client)
-    )
-    operator.env.update(
-        {
-            "SANDPOD_EGRESS_PROXY_SERVICE": f"{egress_proxy['namespace']}/{PROXY_NAME}",
-            "SANDPOD_EGRESS_PROXY_POD_LABELS": json.dumps(egress_proxy["labels"]),
-            "SANDPOD_EGRESS_PROXY_KEY_FILE": str(key_file),
-            # Tenant b may name other.fake only.
-            "SANDPOD_EGRESS_NAMESPACE_HOSTS": json.dumps({tenants["b"]: ["other.fake"]}),
-        }
+    operator = proxy_operator_process(
+        kubeconfig_path,
+        api_client,
+        [f"{proxy_prefix}-*"],
+        egress_proxy,
+        tmp_path_factory.mktemp("proxy-operator"),
+        # Tenant b may name other.fake only.
+        namespace_hosts={tenants["b"]: ["other.fake"]},
     )
     operator.start()
     yield operator

@@ -6,11 +6,13 @@ import copy
 import itertools
 import json
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx2
 from fastapi import FastAPI
 from sandpod_contract.models import TERMINAL_PHASES
 from sandpod_contract.names import CANCEL_ANNOTATION, FINISHED_LABEL
@@ -287,6 +289,21 @@ def make_app(
     session_service = sessions or FakeSessionService()
     app.dependency_overrides[get_session_service] = lambda: session_service
     return app
+
+
+@asynccontextmanager
+async def http_client(app: FastAPI, key: str | None) -> AsyncIterator[httpx2.AsyncClient]:
+    """A client of the running app (its lifespan entered and left in the test's own task),
+    for /mcp."""
+    async with (
+        app.router.lifespan_context(app),
+        httpx2.AsyncClient(
+            transport=httpx2.ASGITransport(app=app),
+            base_url="http://gateway",
+            headers={"Authorization": f"Bearer {key}"} if key else {},
+        ) as client,
+    ):
+        yield client
 
 
 def parse_sse(text: str) -> list[tuple[str, Any]]:

@@ -1,13 +1,10 @@
 """MCP at /mcp: an MCP client lists run_code and runs code through the gateway."""
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
-import httpx2
 import pytest
 from fastapi import FastAPI
-from gateway_fakes import FakeExecutionService, FakeSessionService, make_app, tenant
+from gateway_fakes import FakeExecutionService, FakeSessionService, http_client, make_app, tenant
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from sandpod_testkit.expected import AGENT_TOOLS, CATALOG_LANGUAGES
@@ -18,20 +15,6 @@ KEY = "sk-mcp-0123456789"
 @pytest.fixture
 def app(tmp_path: Path, service: FakeExecutionService, sessions: FakeSessionService) -> FastAPI:
     return make_app(service, {KEY: tenant("agents")}, kubeconfig_dir=tmp_path, sessions=sessions)
-
-
-@asynccontextmanager
-async def http_client(app: FastAPI, key: str | None) -> AsyncIterator[httpx2.AsyncClient]:
-    """A client of the running app (its lifespan entered and left in the test's own task)."""
-    async with (
-        app.router.lifespan_context(app),
-        httpx2.AsyncClient(
-            transport=httpx2.ASGITransport(app=app),
-            base_url="http://gateway",
-            headers={"Authorization": f"Bearer {key}"} if key else {},
-        ) as client,
-    ):
-        yield client
 
 
 async def test_an_mcp_client_lists_and_calls_run_code(
