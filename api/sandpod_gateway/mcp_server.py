@@ -159,7 +159,7 @@ def build_mcp_server(catalog: LanguageCatalog) -> MCPServer:
                 read_only_hint=False,
                 destructive_hint=definition.destructive,
                 idempotent_hint=definition.idempotent,
-                open_world_hint=False,
+                open_world_hint=definition.open_world,
             ),
         )
     return server

@@ -105,6 +105,8 @@ class ToolDefinition:
     arguments: Callable[[LanguageCatalog], tuple[Argument, ...]]
     destructive: bool = False
     idempotent: bool = False
+    # May reach hosts outside the platform (the ones allow_hosts names, when allowed).
+    open_world: bool = False
 
     def arguments_model(self, catalog: LanguageCatalog) -> type[BaseModel]:
         fields: dict[str, Any] = {
@@ -148,18 +150,21 @@ RUN_CODE = ToolDefinition(
     title="Run code in a sandbox",
     description=RUN_CODE_DESCRIPTION,
     arguments=lambda catalog: (_language(catalog), Argument("code", Code), TIMEOUT, ALLOW_HOSTS),
+    open_world=True,
 )
 OPEN_SESSION = ToolDefinition(
     name="open_session",
     title="Open a sandbox session",
     description=OPEN_SESSION_DESCRIPTION,
     arguments=lambda catalog: (_language(catalog), IDLE_TIMEOUT, ALLOW_HOSTS),
+    open_world=True,
 )
 RUN_IN_SESSION = ToolDefinition(
     name="run_in_session",
     title="Run code in a session",
     description=RUN_IN_SESSION_DESCRIPTION,
     arguments=lambda _catalog: (SESSION_ID, Argument("code", SessionCode), TIMEOUT),
+    open_world=True,
 )
 CLOSE_SESSION = ToolDefinition(
     name="close_session",

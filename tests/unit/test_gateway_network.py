@@ -343,7 +343,9 @@ async def test_the_mcp_tools_pass_allow_hosts(
         http_client(app, KEY) as http,
         Client(streamable_http_client("http://gateway/mcp", http_client=http)) as mcp,
     ):
-        schemas = {tool.name: tool.input_schema for tool in (await mcp.list_tools()).tools}
+        tools = (await mcp.list_tools()).tools
+        schemas = {tool.name: tool.input_schema for tool in tools}
+        open_world = {tool.name: tool.annotations.open_world_hint for tool in tools}
         ran = await mcp.call_tool(
             "run_code", {"language": "python", "code": "x", "allow_hosts": ["pypi.org"]}
         )
@@ -355,6 +357,13 @@ async def test_the_mcp_tools_pass_allow_hosts(
         )
 
     array, _null = schemas["run_code"]["properties"]["allow_hosts"]["anyOf"]
+    # What the hosts named reach is outside the platform; closing a session is not.
+    assert open_world == {
+        "run_code": True,
+        "open_session": True,
+        "run_in_session": True,
+        "close_session": False,
+    }
     assert array["type"] == "array"
     assert "allow_hosts" in schemas["open_session"]["properties"]
     assert not opened.is_error
