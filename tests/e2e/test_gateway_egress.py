@@ -126,3 +126,22 @@ def test_a_host_the_tenant_may_not_name_ends_the_run_invalid_spec(tenant: httpx.
     assert (result["status"], result["reason"]) == ("sandbox_error", "InvalidSpec")
     assert "host other.example is outside this namespace's egress hosts" in result["error_message"]
     assert "egress rule tenant" in result["error_message"]
+
+
+def test_a_session_with_hosts_reports_each_runs_refusals(tenant: httpx.Client) -> None:
+    opened = tenant.post("/v1/sessions", json={"language": "python", "allow_hosts": [ALLOWED]})
+    assert opened.status_code in (200, 201), opened.text
+    session_id = opened.json()["id"]
+    try:
+        for _ in range(2):
+            response = tenant.post(
+                f"/v1/sessions/{session_id}/executions", json={"code": FETCH_OTHER}
+            )
+            assert response.status_code == 200, response.text
+            result = response.json()
+            assert result["status"] == "success", result
+            assert result["stdout"].strip() == "403"
+            # Each run reports what the proxy refused while it ran, not the session's total.
+            assert result["egress_blocked"] == [{"host": "other.example", "port": 80, "count": 1}]
+    finally:
+        tenant.delete(f"/v1/sessions/{session_id}")
