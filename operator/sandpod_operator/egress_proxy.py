@@ -24,7 +24,7 @@ from sandpod_contract.models import (
     Network,
 )
 
-from sandpod_operator.kube import Manifest
+from sandpod_operator.kube import KubeError, Manifest
 from sandpod_operator.settings import OperatorSettings
 
 logger = logging.getLogger(__name__)
@@ -177,14 +177,21 @@ class ProxyClient:
         return proxy, proxy_env(proxy, grant)
 
     async def blocked(self, uid: str) -> list[BlockedEgress]:
-        """What every proxy replica refused for this execution."""
-        return ranked_blocked(await self.refusals(uid))
+        """What every proxy replica refused for this execution (nothing when unknown)."""
+        return ranked_blocked(await self.refusals(uid) or Counter())
 
-    async def refusals(self, uid: str) -> Refusals:
-        """What every proxy replica refused for this grant (execution or session) so far
-        (replicas that do not answer are skipped: the counts are then a lower bound)."""
-        addresses = await self._kube.endpoint_addresses(self._namespace, self._service)
+    async def refusals(self, uid: str) -> Refusals | None:
+        """What the proxy's replicas refused for this grant (execution or session) so far, best
+        effort: a proxy that does not answer never holds up or fails a run. Replicas that do
+        not answer are skipped (the counts are then a lower bound); None when unknown: the
+        replicas could not be listed or none answered."""
+        try:
+            addresses = await self._kube.endpoint_addresses(self._namespace, self._service)
+        except (KubeError, aiohttp.ClientError, TimeoutError) as error:
+            logger.warning("egress proxy replicas: %s", error)
+            return None
         reports: list[Mapping[str, Any]] = []
+        answered = False
         timeout = aiohttp.ClientTimeout(total=MONITOR_TIMEOUT_SECONDS)
         port = self._settings.egress_proxy_monitor_port
         async with aiohttp.ClientSession(timeout=timeout) as session:
@@ -196,6 +203,7 @@ class ProxyClient:
                 except (aiohttp.ClientError, TimeoutError, ValueError) as error:
                     logger.warning("egress proxy monitor %s: %s", address, error)
                     continue
+                answered = True
                 if isinstance(answer, list):
                     reports.extend(e for e in answer if isinstance(e, dict))
-        return tally_blocked(reports)
+        return tally_blocked(reports) if answered else None

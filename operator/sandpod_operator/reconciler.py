@@ -357,11 +357,7 @@ class Reconciler:
             return []
         if not any("host" in entry for entry in network.get("allow") or []):
             return []
-        try:
-            return await self.proxy.blocked(execution["metadata"]["uid"])
-        except API_ERRORS as error:
-            logger.warning("egress report of %s: %s", execution["metadata"]["name"], error)
-            return []
+        return await self.proxy.blocked(execution["metadata"]["uid"])
 
     async def _own(self, execution: Manifest, wanted: Manifest, found: Manifest | None) -> Manifest:
         """The child as the cluster has it, if it is this execution's. A namesake that is not

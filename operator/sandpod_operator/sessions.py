@@ -22,7 +22,6 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-import aiohttp
 import kopf
 from pydantic import ValidationError
 from sandpod_contract.catalog import Catalog
@@ -533,12 +532,12 @@ class SessionController:
     async def _refused_before(self, session: Manifest, spec: CodeSessionSpec) -> Refusals | None:
         """What the proxy had refused the session before this run (kept from its last run's
         end; asked once after a restart); None without host entries (nothing asked) or when
-        the proxy does not answer."""
+        unknown."""
         uid = session["metadata"]["uid"]
         if self.proxy is None or not spec.network.host_rules:
             return None
         if uid not in self.refused:
-            counts = await self._refusals(self.proxy, uid)
+            counts = await self.proxy.refusals(uid)
             if counts is None:
                 return None
             self.refused[uid] = counts
@@ -547,24 +546,17 @@ class SessionController:
     async def _blocked_since(
         self, session: Manifest, before: Refusals | None
     ) -> list[BlockedEgress] | None:
-        """What the proxy refused the session since `before`: this run's report (best
-        effort: None when unknown, and a proxy that does not answer never fails the run)."""
+        """What the proxy refused the session since `before`: this run's report (None when
+        unknown; a proxy that does not answer never fails the run)."""
         uid = session["metadata"]["uid"]
         if self.proxy is None or before is None:
             return None
-        after = await self._refusals(self.proxy, uid)
+        after = await self.proxy.refusals(uid)
         if after is None:
             self.refused.pop(uid, None)  # unknown now: asked again before the next run
             return None
         self.refused[uid] = after
         return blocked_between(before, after)
-
-    async def _refusals(self, proxy: ProxyClient, session_uid: str) -> Refusals | None:
-        try:
-            return await proxy.refusals(session_uid)
-        except (KubeError, aiohttp.ClientError, TimeoutError) as error:
-            logger.warning("egress report of session %s: %s", session_uid, error)
-            return None
 
     def _execution_plan(self, execution: Manifest, session: Manifest) -> tuple[Any, Any, str]:
         try:

@@ -627,6 +627,30 @@ async def test_a_proxy_that_does_not_answer_never_fails_a_run(
     assert blocked_of(kube, "two") == {("evil.fake", 443): 1}
 
 
+async def test_monitors_that_do_not_answer_leave_the_counts_unknown_not_zero(
+    kube: FakeKube,
+    runners: list[ServeDouble],
+    proxied: Reconciler,
+    monitor: tuple[Tally, int],
+) -> None:
+    tally = monitor[0]
+    scripts = [
+        Script(during=refuse(tally, kube, "other.fake:80")),
+        Script(during=refuse(tally, kube, "evil.fake:443")),
+    ]
+    await ready_session(kube, proxied, runners, *scripts, network=HOSTS)
+    kube.endpoints[PROXY_SERVICE] = ["127.0.0.2"]  # a replica whose monitor does not answer
+    ask(kube, "one", ago(2))
+    await drain(proxied, kube)
+    assert status_of(kube, "one")["phase"] == "Succeeded"
+    assert "egressBlocked" not in status_of(kube, "one")
+    kube.endpoints[PROXY_SERVICE] = ["127.0.0.1"]
+    ask(kube, "two", ago(1))
+    await drain(proxied, kube)
+    # Not other.fake too: the first run's refusals were unknown, never counted as none.
+    assert blocked_of(kube, "two") == {("evil.fake", 443): 1}
+
+
 async def test_a_session_without_host_entries_never_asks_the_proxy(
     kube: FakeKube, runners: list[ServeDouble], proxied: Reconciler
 ) -> None:
