@@ -1,5 +1,6 @@
 """Fixtures for tests that run against a real cluster (tests/e2e, tests/hostile), loaded once
-per session as a plugin by tests/conftest.py, so every suite shares one operator.
+per session as a plugin by tests/conftest.py, so every suite shares one release of the chart
+(its operator, gateway and egress proxy as Deployments, chart_release.py).
 
 The cluster is the local one (`make cluster-up`, kubeconfig in .cluster/) or any cluster that
 KUBECONFIG points at. A missing cluster is an error, never a skip.
@@ -7,29 +8,18 @@ KUBECONFIG points at. A missing cluster is an error, never a skip.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from gateway_process import Gateway, create_keys_secret
+from chart_release import ChartRelease, Deployed, DeployedGateway, installed, merged
 from kubernetes import client, config
-from operator_process import e2e_operator
-from sandpod_testkit.components import OperatorProcess
-from sandpod_testkit.kube import (
-    GROUP,
-    PLURAL,
-    VERSION,
-    cluster_ranges,
-    create_namespace,
-    delete_executions,
-    ensure_crd,
-)
+from release_settings import platform_values, session_values
+from sandpod_testkit.kube import create_namespace, delete_executions, ensure_crd
 from sandpod_testkit.paths import default_kubeconfig
-from sandpod_testkit.waiting import WaitTimeout, wait_until
 
 
 @pytest.fixture(scope="session")
@@ -59,9 +49,9 @@ def custom_objects(api_client: client.ApiClient) -> client.CustomObjectsApi:
 
 @pytest.fixture(scope="session")
 def namespace_prefix() -> str:
-    """Begins the name of every namespace this test session makes. The session's operator
-    watches only these, so test sessions (and an operator installed by the chart) can share
-    one cluster without reconciling each other's executions."""
+    """Begins the name of every namespace this test session makes. The session's release
+    serves only these, so test sessions (and `make run`'s release) can share one cluster
+    without reconciling each other's executions."""
     return f"{os.environ.get('E2E_NAMESPACE_PREFIX', 'e2e')}{uuid.uuid4().hex[:4]}"
 
 
@@ -92,7 +82,7 @@ def namespace(
     core_v1.delete_namespace(name, propagation_policy="Background", grace_period_seconds=0)
 
 
-# --- sandpod's CRD and a locally running operator (tests/e2e/test_operator.py and others) ---
+# --- sandpod's CRD and the chart's release for the session ---------------------------------------
 
 
 @pytest.fixture(scope="session")
@@ -101,65 +91,65 @@ def sandpod_crd(api_client: client.ApiClient) -> str:
     return ensure_crd(api_client)
 
 
+ReleaseFactory = Callable[[str, dict[str, Any]], ChartRelease]
+
+
 @pytest.fixture(scope="session")
-def sandpod_operator(
+def new_release(
     sandpod_crd: str,
-    namespace_prefix: str,
-    api_client: client.ApiClient,
+    helm: Path,
     kubeconfig_path: Path,
+    api_client: client.ApiClient,
+    node_ip: str,
+    namespace_prefix: str,
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[OperatorProcess]:
-    """The operator, running on this machine against the test cluster, for the whole session."""
-    workdir = tmp_path_factory.mktemp("operator")
-    operator = e2e_operator(
-        kubeconfig_path, [f"{namespace_prefix}-*"], workdir, cluster_ranges(api_client)
-    )
-    operator.start()
-    yield operator
-    # Executions carry the operator's finalizer: before it stops, let it release those whose
-    # namespace is going away (test namespaces are deleted in the background).
-    with contextlib.suppress(WaitTimeout):  # stop it anyway; the namespaces then stay
-        wait_until(
-            lambda: not executions_being_released(api_client),
-            timeout=60,
-            what="the operator to release the executions",
-            interval=0.5,
+) -> ReleaseFactory:
+    """Makes (does not install) a release of the chart with the platform's settings
+    (release_settings.py) and `values` over them: release `sp<prefix>` in namespace
+    `sandpod-<prefix>`, serving the namespaces `<prefix>-*`."""
+
+    def release(prefix: str, values: dict[str, Any]) -> ChartRelease:
+        return ChartRelease(
+            helm=helm,
+            kubeconfig=kubeconfig_path,
+            api_client=api_client,
+            name=f"sp{prefix}",
+            namespace=f"sandpod-{prefix}",
+            values=merged(
+                merged(platform_values(api_client, node_ip), session_values(f"{prefix}-*")),
+                values,
+            ),
+            workdir=tmp_path_factory.mktemp(f"release-{prefix}"),
         )
-    operator.stop()
 
-
-def executions_being_released(api_client: client.ApiClient) -> bool:
-    """Whether an execution is being deleted or lives in a namespace that is going away."""
-    namespaces: list[Any] = client.CoreV1Api(api_client).list_namespace().items
-    terminating = {ns.metadata.name for ns in namespaces if ns.status.phase == "Terminating"}
-    listed: Any = client.CustomObjectsApi(api_client).list_cluster_custom_object(
-        GROUP, VERSION, PLURAL
-    )
-    return any(
-        item["metadata"].get("deletionTimestamp") or item["metadata"]["namespace"] in terminating
-        for item in listed["items"]
-    )
+    return release
 
 
 @pytest.fixture(scope="session")
-def gateway(
-    sandpod_operator: OperatorProcess,
-    namespace_prefix: str,
-    kubeconfig_path: Path,
-    core_v1: client.CoreV1Api,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Gateway]:
-    """The gateway, running on this machine against the test cluster, for the whole session,
-    with its keys Secret in a namespace of its own (tests add tenants with `add_tenant`)."""
-    keys_namespace = f"{namespace_prefix}-gateway-keys-{uuid.uuid4().hex[:6]}"
-    core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=keys_namespace)))
-    create_keys_secret(core_v1, keys_namespace)
-    gateway = Gateway(
-        kubeconfig_path, keys_namespace, core_v1, tmp_path_factory.mktemp("gateway") / "gateway.log"
-    )
+def sandpod_release(new_release: ReleaseFactory, namespace_prefix: str) -> Iterator[ChartRelease]:
+    """The chart installed for the whole session, serving every namespace the session makes
+    (`<namespace_prefix>-*`); uninstalled at the end (its hook releases the executions)."""
+    with installed(new_release(namespace_prefix, {})) as release:
+        yield release
+
+
+@pytest.fixture(scope="session")
+def sandpod_operator(sandpod_release: ChartRelease) -> Deployed:
+    """The session release's operator (a Deployment of one pod)."""
+    return sandpod_release.component("operator")
+
+
+@pytest.fixture(scope="session")
+def gateway(sandpod_release: ChartRelease) -> DeployedGateway:
+    """The session release's gateway; tests add tenants with `add_tenant`."""
+    return sandpod_release.gateway()
+
+
+@pytest.fixture
+def operator_running(sandpod_operator: Deployed) -> Iterator[Deployed]:
+    """The session's operator for a test that stops or kills it: running again after."""
     try:
-        gateway.start()
-        yield gateway
+        yield sandpod_operator
     finally:
-        gateway.stop()
-        core_v1.delete_namespace(keys_namespace, propagation_policy="Background")
+        if not sandpod_operator.ready():
+            sandpod_operator.start()

@@ -4,6 +4,7 @@ admission policies applied for the length of a test."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 from collections.abc import Callable, Iterator
@@ -35,6 +36,18 @@ def create(objects: client.CustomObjectsApi, namespace: str, name: str, **spec: 
     return cast(
         Execution, objects.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
     )
+
+
+def create_refused(objects: client.CustomObjectsApi, namespace: str, name: str, **spec: Any) -> str:
+    """Creates an execution the API server must refuse (422, e.g. from the chart's admission
+    policies); returns the refusal's message. Nothing is created."""
+    try:
+        create(objects, namespace, name, **spec)
+    except client.ApiException as error:
+        assert error.status == 422, (error.status, error.body)
+        assert get(objects, namespace, name) is None
+        return str(json.loads(error.body)["message"])
+    raise AssertionError(f"the API server accepted {namespace}/{name}")
 
 
 def get(objects: client.CustomObjectsApi, namespace: str, name: str) -> Execution | None:

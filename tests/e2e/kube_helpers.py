@@ -48,3 +48,39 @@ def pod_finished(pod: client.V1Pod) -> bool:
 
 def pod_running(pod: client.V1Pod) -> bool:
     return pod.status is not None and pod.status.phase == "Running" and bool(pod.status.pod_ip)
+
+
+def resource_version_now(core_v1: client.CoreV1Api, namespace: str) -> str:
+    """The namespace's pod list's resource version: watch from here to miss nothing after."""
+    listed: Any = core_v1.list_namespaced_pod(namespace, limit=1)
+    return str(listed.metadata.resource_version)
+
+
+def wait_for_pod_matching(
+    core_v1: client.CoreV1Api,
+    namespace: str,
+    label_selector: str,
+    *,
+    since: str,
+    timeout: float,
+    what: str,
+) -> client.V1Pod:
+    """Watches pods from resource version `since` until one matches `label_selector` (so a
+    state that comes and goes between two polls is still seen)."""
+    deadline = time.monotonic() + timeout
+    pod_watch = watch.Watch()
+    resource_version = since
+    while (remaining := deadline - time.monotonic()) > 0:
+        for event in pod_watch.stream(
+            core_v1.list_namespaced_pod,
+            namespace,
+            label_selector=label_selector,
+            resource_version=resource_version,
+            timeout_seconds=max(1, int(remaining)),
+        ):
+            pod: Any = event["object"]
+            resource_version = pod.metadata.resource_version
+            if event["type"] in ("ADDED", "MODIFIED"):
+                pod_watch.stop()
+                return pod  # type: ignore[no-any-return]
+    pytest.fail(f"timed out after {timeout}s waiting in {namespace} for {what}")

@@ -1,4 +1,4 @@
-"""Debian's Chromium, driven by Playwright, on the scratch pad the test gateway serves."""
+"""Debian's Chromium, driven by Playwright, on the scratch pad the chart's gateway serves."""
 
 from __future__ import annotations
 
@@ -24,7 +24,6 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PAD_DIR = REPO_ROOT / "api" / "sandpod_gateway" / "pad"
 # Where the tests put their screenshots; docs/screenshots holds the ones the docs show.
 SCREENSHOTS = Path(os.environ.get("PAD_SCREENSHOTS", REPO_ROOT / ".build" / "screenshots"))
 LAPTOP = {"width": 1366, "height": 860}

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from chart_release import DeployedGateway
 from executions import kubectl, wait_for
-from gateway_process import Gateway
 from kubernetes import client
 from sandpod_testkit.kube import ensure_crd
 
@@ -92,7 +92,7 @@ def test_a_compile_error_through_kubectl(
 
 
 @pytest.fixture
-def agent(gateway: Gateway, namespace: str) -> httpx.Client:
+def agent(gateway: DeployedGateway, namespace: str) -> httpx.Client:
     key = gateway.add_tenant(namespace, namespace, maxTimeoutSeconds=120, maxConcurrent=2)
     return gateway.client(key)
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 import yaml
+from chart_release import DeployedGateway
 from executions import applied_policy, kubectl, manifest
-from gateway_process import Gateway
 from kubernetes import client
 from sandpod_testkit.kube import cluster_ranges
 
@@ -132,7 +132,7 @@ def test_kubectl_apply_within_the_bounds_is_accepted(
 
 
 def test_the_gateway_answers_an_allowlist_the_policy_refuses_with_422_naming_the_rule(
-    namespace: str, gateway: Gateway, egress_policy: Any
+    namespace: str, gateway: DeployedGateway, egress_policy: Any
 ) -> None:
     key = gateway.add_tenant(namespace, namespace)
     network = {"egress": "allowlist", "allow": [{"cidr": "10.0.0.0/8"}]}

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import httpx2
 import pytest
-from gateway_process import REQUEST_TIMEOUT, Gateway
+from chart_release import REQUEST_TIMEOUT, DeployedGateway
 from kubernetes import client
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -41,7 +41,7 @@ def other_namespace(core_v1: client.CoreV1Api, namespace: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def alice(gateway: Gateway, namespace: str) -> Iterator[httpx.Client]:
+def alice(gateway: DeployedGateway, namespace: str) -> Iterator[httpx.Client]:
     """A tenant in the test's namespace that may run one execution at a time."""
     key = gateway.add_tenant(namespace, namespace, maxTimeoutSeconds=120, maxConcurrent=1)
     with gateway.client(key) as http:
@@ -130,7 +130,7 @@ def test_cancel_stops_a_running_execution(alice: httpx.Client) -> None:
 
 
 def test_another_tenants_execution_is_404(
-    gateway: Gateway, alice: httpx.Client, other_namespace: str
+    gateway: DeployedGateway, alice: httpx.Client, other_namespace: str
 ) -> None:
     execution_id = run(alice, "print(1)").json()["id"]
     bob_key = gateway.add_tenant(other_namespace, other_namespace)
@@ -176,7 +176,9 @@ def test_over_the_concurrency_limit_is_429(alice: httpx.Client) -> None:
         alice.delete(f"/v1/executions/{running}")
 
 
-async def test_an_mcp_client_lists_and_runs_run_code(gateway: Gateway, namespace: str) -> None:
+async def test_an_mcp_client_lists_and_runs_run_code(
+    gateway: DeployedGateway, namespace: str
+) -> None:
     key = gateway.add_tenant(namespace, namespace)
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=REQUEST_TIMEOUT)
 

@@ -2,24 +2,23 @@
 execution was not granted is refused by the proxy (403) and reported in the gateway's result,
 and a host the tenant may not name ends the run InvalidSpec.
 
-The proxy runs in a namespace of this module's, with an operator of the module's own pointed at
-it (egress_proxy_deployment.py); the gateway is the session's. Nothing leaves the machine: the
-proxy refuses other.example by the execution's grant before any name lookup, and it has no DNS
-(the chart gives it none) and no host aliases here.
+This module installs a release of its own, whose tenant may name ALLOWED only (the chart's
+tenants[].egress.allowedHosts). Nothing leaves the machine: the proxy refuses other.example by
+the execution's grant before any name lookup, and it has no DNS (the chart gives it none) and
+no host aliases here.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
-from egress_proxy_deployment import DeployedProxy, deployed_proxy, proxy_operator
-from gateway_process import Gateway
+from chart_release import installed
+from cluster_fixtures import ReleaseFactory
 from kubernetes import client
-from sandpod_testkit.components import OperatorProcess
+from release_settings import narrowed_tenant
 from sandpod_testkit.kube import create_namespace, delete_executions
 
 ALLOWED = "allowed.example"
@@ -35,67 +34,27 @@ except urllib.error.HTTPError as error:
 
 
 @pytest.fixture(scope="module")
-def egress_prefix(namespace_prefix: str) -> str:
-    """Outside the session operator's namespaces (`<prefix>-*`): this module's operator."""
-    return f"{namespace_prefix}gx"
-
-
-@pytest.fixture(scope="module")
-def tenant_namespace(core_v1: client.CoreV1Api, egress_prefix: str) -> Iterator[str]:
-    name = f"{egress_prefix}-tenant-{uuid.uuid4().hex[:4]}"
-    create_namespace(core_v1, name)
-    yield name
-    core_v1.delete_namespace(name, propagation_policy="Background")
-
-
-@pytest.fixture(scope="module")
-def proxy(
-    api_client: client.ApiClient,
-    helm: Path,
-    egress_prefix: str,
-    node_ip: str,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[DeployedProxy]:
-    namespace = f"{egress_prefix}-proxy-{uuid.uuid4().hex[:4]}"
-    with deployed_proxy(
-        api_client, helm, namespace, node_ip, tmp_path_factory.mktemp("proxy")
-    ) as deployed:
-        yield deployed
-
-
-@pytest.fixture(scope="module")
-def operator_with_proxy(
-    sandpod_crd: str,
-    api_client: client.ApiClient,
-    kubeconfig_path: Path,
-    egress_prefix: str,
-    proxy: DeployedProxy,
-    tenant_namespace: str,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[OperatorProcess]:
-    operator = proxy_operator(
-        kubeconfig_path,
-        api_client,
-        [f"{egress_prefix}-*"],
-        proxy,
-        tmp_path_factory.mktemp("proxy-operator"),
-        namespace_hosts={tenant_namespace: [ALLOWED]},
-    )
-    operator.start()
-    yield operator
-    # Executions carry the operator's finalizer: delete them while it still runs.
-    delete_executions(client.CustomObjectsApi(api_client), tenant_namespace, timeout=60)
-    operator.stop()
-
-
-@pytest.fixture(scope="module")
 def tenant(
-    gateway: Gateway, tenant_namespace: str, operator_with_proxy: OperatorProcess
+    new_release: ReleaseFactory,
+    namespace_prefix: str,
+    core_v1: client.CoreV1Api,
+    custom_objects: client.CustomObjectsApi,
 ) -> Iterator[httpx.Client]:
-    """A tenant whose namespace may name ALLOWED only."""
-    key = gateway.add_tenant(tenant_namespace, tenant_namespace, maxTimeoutSeconds=60)
-    with gateway.client(key) as http:
-        yield http
+    """A tenant of a release of this module's own, whose namespace may name ALLOWED only."""
+    prefix = f"{namespace_prefix}gx"
+    namespace = f"{prefix}-tenant-{uuid.uuid4().hex[:4]}"
+    create_namespace(core_v1, namespace)
+    release = new_release(prefix, {"tenants": [narrowed_tenant(namespace, [ALLOWED])]})
+    try:
+        with installed(release):
+            gateway = release.gateway()
+            key = gateway.add_tenant(namespace, namespace, maxTimeoutSeconds=60)
+            with gateway.client(key) as http:
+                yield http
+            # Executions carry the operator's finalizer: deleted while it runs.
+            delete_executions(custom_objects, namespace, timeout=60)
+    finally:
+        core_v1.delete_namespace(namespace, propagation_policy="Background")
 
 
 def test_a_host_not_granted_is_refused_by_the_proxy_and_shown_in_the_result(

@@ -22,8 +22,8 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from chart_release import DeployedGateway
 from executions import create, kubectl, status, wait_for
-from gateway_process import Gateway
 from kubernetes import client
 from sandpod_testkit.paths import CRD_PATH
 
@@ -187,7 +187,7 @@ def test_a_csv_and_a_png_come_back_intact_through_kubectl(cluster: ClusterRun) -
 
 
 @pytest.fixture
-def tenant(gateway: Gateway, namespace: str) -> Iterator[httpx.Client]:
+def tenant(gateway: DeployedGateway, namespace: str) -> Iterator[httpx.Client]:
     key = gateway.add_tenant(namespace, namespace, maxTimeoutSeconds=120, maxInlineFileBytes=8192)
     with gateway.client(key) as http:
         yield http

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from chart_release import Deployed
 from executions import kubectl
 from kubernetes import client
-from operator_process import dedicated_operator
 from sandpod_contract.names import (
     CLAIMED_BY_LABEL,
     EXECUTION_LABEL,
@@ -31,16 +31,9 @@ FILL_TIMEOUT = 180
 
 
 @pytest.fixture(scope="module")
-def pool_namespace_prefix(
-    sandpod_crd: str,
-    kubeconfig_path: Path,
-    api_client: client.ApiClient,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[str]:
-    """An operator of this module's own, watching `pool-<id>-*` only."""
-    workdir = tmp_path_factory.mktemp("pools")
-    with dedicated_operator(kubeconfig_path, api_client, workdir, "pool") as (_, prefix):
-        yield prefix
+def pool_namespace_prefix(sandpod_operator: Deployed, namespace_prefix: str) -> str:
+    """The namespaces of this module: the session's release serves them."""
+    return f"{namespace_prefix}-pool"
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from gateway_process import Gateway
-from pad_browser import LAPTOP, PAD_DIR, PHONE, RUN_MS, Pad, chromium
+from chart_release import DeployedGateway
+from pad_browser import LAPTOP, PHONE, RUN_MS, Pad, chromium
 from playwright.sync_api import Browser, Response, expect
 
 STREAMING_PROGRAM = """\
@@ -34,20 +34,21 @@ plt.show()
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    if not (PAD_DIR / "index.html").is_file():
-        pytest.fail(f"the scratch pad is not built in {PAD_DIR}: run hack/web/build.sh")
+def browser(gateway: DeployedGateway) -> Iterator[Browser]:
+    served = httpx.get(f"{gateway.url}/pad/", timeout=30)
+    if served.status_code != 200:
+        pytest.fail(f"the gateway image serves no scratch pad: GET /pad/ {served.status_code}")
     with chromium() as browser:
         yield browser
 
 
 @pytest.fixture
-def key(gateway: Gateway, namespace: str) -> str:
+def key(gateway: DeployedGateway, namespace: str) -> str:
     return gateway.add_tenant(namespace, namespace, maxTimeoutSeconds=60, maxConcurrent=2)
 
 
 @pytest.fixture
-def pad(browser: Browser, gateway: Gateway) -> Iterator[Pad]:
+def pad(browser: Browser, gateway: DeployedGateway) -> Iterator[Pad]:
     context = browser.new_context(viewport=LAPTOP)
     try:
         pad = Pad(context.new_page(), gateway.url)
@@ -105,7 +106,9 @@ def test_lint_marks_the_lines(pad: Pad, key: str) -> None:
     pad.screenshot("lint")
 
 
-def test_timeout_and_busy_tenant_are_explained(pad: Pad, key: str, gateway: Gateway) -> None:
+def test_timeout_and_busy_tenant_are_explained(
+    pad: Pad, key: str, gateway: DeployedGateway
+) -> None:
     pad.open(key)
     pad.pick("python")
     pad.page.click("#options summary")
@@ -181,7 +184,7 @@ def test_a_session_keeps_variables(pad: Pad, key: str) -> None:
 
 
 def test_page_weight_and_time_to_interactive(
-    browser: Browser, gateway: Gateway, key: str, record_property: pytest.RecordProperty
+    browser: Browser, gateway: DeployedGateway, key: str, record_property: pytest.RecordProperty
 ) -> None:
     """Prints what the page costs: its JS and CSS gzipped, and the time from navigation to an
     editor ready to run (the key given, languages loaded). No bound on time (shared machine)."""

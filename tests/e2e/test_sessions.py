@@ -1,9 +1,9 @@
 """CodeSessions on the cluster: executions that name a session run in its one sandbox, in
 order, keeping files and the Python interpreter's state (the session design).
 
-This module runs an operator of its own (test_warm's fixture), on namespaces of its own
-(`warm-<id>-*`), whose runner port is open to this machine (the operator runs here). It
-needs the runner's session mode (`--serve CONFIG --session`) in the sandbox images.
+The session release's operator (a test kills its pod) reaches the sandboxes' runners through
+the chart's NetworkPolicies. It needs the runner's session mode (`--serve CONFIG --session`) in
+the sandbox images.
 """
 
 from __future__ import annotations
@@ -11,19 +11,18 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from chart_release import Deployed
 from executions import TERMINAL, create, events_about, get, status, wait_for
 from kubernetes import client
 from sandpod_contract.names import SESSION_PLURAL
-from sandpod_testkit.components import OperatorProcess
 from sandpod_testkit.kube import GROUP, VERSION, is_gone
 from sandpod_testkit.waiting import wait_until
 from test_pools import pool_counts
 
-# warm_operator, warm_namespace: an operator of this module's own that reaches the runners,
-# and a fresh namespace it watches per test.
-from test_warm import start_pool, warm_namespace, warm_operator
+# warm_prefix, warm_namespace: a fresh namespace per test that the session's release serves.
+from test_warm import start_pool, warm_namespace, warm_prefix
 
-__all__ = ["warm_namespace", "warm_operator"]
+__all__ = ["warm_namespace", "warm_prefix"]
 
 READY_TIMEOUT = 120
 RUN_TIMEOUT = 120
@@ -139,9 +138,9 @@ def test_operator_killed_while_executions_wait_each_ends_once_in_order(
     warm_namespace: str,
     custom_objects: client.CustomObjectsApi,
     core_v1: client.CoreV1Api,
-    warm_operator: tuple[OperatorProcess, str],
+    operator_running: Deployed,
 ) -> None:
-    operator = warm_operator[0]
+    operator = operator_running
     open_session(custom_objects, warm_namespace)
     source = "import time\ntime.sleep(3)\nn = 0"
     create(custom_objects, warm_namespace, "x0", language="python", source=source, session="nb")

@@ -10,13 +10,13 @@ from typing import Any
 import httpx
 import httpx2
 import pytest
-from gateway_process import REQUEST_TIMEOUT, Gateway
+from chart_release import REQUEST_TIMEOUT, DeployedGateway
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 
 @pytest.fixture
-def alice(gateway: Gateway, namespace: str) -> Iterator[httpx.Client]:
+def alice(gateway: DeployedGateway, namespace: str) -> Iterator[httpx.Client]:
     key = gateway.add_tenant(namespace, namespace, maxTimeoutSeconds=60, maxSessions=2)
     with gateway.client(key) as http:
         yield http
@@ -53,7 +53,7 @@ def test_two_runs_share_a_variable(alice: httpx.Client, session: str) -> None:
 
 
 def test_another_tenants_session_is_not_found(
-    gateway: Gateway, namespace: str, session: str
+    gateway: DeployedGateway, namespace: str, session: str
 ) -> None:
     key = gateway.add_tenant(f"{namespace[:50]}-mallory", namespace)
 
@@ -85,7 +85,7 @@ def test_a_file_uploaded_downloads_the_same(alice: httpx.Client, session: str) -
 
 
 async def test_an_mcp_client_opens_a_session_runs_twice_and_closes_it(
-    gateway: Gateway, namespace: str
+    gateway: DeployedGateway, namespace: str
 ) -> None:
     key = gateway.add_tenant(namespace, namespace)
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=REQUEST_TIMEOUT)

@@ -1,9 +1,8 @@
 """Warm executions on the cluster: CodeExecutions that claim a ready pod of a SandboxPool
 and run over the serving runner's HTTP API (the warm design, docs/runner-protocol.md).
 
-This module runs an operator of its own, on namespaces of its own (`warm-<id>-*`), whose
-pool pods run the real `sandpod-runner --serve` and whose runner port is open to this
-machine (the operator runs here, its traffic comes from the node's address).
+Pool pods run the real `sandpod-runner --serve`; the session release's operator (a test kills
+its pod) claims them and reaches their runner port through the chart's NetworkPolicies.
 
 Audits: each execution ends exactly once (one terminal Event, a terminal status), no pod
 serves twice (no two executions name the same pod), and claimed pods are removed.
@@ -14,15 +13,14 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from chart_release import Deployed
 from executions import TERMINAL, create, events_about, get, status, wait_for
+from kube_helpers import resource_version_now, wait_for_pod_matching
 from kubernetes import client
-from operator_process import dedicated_operator
-from sandpod_contract.names import POOL_PLURAL
-from sandpod_testkit.components import OperatorProcess
+from sandpod_contract.names import POOL_LABEL, POOL_PLURAL, POOL_STATE_LABEL
 from sandpod_testkit.kube import GROUP, VERSION, delete_executions
 from sandpod_testkit.waiting import wait_until
 from test_pools import namespace_with_pools, pods_in_state, pool_counts
@@ -33,25 +31,16 @@ POOL = "py"
 
 
 @pytest.fixture(scope="module")
-def warm_operator(
-    sandpod_crd: str,
-    kubeconfig_path: Path,
-    api_client: client.ApiClient,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[OperatorProcess, str]]:
-    """An operator of this module's own (a test kills it), watching `warm-<id>-*` only."""
-    workdir = tmp_path_factory.mktemp("warm")
-    with dedicated_operator(kubeconfig_path, api_client, workdir, "warm") as (operator, prefix):
-        yield operator, prefix
+def warm_prefix(sandpod_operator: Deployed, namespace_prefix: str) -> str:
+    """The namespaces of this module: the session's release serves them."""
+    return f"{namespace_prefix}-warm"
 
 
 @pytest.fixture
 def warm_namespace(
-    warm_operator: tuple[OperatorProcess, str],
-    core_v1: client.CoreV1Api,
-    custom_objects: client.CustomObjectsApi,
+    warm_prefix: str, core_v1: client.CoreV1Api, custom_objects: client.CustomObjectsApi
 ) -> Iterator[str]:
-    name = f"{warm_operator[1]}-{uuid.uuid4().hex[:6]}"
+    name = f"{warm_prefix}-{uuid.uuid4().hex[:6]}"
     with namespace_with_pools(name, core_v1, custom_objects):
         yield name
         delete_executions(custom_objects, name, timeout=120)
@@ -145,25 +134,28 @@ def test_fifty_executions_through_a_pool_of_four(
 
 
 def test_operator_killed_while_pool_pods_are_claimed(
-    warm_operator: tuple[OperatorProcess, str],
+    operator_running: Deployed,
     warm_namespace: str,
     custom_objects: client.CustomObjectsApi,
     core_v1: client.CoreV1Api,
 ) -> None:
-    operator = warm_operator[0]
     start_pool(custom_objects, warm_namespace, 4)
+    since = resource_version_now(core_v1, warm_namespace)
     names = run_batch(custom_objects, warm_namespace, range(12))
-    wait_until(
-        lambda: pods_in_state(core_v1, warm_namespace, POOL, "claimed"),
+    # A warm run takes tens of milliseconds: the claim is watched for, not polled.
+    wait_for_pod_matching(
+        core_v1,
+        warm_namespace,
+        f"{POOL_LABEL}={POOL},{POOL_STATE_LABEL}=claimed",
+        since=since,
         timeout=60,
         what="a pool pod to be claimed",
-        interval=0.05,
     )
-    operator.kill()
+    operator_running.kill()
     try:
         names += run_batch(custom_objects, warm_namespace, range(12, 24))
     finally:
-        operator.start()
+        operator_running.start()
     audit(custom_objects, core_v1, warm_namespace, names, operator_killed=True)
 
 

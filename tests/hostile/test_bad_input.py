@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from chart_release import DeployedGateway
 from executions import kubectl, manifest
-from gateway_process import Gateway
 from kubernetes import client
 from results_table import Row
 from sandpod_testkit.kube import GROUP, PLURAL, VERSION
@@ -97,7 +97,9 @@ GATEWAY_CASES = (
 
 
 @pytest.fixture(scope="module")
-def tenant_key(gateway: Gateway, core_v1: client.CoreV1Api, hostile_prefix: str) -> Iterator[str]:
+def tenant_key(
+    gateway: DeployedGateway, core_v1: client.CoreV1Api, hostile_prefix: str
+) -> Iterator[str]:
     """A tenant (and its namespace) for the whole module; the namespace must stay empty."""
     namespace = f"{hostile_prefix}-bad-input"
     core_v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
@@ -123,7 +125,7 @@ def error_text(response: httpx.Response) -> str:
 @pytest.mark.parametrize("bad", GATEWAY_CASES, ids=[bad.id for bad in GATEWAY_CASES])
 def test_gateway_refuses(
     bad: BadRequest,
-    gateway: Gateway,
+    gateway: DeployedGateway,
     tenant_key: str,
     custom_objects: client.CustomObjectsApi,
     hostile_prefix: str,

@@ -3,37 +3,25 @@ deterministic name but not this execution's ownerReference ends the execution wi
 Error/ChildConflict and is never used, changed or deleted.
 
 The child's name depends on the execution's uid, so the object is planted while the
-session's operator is paused (SIGSTOP, then SIGCONT): between the execution's creation and
-its first reconciliation, as a user racing the operator would.
+session's operator pod is paused (the node's cgroup freezer, then thawed): between the
+execution's creation and its first reconciliation, as a user racing the operator would.
 """
 
 from __future__ import annotations
 
-import signal
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+from chart_release import Deployed
 from executions import create
 from kubernetes import client
-from operator_process import OperatorProcess
 from results_table import Row
 from sandpod_contract.names import child_name
 from testbox import busybox_pod
 from tracker import ClusterTracker
 
 PLANTED_LABEL = {"sp-hostile/planted": "yes"}
-
-
-@contextmanager
-def paused(operator: OperatorProcess) -> Iterator[None]:
-    assert operator.process is not None and operator.process.poll() is None
-    operator.process.send_signal(signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        operator.process.send_signal(signal.SIGCONT)
 
 
 def plant_configmap(api: client.ApiClient, namespace: str, name: str) -> Any:
@@ -79,7 +67,7 @@ PLANTERS: dict[str, Callable[[client.ApiClient, str, str], Any]] = {
 @pytest.mark.parametrize("kind", list(PLANTERS))
 def test_a_child_name_taken_by_someone_else_ends_the_execution(
     kind: str,
-    sandpod_operator: OperatorProcess,
+    sandpod_operator: Deployed,
     api_client: client.ApiClient,
     custom_objects: client.CustomObjectsApi,
     hostile_namespace: str,
@@ -90,12 +78,12 @@ def test_a_child_name_taken_by_someone_else_ends_the_execution(
     spec: dict[str, Any] = {"language": "python", "source": "print('ran')"}
     if kind == "NetworkPolicy":
         spec["network"] = {"egress": "allowlist", "allow": [{"cidr": "203.0.113.0/24"}]}
-    with paused(sandpod_operator):
+    with sandpod_operator.paused():
         created = create(custom_objects, hostile_namespace, "hostile", **spec)
         name = child_name("hostile", created["metadata"]["uid"])
         planted = PLANTERS[kind](api_client, hostile_namespace, name)
     key = (hostile_namespace, "hostile")
-    tracker.wait_terminal([key], timeout=60)
+    tracker.wait_terminal([key], timeout=120)
     status = tracker.status(key)
     table_row.observed = f"{status.get('phase')}/{status.get('reason')}"
     assert (status.get("phase"), status.get("reason"), status.get("retryable")) == (

@@ -1,12 +1,11 @@
 """Egress by host name through the chart's egress proxy, against a fake internet on this machine.
 
-The proxy is the chart's own (templates/egress-proxy.yaml, image egress-proxy) in a namespace of
-this module; its names come from hostAliases (never DNS): allowed.fake, pypi.fake and npm.fake
-are the fake web host (a package index and an npm registry too), other.fake a second one,
-metadata.fake the metadata address and cluster.fake the cluster's API Service address. Web
-hosts live in the fake internet's network namespace (fake_hosts.FAKE_INTERNET); nothing leaves
-the machine. An operator of this module's own watches its tenant namespaces with the proxy
-configured.
+The proxy is the chart's own, of a release this module installs (its operator watches the
+module's tenant namespaces). Its names come from hostAliases (never DNS): allowed.fake,
+pypi.fake and npm.fake are the fake web host (a package index and an npm registry too),
+other.fake a second one, metadata.fake the metadata address and cluster.fake the cluster's API
+Service address. Web hosts live in the fake internet's network namespace
+(fake_hosts.FAKE_INTERNET); nothing leaves the machine.
 """
 
 from __future__ import annotations
@@ -27,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from egress_proxy_deployment import DeployedProxy, deployed_proxy
-from egress_proxy_deployment import proxy_operator as proxy_operator_process
+from chart_release import ChartRelease, installed
+from cluster_fixtures import ReleaseFactory
 from executions import create, events_about, status, wait_for
 from fake_hosts import (
     FAKE_INTERNET,
@@ -42,8 +41,8 @@ from fake_hosts import (
 )
 from kubernetes import client
 from proxy_latency import execution_spec, measure, report
+from release_settings import narrowed_tenant
 from sandpod_contract.names import SESSION_PLURAL
-from sandpod_testkit.components import OperatorProcess
 from sandpod_testkit.kube import (
     GROUP,
     LOCAL_POD_CIDR,
@@ -261,24 +260,8 @@ def fake_internet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeHost
 
 @pytest.fixture(scope="module")
 def proxy_prefix(namespace_prefix: str) -> str:
-    """Outside the session operator's namespaces (`<prefix>-*`): this module's operator."""
+    """Outside the session release's namespaces (`<prefix>-*`): this module's release."""
     return f"{namespace_prefix}px"
-
-
-@pytest.fixture(scope="module")
-def egress_proxy(
-    api_client: client.ApiClient,
-    helm: Path,
-    proxy_prefix: str,
-    fake_internet: FakeHosts,
-    node_ip: str,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[DeployedProxy]:
-    """The chart's egress proxy in its own namespace, its names the fake internet's."""
-    namespace = f"{proxy_prefix}-proxy-{uuid.uuid4().hex[:4]}"
-    workdir = tmp_path_factory.mktemp("proxy")
-    with deployed_proxy(api_client, helm, namespace, node_ip, workdir, HOST_ALIASES) as proxy:
-        yield proxy
 
 
 @pytest.fixture(scope="module")
@@ -293,30 +276,24 @@ def tenants(core_v1: client.CoreV1Api, proxy_prefix: str) -> Iterator[dict[str, 
 
 @pytest.fixture(scope="module")
 def proxy_operator(
-    sandpod_crd: str,
+    new_release: ReleaseFactory,
     api_client: client.ApiClient,
-    kubeconfig_path: Path,
     proxy_prefix: str,
-    egress_proxy: DeployedProxy,
+    fake_internet: FakeHosts,
     tenants: dict[str, str],
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[OperatorProcess]:
-    operator = proxy_operator_process(
-        kubeconfig_path,
-        api_client,
-        [f"{proxy_prefix}-*"],
-        egress_proxy,
-        tmp_path_factory.mktemp("proxy-operator"),
-        # Tenant b may name other.fake only.
-        namespace_hosts={tenants["b"]: ["other.fake"]},
-    )
-    operator.start()
-    yield operator
-    # Executions carry the operator's finalizer: delete them while it still runs.
-    objects = client.CustomObjectsApi(api_client)
-    for namespace in tenants.values():
-        delete_executions(objects, namespace, timeout=60)
-    operator.stop()
+) -> Iterator[ChartRelease]:
+    """A release of this module's own: its egress proxy's names are the fake internet's, and
+    tenant b may name other.fake only."""
+    values = {
+        "egressProxy": {"hostAliases": HOST_ALIASES},
+        "tenants": [narrowed_tenant(tenants["b"], ["other.fake"])],
+    }
+    with installed(new_release(proxy_prefix, values)) as release:
+        yield release
+        # Executions carry the operator's finalizer: delete them while it still runs.
+        objects = client.CustomObjectsApi(api_client)
+        for namespace in tenants.values():
+            delete_executions(objects, namespace, timeout=60)
 
 
 def run(

@@ -18,11 +18,10 @@ from typing import Any
 
 import httpx
 import pytest
+from chart_release import Deployed, DeployedGateway
 from executions import manifest
-from gateway_process import Gateway
 from kubernetes import client
 from results_table import Row
-from sandpod_testkit.components import OperatorProcess
 from sandpod_testkit.kube import GROUP, PLURAL, VERSION
 from sandpod_testkit.paths import REPO_ROOT
 from sandpod_testkit.waiting import wait_until
@@ -92,7 +91,7 @@ class Batch:
     objects: client.CustomObjectsApi
     core_v1: client.CoreV1Api
     tracker: ClusterTracker
-    operator: OperatorProcess
+    operator: Deployed
     row: Row
 
     def submit(self, indexes: range) -> None:
@@ -114,10 +113,10 @@ def batch(
     custom_objects: client.CustomObjectsApi,
     core_v1: client.CoreV1Api,
     tracker: ClusterTracker,
-    sandpod_operator: OperatorProcess,
+    operator_running: Deployed,
     table_row: Row,
 ) -> Batch:
-    return Batch(hostile_namespace, custom_objects, core_v1, tracker, sandpod_operator, table_row)
+    return Batch(hostile_namespace, custom_objects, core_v1, tracker, operator_running, table_row)
 
 
 def test_operator_killed_mid_batch_of_50(batch: Batch) -> None:
@@ -145,7 +144,7 @@ def test_operator_killed_mid_batch_of_50(batch: Batch) -> None:
     batch.check(50)
 
 
-def run_with_retries(gateway: Gateway, key: str, index: int) -> tuple[dict[str, Any], int]:
+def run_with_retries(gateway: DeployedGateway, key: str, index: int) -> tuple[dict[str, Any], int]:
     """One agent: creates an execution and waits for its result, retrying the same request
     (same Idempotency-Key) whenever the gateway is unreachable or answers 5xx."""
     body = {"language": "bash", "code": batch_source(index)}
@@ -170,7 +169,7 @@ def run_with_retries(gateway: Gateway, key: str, index: int) -> tuple[dict[str, 
 
 def test_gateway_restarted_while_clients_wait(
     hostile_namespace: str,
-    gateway: Gateway,
+    gateway: DeployedGateway,
     custom_objects: client.CustomObjectsApi,
     tracker: ClusterTracker,
     table_row: Row,

@@ -1,4 +1,4 @@
-"""One tenant's abuse of the gateway (the real process, against the cluster): a storm of
+"""One tenant's abuse of the gateway (the chart's, against the cluster): a storm of
 waits replaying one Idempotency-Key is refused beyond the bound while the same tenant's
 print(1) still runs; the running count comes from labels (the operator's finished label);
 and no one but the gateway and the operator may set those labels (the chart's admission
@@ -13,15 +13,13 @@ import asyncio
 import json
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import yaml
-from executions import GROUP, PLURAL, VERSION, applied_policy, kubectl, manifest, wait_until
-from gateway_process import REQUEST_TIMEOUT, Gateway
+from chart_release import REQUEST_TIMEOUT, ChartRelease, DeployedGateway
+from executions import GROUP, PLURAL, VERSION, kubectl, manifest, wait_until
 from kubernetes import client
 from results_table import Row
 from sandpod_contract.names import FINISHED_LABEL, TENANT_LABEL
@@ -29,14 +27,12 @@ from sandpod_contract.names import FINISHED_LABEL, TENANT_LABEL
 pytestmark = pytest.mark.usefixtures("sandpod_operator")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CHART = REPO_ROOT / "charts" / "sandpod"
-RELEASE = "sp"
 REPLAYS = 300
 WAITS_PER_EXECUTION = 4
 SLOW = "import time\ntime.sleep(20)\nprint('slept')"
 
 
-def abuser(gateway: Gateway, namespace: str, **limits: Any) -> httpx.AsyncClient:
+def abuser(gateway: DeployedGateway, namespace: str, **limits: Any) -> httpx.AsyncClient:
     key = gateway.add_tenant(
         "abuser", namespace, maxWaitsPerExecution=WAITS_PER_EXECUTION, **limits
     )
@@ -72,7 +68,7 @@ async def storm(client: httpx.AsyncClient) -> tuple[list[httpx.Response], httpx.
 
 
 def test_a_replay_storm_is_refused_beyond_the_bound_and_the_tenant_still_runs(
-    gateway: Gateway, hostile_namespace: str, table_row: Row
+    gateway: DeployedGateway, hostile_namespace: str, table_row: Row
 ) -> None:
     table_row.expected = f"≥{REPLAYS - WAITS_PER_EXECUTION} of {REPLAYS} 429; print(1) 200"
 
@@ -102,7 +98,7 @@ def test_a_replay_storm_is_refused_beyond_the_bound_and_the_tenant_still_runs(
 
 
 def test_the_running_count_follows_the_operators_finished_label(
-    gateway: Gateway,
+    gateway: DeployedGateway,
     hostile_namespace: str,
     custom_objects: client.CustomObjectsApi,
     table_row: Row,
@@ -157,20 +153,6 @@ def finished_label(
 # --- the chart's label policy ----------------------------------------------------------------
 
 
-def render_label_policy(helm: Path, namespace: str, workdir: Path) -> str:
-    values = workdir / "values.yaml"
-    values.write_text(yaml.safe_dump({"operator": {"watchNamespaces": [namespace]}}))
-    command = [str(helm), "template", RELEASE, str(CHART), "--namespace", namespace]
-    command += ["--values", str(values), "--show-only", "templates/label-policy.yaml"]
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=120)
-    assert completed.returncode == 0, completed.stderr
-    return completed.stdout
-
-
-def account(namespace: str, name: str) -> str:
-    return f"system:serviceaccount:{namespace}:{name}"
-
-
 def create_as(
     kubeconfig: Path, namespace: str, who: str, labels: dict[str, str]
 ) -> subprocess.CompletedProcess[str]:
@@ -191,12 +173,17 @@ def create_as(
 
 
 @pytest.fixture
-def label_policy(
-    helm: Path, hostile_namespace: str, kubeconfig_path: Path, tmp_path: Path
-) -> Iterator[str]:
-    """The chart's label policy, bound to this test's namespace alone; an "intruder" and
-    the release's gateway and operator service accounts may create executions there."""
-    namespace = hostile_namespace
+def accounts(
+    sandpod_release: ChartRelease, hostile_namespace: str, kubeconfig_path: Path
+) -> dict[str, str]:
+    """Who creates executions in this test's namespace, which the session release's label
+    policy covers: an "intruder" of the namespace, and the release's gateway and operator
+    service accounts (all three allowed to create by a Role here)."""
+    accounts = {
+        "intruder": f"system:serviceaccount:{hostile_namespace}:intruder",
+        "gateway": sandpod_release.gateway_account,
+        "operator": sandpod_release.operator_account,
+    }
     rbac = {
         "apiVersion": "v1",
         "kind": "List",
@@ -204,43 +191,28 @@ def label_policy(
             {
                 "apiVersion": "rbac.authorization.k8s.io/v1",
                 "kind": "Role",
-                "metadata": {"name": "create-executions", "namespace": namespace},
+                "metadata": {"name": "create-executions", "namespace": hostile_namespace},
                 "rules": [{"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["create"]}],
             },
             {
                 "apiVersion": "rbac.authorization.k8s.io/v1",
                 "kind": "RoleBinding",
-                "metadata": {"name": "create-executions", "namespace": namespace},
+                "metadata": {"name": "create-executions", "namespace": hostile_namespace},
                 "roleRef": {
                     "apiGroup": "rbac.authorization.k8s.io",
                     "kind": "Role",
                     "name": "create-executions",
                 },
                 "subjects": [
-                    {"kind": "ServiceAccount", "name": name, "namespace": namespace}
-                    for name in (
-                        "intruder",
-                        f"{RELEASE}-sandpod-gateway",
-                        f"{RELEASE}-sandpod-operator",
-                    )
+                    {"kind": "User", "name": name, "apiGroup": "rbac.authorization.k8s.io"}
+                    for name in accounts.values()
                 ],
             },
         ],
     }
     applied = kubectl(kubeconfig_path, "apply", "-f", "-", stdin=json.dumps(rbac))
     assert applied.returncode == 0, applied.stderr
-    rendered = render_label_policy(helm, namespace, tmp_path)
-    intruder = account(namespace, "intruder")
-    with applied_policy(
-        kubeconfig_path,
-        rendered,
-        takes_effect=lambda: (
-            "only the sandpod gateway"
-            in create_as(kubeconfig_path, namespace, intruder, {TENANT_LABEL: "victim"}).stderr
-        ),
-        what="the label policy to take effect",
-    ):
-        yield namespace
+    return accounts
 
 
 @pytest.mark.parametrize(
@@ -248,10 +220,10 @@ def label_policy(
     [
         ("intruder", {TENANT_LABEL: "victim"}, "only the sandpod gateway sets the tenant label"),
         ("intruder", {FINISHED_LABEL: "true"}, "only the sandpod operator sets the finished"),
-        (f"{RELEASE}-sandpod-operator", {TENANT_LABEL: "victim"}, "only the sandpod gateway"),
-        (f"{RELEASE}-sandpod-gateway", {FINISHED_LABEL: "true"}, "only the sandpod operator"),
+        ("operator", {TENANT_LABEL: "victim"}, "only the sandpod gateway"),
+        ("gateway", {FINISHED_LABEL: "true"}, "only the sandpod operator"),
         ("intruder", {"team": "victim"}, None),
-        (f"{RELEASE}-sandpod-gateway", {TENANT_LABEL: "victim"}, None),
+        ("gateway", {TENANT_LABEL: "victim"}, None),
     ],
     ids=[
         "intruder-sets-tenant",
@@ -263,7 +235,8 @@ def label_policy(
     ],
 )
 def test_only_the_gateway_and_operator_set_the_counted_labels(
-    label_policy: str,
+    accounts: dict[str, str],
+    hostile_namespace: str,
     kubeconfig_path: Path,
     who: str,
     labels: dict[str, str],
@@ -271,7 +244,7 @@ def test_only_the_gateway_and_operator_set_the_counted_labels(
     table_row: Row,
 ) -> None:
     table_row.expected = f"refused: {refused_with}" if refused_with else "accepted"
-    result = create_as(kubeconfig_path, label_policy, account(label_policy, who), labels)
+    result = create_as(kubeconfig_path, hostile_namespace, accounts[who], labels)
     telling = (result.stderr or result.stdout).strip()
     table_row.observed = f"exit {result.returncode}: {telling[-70:]}"
     if refused_with is None:

@@ -27,6 +27,7 @@ from sandpod_contract.names import (
     GROUP,
     PLURAL,
     ROLE_LABEL,
+    RUNNER_PORT,
     SANDBOX_ROLE,
     TENANT_LABEL,
 )
@@ -512,12 +513,9 @@ def test_tenant_namespaces(rendered: dict[str, list[Manifest]]) -> None:
     assert labels["app.kubernetes.io/instance"] == RELEASE
     assert created["shared"]["metadata"]["annotations"] == {"owner": "platform"}
     served = {"team-a", "shared", "existing"}
-    gateway_roles = {
-        role["metadata"]["namespace"]
-        for role in of_kind(manifests, "Role")
-        if role["metadata"]["name"] == f"{FULLNAME}-gateway"
-    }
-    assert gateway_roles == served
+    gateway_bindings = bindings_of(manifests, f"{NAMESPACE}-{FULLNAME}-gateway-tenant")
+    assert {b["metadata"]["namespace"] for b in gateway_bindings} == served
+    assert {b["metadata"]["name"] for b in gateway_bindings} == {f"{FULLNAME}-gateway-tenant"}
     deny_all = [
         policy
         for policy in of_kind(manifests, "NetworkPolicy")
@@ -798,6 +796,32 @@ def test_the_label_policy_binds_to_the_served_namespaces(helm: Path, tmp_path: P
     }
 
 
+def test_watched_namespace_patterns(helm: Path, tmp_path: Path) -> None:
+    """Patterns in operator.watchNamespaces: kopf gets them as they are, RBAC is cluster-wide
+    (the namespaces do not exist yet) and the admission policies match namespaces by name."""
+    values = {"operator": {"watchNamespaces": ["team-a", "e2e12-*"]}}
+    manifests = render(helm, tmp_path, values)
+    operator = find(manifests, "Deployment", f"{FULLNAME}-operator")
+    command = operator["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert [a for a in command if a.startswith("--namespace")] == [
+        "--namespace=team-a",
+        "--namespace=e2e12-*",
+    ]
+    for role in (f"{NAMESPACE}-{FULLNAME}-operator", f"{NAMESPACE}-{FULLNAME}-uninstall"):
+        assert [b["kind"] for b in bindings_of(manifests, role)] == ["ClusterRoleBinding"]
+    job = find(manifests, "Job", f"{FULLNAME}-uninstall", NAMESPACE)
+    assert container_env(job["spec"]["template"]["spec"])["NAMESPACES"] == "team-a,e2e12-*"
+    policies = of_kind(manifests, "ValidatingAdmissionPolicy")
+    assert len(policies) == 2
+    for policy in policies:
+        (condition,) = policy["spec"]["matchConditions"]
+        assert condition["expression"] == (
+            '["^team-a$","^e2e12-.*$"].exists(p, request.namespace.matches(p))'
+        )
+    for binding in of_kind(manifests, "ValidatingAdmissionPolicyBinding"):
+        assert "matchResources" not in binding["spec"]
+
+
 # --- hardening and network policies ---
 
 
@@ -840,15 +864,22 @@ def test_network_policies(rendered: dict[str, list[Manifest]]) -> None:
     test_labels = find(rendered["full"], "Pod", f"{FULLNAME}-test")["metadata"]["labels"]
     assert peers[1]["podSelector"]["matchLabels"].items() <= test_labels.items()
     operator = find(rendered["full"], "NetworkPolicy", f"{FULLNAME}-operator", NAMESPACE)
-    # Metrics off: no ingress at all; out: the API server and the egress proxy's monitors.
+    # Metrics off: no ingress at all; out: the API server, the runners of pool and session
+    # pods in any namespace, and the egress proxy's monitors.
+    to_runners = {
+        "to": [
+            {"namespaceSelector": {}, "podSelector": {"matchLabels": {ROLE_LABEL: SANDBOX_ROLE}}}
+        ],
+        "ports": [{"protocol": "TCP", "port": RUNNER_PORT}],
+    }
     proxy_pods = {"app.kubernetes.io/component": "egress-proxy"}
-    to_monitors = operator["spec"]["egress"][1]
+    to_monitors = operator["spec"]["egress"][2]
     assert proxy_pods.items() <= to_monitors["to"][0]["podSelector"]["matchLabels"].items()
     assert to_monitors["ports"] == [{"protocol": "TCP", "port": 9180}]
     assert operator["spec"] == {
         "podSelector": operator["spec"]["podSelector"],
         "policyTypes": ["Ingress", "Egress"],
-        "egress": [*egress, to_monitors],
+        "egress": [*egress, to_runners, to_monitors],
     }
     assert not of_kind(rendered["minimal"], "NetworkPolicy")
 
@@ -937,6 +968,14 @@ def test_schema_lists_every_setting(values_schema: dict[str, Any]) -> None:
     ]:
         listed = components[component]["properties"]["config"]["properties"]
         assert set(listed) == {camel(name) for name in fields - managed}
+
+
+def test_schema_pools_are_the_pool_spec(values_schema: dict[str, Any]) -> None:
+    """A tenant's pool takes what a SandboxPool's spec takes (by its aliases), and a name."""
+    tenant = values_schema["properties"]["tenants"]["items"]["properties"]
+    listed = set(tenant["pools"]["items"]["properties"])
+    spec = {field.alias or name for name, field in SandboxPoolSpec.model_fields.items()}
+    assert listed == spec | {"name"}
 
 
 @pytest.mark.parametrize(

@@ -6,9 +6,10 @@ installed later takes them up again).
 
 Standard library only (it runs in the operator image with `python3 -c`). Environment:
 RELEASE_NAMESPACE, OPERATOR_DEPLOYMENT, OPERATOR_SELECTOR (label selector of its pods),
-NAMESPACES (comma-separated; empty: every namespace), FINALIZER, TIMEOUT_SECONDS.
+NAMESPACES (comma-separated names or "*" patterns; empty: every namespace), FINALIZER, TIMEOUT_SECONDS.
 """
 
+import fnmatch
 import json
 import os
 import ssl
@@ -136,6 +137,18 @@ def items_in(api: Api, plural: str, namespace: str | None) -> list[dict[str, Any
         raise
 
 
+def scopes(namespaces: list[str]) -> list[str | None]:
+    """Where to list: each named namespace, or everywhere (None) when there are none or
+    some are patterns (then `served` filters what is listed)."""
+    if not namespaces or any("*" in n for n in namespaces):
+        return [None]
+    return list(namespaces)
+
+
+def served(namespaces: list[str], namespace: str) -> bool:
+    return not namespaces or any(fnmatch.fnmatchcase(namespace, n) for n in namespaces)
+
+
 def main() -> None:
     api = Api()
     deadline = time.monotonic() + int(os.environ["TIMEOUT_SECONDS"])
@@ -146,13 +159,14 @@ def main() -> None:
         os.environ["OPERATOR_SELECTOR"],
         deadline,
     )
-    scopes: list[str | None] = [n for n in os.environ.get("NAMESPACES", "").split(",") if n]
+    namespaces = [n for n in os.environ.get("NAMESPACES", "").split(",") if n]
     finalizer = os.environ["FINALIZER"]
     released = 0
-    for namespace in scopes or [None]:
+    for scope in scopes(namespaces):
         for plural in PLURALS:
-            for item in items_in(api, plural, namespace):
-                released += release(api, plural, item, finalizer)
+            for item in items_in(api, plural, scope):
+                if served(namespaces, item["metadata"]["namespace"]):
+                    released += release(api, plural, item, finalizer)
     print(f"released {released} execution(s) and pool(s) from {finalizer}")
 
 

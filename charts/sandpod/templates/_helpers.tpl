@@ -157,7 +157,26 @@ priorityClassName: {{ . }}
 {{- end }}
 {{- end }}
 
-{{/* The kopf namespace flags: --all-namespaces, or one --namespace per watched namespace. */}}
+{{/* "true" when an entry of operator.watchNamespaces is a pattern (has a "*"): the namespaces
+are not known at install time, so RBAC is cluster-wide and policies match by name. */}}
+{{- define "sandpod.watchesByPattern" -}}
+{{- range .Values.operator.watchNamespaces }}
+{{- if contains "*" . }}true{{ end }}
+{{- end }}
+{{- end }}
+
+{{/* A CEL expression: the request's namespace is one operator.watchNamespaces names or
+matches ("*": any characters). For the admission policies' matchConditions. */}}
+{{- define "sandpod.watchedNamespaceCondition" -}}
+{{- $patterns := list }}
+{{- range .Values.operator.watchNamespaces }}
+{{- $patterns = append $patterns (printf "^%s$" (regexQuoteMeta . | replace "\\*" ".*")) }}
+{{- end }}
+{{- printf "%s.exists(p, request.namespace.matches(p))" (toJson $patterns) }}
+{{- end }}
+
+{{/* The kopf namespace flags: --all-namespaces, or one --namespace per watched namespace
+(kopf takes "*" patterns as they are). */}}
 {{- define "sandpod.operatorNamespaceArgs" -}}
 {{- if .Values.operator.watchNamespaces }}
 {{- range .Values.operator.watchNamespaces }}

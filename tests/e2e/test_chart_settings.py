@@ -1,0 +1,170 @@
+"""Chart settings that platform teams turn on, each installed as a release of its own: a cold
+run, a pool run and a session run through the chart's gateway work under each, and an
+allowlist naming the API server is refused (by the admission policy, or by the operator when
+the policy is off).
+
+Every case starts from the platform's settings (release_settings.platform_values: egress to
+the API server only with its real addresses, ingress from the node, the egress proxy, the
+admission policies) and changes one thing. The release's tenant is the chart's own: its
+namespace, key digest, pool and quota come from the values.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from chart_release import (
+    REQUEST_TIMEOUT,
+    ChartRelease,
+    DeployedGateway,
+    bearer,
+    installed,
+    new_api_key,
+)
+from cluster_fixtures import ReleaseFactory
+from kubernetes import client
+from sandpod_testkit.kube import GROUP, PLURAL, VERSION, api_server_cidrs
+from sandpod_testkit.waiting import wait_until
+from test_pools import pool_counts
+
+CASES: dict[str, dict[str, Any]] = {
+    "hardened": {},
+    "chart-defaults": {
+        "networkPolicies": {"ingressFrom": [], "apiServerEgress": {"enabled": False}}
+    },
+    "two-gateway-replicas": {"gateway": {"replicas": 2}},
+    "tenant-resource-quota": {},  # the tenant's quota: see tenant_values
+    "no-egress-proxy": {"egressProxy": {"enabled": False}},
+    "no-admission-policies": {
+        "egress": {"admissionPolicy": False},
+        "labelPolicy": {"enabled": False},
+    },
+}
+QUOTA = {"pods": "12", "limits.memory": "8Gi", "limits.cpu": "8"}
+
+
+@dataclass
+class Installed:
+    release: ChartRelease
+    gateway: DeployedGateway
+    tenant_namespace: str
+    key: str
+    admission_policy: bool
+
+
+def tenant_values(case: str, namespace: str, digest: str) -> dict[str, Any]:
+    tenant: dict[str, Any] = {
+        "name": "team",
+        "namespace": namespace,
+        "apiKeys": [{"name": "settings", "sha256": digest}],
+        "limits": {"maxConcurrent": 4, "maxSessions": 4},
+        "pools": [{"name": "py", "language": "python", "size": 1}],
+    }
+    if case == "tenant-resource-quota":
+        tenant["resourceQuota"] = QUOTA
+    return {"tenants": [tenant]}
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def installed_case(
+    request: pytest.FixtureRequest, new_release: ReleaseFactory, namespace_prefix: str
+) -> Iterator[Installed]:
+    case: str = request.param
+    prefix = f"{namespace_prefix}cs{list(CASES).index(case)}"
+    key, digest = new_api_key()
+    tenant_namespace = f"{prefix}-team-{uuid.uuid4().hex[:4]}"
+    values = {**CASES[case], **tenant_values(case, tenant_namespace, digest)}
+    with installed(new_release(prefix, values)) as release:
+        gateway = release.gateway()
+        gateway.wait_ready()
+        yield Installed(
+            release=release,
+            gateway=gateway,
+            tenant_namespace=tenant_namespace,
+            key=key,
+            admission_policy=case != "no-admission-policies",
+        )
+
+
+def run(http: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
+    response = http.post("/v1/executions", json=body)
+    assert response.status_code == 200, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
+def start_mode(custom_objects: client.CustomObjectsApi, namespace: str, name: str) -> str:
+    execution: Any = custom_objects.get_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name
+    )
+    return str(execution["status"].get("startMode"))
+
+
+def test_a_cold_run(installed_case: Installed, custom_objects: client.CustomObjectsApi) -> None:
+    with installed_case.gateway.client(installed_case.key) as http:
+        result = run(http, {"language": "bash", "code": "echo cold"})
+    assert (result["status"], result["stdout"]) == ("success", "cold\n"), result
+    mode = start_mode(custom_objects, installed_case.tenant_namespace, result["id"])
+    assert mode == "cold"
+
+
+def test_a_pool_run(installed_case: Installed, custom_objects: client.CustomObjectsApi) -> None:
+    wait_until(
+        lambda: pool_counts(custom_objects, installed_case.tenant_namespace, "py")[0] >= 1,
+        timeout=180,
+        what="the tenant's pool to have a ready pod",
+        interval=0.5,
+    )
+    with installed_case.gateway.client(installed_case.key) as http:
+        result = run(http, {"language": "python", "code": "print('warm')"})
+    assert (result["status"], result["stdout"]) == ("success", "warm\n"), result
+    mode = start_mode(custom_objects, installed_case.tenant_namespace, result["id"])
+    assert mode == "warm"
+
+
+def test_a_session_run_through_each_gateway_replica(installed_case: Installed) -> None:
+    urls = installed_case.gateway.pod_urls()
+    assert len(urls) == installed_case.gateway.replicas
+    for url in urls:
+        with httpx.Client(
+            base_url=url, headers=bearer(installed_case.key), timeout=REQUEST_TIMEOUT
+        ) as http:
+            opened = http.post("/v1/sessions", json={"language": "python"})
+            assert opened.status_code == 201, opened.text
+            session = opened.json()["id"]
+            try:
+                runs = [
+                    http.post(f"/v1/sessions/{session}/executions", json={"code": code})
+                    for code in ("n = 41", "print(n + 1)")
+                ]
+            finally:
+                http.delete(f"/v1/sessions/{session}")
+        assert [r.status_code for r in runs] == [200, 200], [r.text for r in runs]
+        last = runs[1].json()
+        assert (last["status"], last["stdout"]) == ("success", "42\n"), (url, last)
+
+
+def test_an_allowlist_naming_the_api_server_is_refused(
+    installed_case: Installed, api_client: client.ApiClient
+) -> None:
+    cidrs, ports = api_server_cidrs(api_client)
+    network = {"egress": "allowlist", "allow": [{"cidr": cidrs[0], "ports": [{"port": ports[0]}]}]}
+    with installed_case.gateway.client(installed_case.key) as http:
+        response = http.post(
+            "/v1/executions", json={"language": "bash", "code": "true", "network": network}
+        )
+    if installed_case.admission_policy:
+        assert response.status_code == 422, response.text
+        message = response.json()["error"]["message"]
+    else:
+        assert response.status_code == 200, response.text
+        result = response.json()
+        assert (result["status"], result["reason"]) == ("sandbox_error", "InvalidSpec"), result
+        message = result["error_message"]
+    assert f"spec.network.allow: {cidrs[0]} overlaps " in message, message
+    assert "egress rule " in message, message
