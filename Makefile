@@ -42,13 +42,15 @@ lint: venv
 	$(VENV)/bin/mypy
 	cd images/runner && test -z "$$(gofmt -l .)" && go vet ./...
 
-# Every test: the runner's Go tests, unit tests, then everything against the real cluster,
-# the hostile-code and fault suite (prints a results table); the cluster lifecycle test (down,
-# then up again) runs last.
+# Every test: the runner's Go tests, unit tests, then everything against the real cluster
+# (through a release of the chart that the session installs and uninstalls), the hostile-code
+# and fault suite (prints a results table); the cluster lifecycle test (down, then up again)
+# runs last, on its own, once that release is gone.
 test: lint cluster-up images
 	hack/web/build.sh --chromium
 	cd images/runner && go test -count=1 ./...
-	$(VENV)/bin/pytest -rs tests/unit tests/integration tests/e2e tests/hostile tests/lifecycle
+	$(VENV)/bin/pytest -rs tests/unit tests/integration tests/e2e tests/hostile
+	$(VENV)/bin/pytest -rs tests/lifecycle
 
 # The main job: a local cluster with sandpod installed, the gateway on 127.0.0.1:8080, one
 # execution through kubectl and one through the gateway. Leaves it all running.

@@ -238,7 +238,7 @@ class DeployedGateway(Deployed):
         role bound there as the chart binds it; returns its key once every replica accepts it."""
         key, digest = new_api_key()
         self.bind_tenant_namespace(namespace)
-        secret = f"{self.name}-api-keys"
+        secret = f"{self.release.name}-api-keys"
         tenants = keys_secret_tenants(self.core_v1, secret, self.release.namespace)
         tenants[name] = {
             "namespace": namespace,
