@@ -53,7 +53,7 @@ test: lint cluster-up images
 	$(VENV)/bin/pytest -rs tests/lifecycle
 
 # The main job: a local cluster with sandpod installed, the gateway on 127.0.0.1:8080, one
-# execution through kubectl and one through the gateway. Leaves it all running.
+# execution through kubectl, one through the gateway, and `helm test`. Leaves it all running.
 run: venv cluster-up images
 	hack/run.sh
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make run`: the local cluster, the images, the chart installed with a development tenant, the
-# gateway on 127.0.0.1:8080, and one execution through kubectl and one through the gateway.
+# gateway on 127.0.0.1:8080, one execution through kubectl, one through the gateway, and
+# `helm test`.
 # Leaves everything running; `make down` stops it.
 source "$(dirname "${BASH_SOURCE[0]}")/cluster/lib.sh"
 
@@ -89,6 +90,22 @@ run_through_gateway() {
   echo
 }
 
+# The chart's own check, as its NOTES advise: one execution from a pod in the cluster through the
+# gateway's Service, with the key the chart generated for the test (the development tenant's key
+# is in the values as a digest only). Prints Helm's verdict and the test's last line.
+run_helm_test() {
+  local output
+  echo
+  echo "== helm test $RELEASE -n $RELEASE_NAMESPACE"
+  if ! output=$("$HELM" test "$RELEASE" --kubeconfig "$KUBECONFIG_ADMIN" \
+    --namespace "$RELEASE_NAMESPACE" --hide-notes --timeout 5m 2>&1); then
+    printf '%s\n' "$output"
+    die "helm test failed"
+  fi
+  printf '%s\n' "$output" | grep -E '^(TEST SUITE|Phase):'
+  printf '%s\n' "$output" | grep '^ok: '
+}
+
 print_next_steps() {
   cat <<EOF
 
@@ -112,6 +129,7 @@ main() {
   serve_gateway
   run_with_kubectl
   run_through_gateway
+  run_helm_test
   log "ready in $((SECONDS - started)) s (after the cluster and images)"
   print_next_steps
 }

@@ -9,6 +9,8 @@ tests use.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import secrets
 import subprocess
@@ -272,3 +274,62 @@ def test_install_test_upgrade_uninstall(
     )
     # The CRD was not the release's: it stays.
     client.ApiextensionsV1Api(api_client).read_custom_resource_definition(sandpod_crd)
+
+
+def generated_test_key(core_v1: client.CoreV1Api, release: Release) -> tuple[str, dict[str, str]]:
+    """The key the chart generated for `helm test`, and the digests of the test tenant's keys
+    in the gateway's keys Secret (by key name)."""
+    secret: Any = core_v1.read_namespaced_secret(
+        f"{release.fullname}-test-api-key", release.namespace
+    )
+    assert secret.metadata.annotations["sandpod.dev/chart-generated"] == "true"
+    key = base64.b64decode(secret.data["api-key"]).decode()
+    keys: Any = core_v1.read_namespaced_secret(f"{release.fullname}-api-keys", release.namespace)
+    text = base64.b64decode(keys.data["tenants.yaml"]).decode()
+    assert key not in text
+    tenant = yaml.safe_load(text)["tenants"][TENANT]
+    return key, {entry["name"]: entry["sha256"] for entry in tenant["apiKeys"]}
+
+
+def test_helm_test_with_hashed_keys_only(
+    release: Release, core_v1: client.CoreV1Api, custom_objects: client.CustomObjectsApi
+) -> None:
+    """A platform team's install: the tenant's keys are digests only. `helm test` runs with a
+    key the chart generates, which an upgrade keeps and deleting its Secret renews."""
+    values = yaml.safe_load(release.values_file.read_text())
+    tenant_digest = hashlib.sha256(release.api_key.encode()).hexdigest()
+    values["tenants"][0]["apiKeys"] = [{"name": "ci", "sha256": tenant_digest}]
+    # A new key reaches the gateway within this (the test waits for it): short, to keep it quick.
+    values["gateway"] = {"config": {"apiKeysRefreshSeconds": 5}}
+    release.values_file.write_text(yaml.safe_dump(values))
+    assert release.api_key not in release.values_file.read_text()
+    deploy = ["--values", str(release.values_file), "--wait", "--timeout", HELM_TIMEOUT]
+
+    def helm_test_passes() -> None:
+        tested = release.run("test", release.name, "--timeout", HELM_TIMEOUT)
+        assert "ok: execution" in tested.stderr, tested.stderr
+
+    release.run("install", release.name, str(CHART), *deploy)
+    key, digests = generated_test_key(core_v1, release)
+    assert digests == {"ci": tenant_digest, "helm-test": hashlib.sha256(key.encode()).hexdigest()}
+    helm_test_passes()
+    (execution,) = executions_of(custom_objects, release.tenant_namespace)
+    assert execution["metadata"]["labels"]["sandpod.dev/tenant"] == TENANT
+
+    # An upgrade finds the key (Helm's `lookup`) and keeps it.
+    release.run("upgrade", release.name, str(CHART), *deploy)
+    assert generated_test_key(core_v1, release) == (key, digests)
+    helm_test_passes()
+
+    # Without its Secret, the next upgrade makes a new key; the test waits until the gateway
+    # has loaded it (as after an upgrade from a chart without one).
+    core_v1.delete_namespaced_secret(f"{release.fullname}-test-api-key", release.namespace)
+    release.run("upgrade", release.name, str(CHART), *deploy)
+    renewed, renewed_digests = generated_test_key(core_v1, release)
+    assert renewed != key
+    assert renewed_digests == {
+        "ci": tenant_digest,
+        "helm-test": hashlib.sha256(renewed.encode()).hexdigest(),
+    }
+    helm_test_passes()
+    assert len(executions_of(custom_objects, release.tenant_namespace)) == 3

@@ -123,6 +123,13 @@ EVERY_GATEWAY_SETTING: dict[str, Any] = {
     "mcpAllowedHosts": ["sandpod.example"],
 }
 CI_KEY_DIGEST = hashlib.sha256(b"sk-ci-a").hexdigest()
+CI_B_KEY_DIGEST = hashlib.sha256(b"sk-ci-b").hexdigest()
+TEST_KEY_SECRET = f"{FULLNAME}-test-api-key"
+# Keys as a platform team gives them: digests only, no plaintext in the values.
+HASHED_TENANTS: list[dict[str, Any]] = [
+    {"name": "team-a", "apiKeys": [{"name": "ci", "sha256": CI_KEY_DIGEST}]},
+    {"name": "team-b", "apiKeys": [{"name": "ci-b", "sha256": CI_B_KEY_DIGEST}]},
+]
 
 TENANTS: list[dict[str, Any]] = [
     {
@@ -492,10 +499,11 @@ def test_api_keys_secret_holds_digests_only(rendered: dict[str, list[Manifest]])
 
 
 def test_existing_keys_secret_is_used_instead(helm: Path, tmp_path: Path) -> None:
-    manifests = render(helm, tmp_path, {"apiKeys": {"existingSecret": "from-vault"}})
+    values = {"apiKeys": {"existingSecret": "from-vault"}, "tenants": HASHED_TENANTS}
+    manifests = render(helm, tmp_path, values)
+    # No keys of the chart's own: it cannot add the test key to a Secret it does not render.
     assert [secret["metadata"]["name"] for secret in of_kind(manifests, "Secret")] == [
         f"{FULLNAME}-egress-proxy-key",
-        f"{FULLNAME}-test",
     ]
     gateway = find(manifests, "Deployment", f"{FULLNAME}-gateway")["spec"]["template"]["spec"]
     assert container_env(gateway)["SANDPOD_GATEWAY_API_KEYS_SECRET"] == "from-vault"
@@ -902,19 +910,96 @@ def hook_of(manifest: Manifest) -> str:
 def test_helm_test_runs_one_execution(rendered: dict[str, list[Manifest]]) -> None:
     manifests = rendered["full"]
     pod = find(manifests, "Pod", f"{FULLNAME}-test", NAMESPACE)
+    # test.apiKey given: a hook Secret with it, and no key of the chart's own.
     secret = find(manifests, "Secret", f"{FULLNAME}-test", NAMESPACE)
     assert hook_of(pod) == hook_of(secret) == "test"
     assert base64.b64decode(secret["data"]["api-key"]).decode() == "sk-dev-b"
+    assert TEST_KEY_SECRET not in [s["metadata"]["name"] for s in of_kind(manifests, "Secret")]
     env = container_env(pod["spec"])
     assert env["GATEWAY_URL"] == f"http://{FULLNAME}-gateway.{NAMESPACE}.svc:443"
     assert env["API_KEY"] == {"secretKeyRef": {"name": f"{FULLNAME}-test", "key": "api-key"}}
+    assert env["API_KEYS_REFRESH_SECONDS"] == "10"
     assert (env["LANGUAGE"], env["CODE"], env["EXPECTED_STDOUT"]) == ("bash", "echo hi", "hi\n")
     script = pod["spec"]["containers"][0]["command"]
     assert script[:2] == ["python3", "-c"]
     assert script[2] == (CHART / "files" / "smoke_test.py").read_text()
-    # Without test.apiKey: the first plaintext key of a tenant.
-    default_secret = find(rendered["default"], "Secret", f"{FULLNAME}-test")
-    assert base64.b64decode(default_secret["data"]["api-key"]) == b""
+    # No tenant, no test.apiKey: no key at all (the test pod says what to set).
+    default_pod = find(rendered["default"], "Pod", f"{FULLNAME}-test")
+    default_env = container_env(default_pod["spec"])
+    assert "API_KEY" not in default_env
+    assert default_env["API_KEYS_REFRESH_SECONDS"] == "30"  # the gateway's default
+    default_secrets = [s["metadata"]["name"] for s in of_kind(rendered["default"], "Secret")]
+    assert f"{FULLNAME}-test" not in default_secrets
+    assert TEST_KEY_SECRET not in default_secrets
+
+
+def generated_test_key(manifests: list[Manifest]) -> str:
+    secret = find(manifests, "Secret", TEST_KEY_SECRET, NAMESPACE)
+    return base64.b64decode(secret["data"]["api-key"]).decode()
+
+
+def test_helm_test_has_a_key_of_its_own_with_hashed_keys(helm: Path, tmp_path: Path) -> None:
+    manifests = render(helm, tmp_path, {"tenants": HASHED_TENANTS, "test": {"tenant": "team-b"}})
+    secret = find(manifests, "Secret", TEST_KEY_SECRET, NAMESPACE)
+    # A release object (not a hook), so it lives as long as the release; an upgrade finds it
+    # with `lookup` and keeps its key (helm template has no cluster: a new key each time).
+    assert hook_of(secret) == ""
+    assert secret["metadata"]["annotations"]["sandpod.dev/chart-generated"] == "true"
+    key = generated_test_key(manifests)
+    assert key.startswith("sk-helm-test-") and len(key) == len("sk-helm-test-") + 40
+    # Its digest, and only that, joins test.tenant's keys.
+    keys_secret = find(manifests, "Secret", f"{FULLNAME}-api-keys", NAMESPACE)
+    text = base64.b64decode(keys_secret["data"]["tenants.yaml"]).decode()
+    assert key not in text
+    config = parse_tenants_config(text)
+    assert [(k.name, k.sha256) for k in config.tenants["team-b"].api_keys] == [
+        ("ci-b", CI_B_KEY_DIGEST),
+        ("helm-test", hashlib.sha256(key.encode()).hexdigest()),
+    ]
+    assert [k.name for k in config.tenants["team-a"].api_keys] == ["ci"]
+    resolved = KeyIndex(config).resolve(key)
+    assert resolved is not None and resolved.name == "team-b"
+    # Only the test pod reads it, and no hook Secret holds a key.
+    pod = find(manifests, "Pod", f"{FULLNAME}-test", NAMESPACE)
+    api_key = container_env(pod["spec"])["API_KEY"]
+    assert api_key == {"secretKeyRef": {"name": TEST_KEY_SECRET, "key": "api-key"}}
+    for name, spec in pod_specs(manifests):
+        assert (TEST_KEY_SECRET in json.dumps(spec)) == (name == f"{FULLNAME}-test"), name
+    assert f"{FULLNAME}-test" not in [s["metadata"]["name"] for s in of_kind(manifests, "Secret")]
+    # Without test.tenant: the first tenant.
+    first = render(helm, tmp_path, {"tenants": HASHED_TENANTS})
+    first_key = generated_test_key(first)
+    first_text = find(first, "Secret", f"{FULLNAME}-api-keys")["data"]["tenants.yaml"]
+    first_config = parse_tenants_config(base64.b64decode(first_text).decode())
+    resolved = KeyIndex(first_config).resolve(first_key)
+    assert resolved is not None and resolved.name == "team-a"
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"test": {"enabled": False}},
+        {"test": {"apiKey": "sk-ci-b"}},
+        {"apiKeys": {"existingSecret": "from-vault"}},
+        {"gateway": {"enabled": False}},
+    ],
+    ids=["test-off", "test-api-key", "existing-secret", "no-gateway"],
+)
+def test_no_generated_test_key_unless_the_test_needs_it(
+    helm: Path, tmp_path: Path, values: dict[str, Any]
+) -> None:
+    manifests = render(helm, tmp_path, {"tenants": HASHED_TENANTS, **values})
+    assert TEST_KEY_SECRET not in [s["metadata"]["name"] for s in of_kind(manifests, "Secret")]
+    for secret in of_kind(manifests, "Secret"):
+        if secret["metadata"]["name"] == f"{FULLNAME}-api-keys":
+            text = base64.b64decode(secret["data"]["tenants.yaml"]).decode()
+            assert "helm-test" not in text
+
+
+def test_test_tenant_must_be_a_tenant(helm: Path, tmp_path: Path) -> None:
+    completed = helm_template(helm, tmp_path, {"tenants": HASHED_TENANTS, "test": {"tenant": "x"}})
+    assert completed.returncode != 0
+    assert 'test.tenant names "x", which is not in tenants' in completed.stderr, completed.stderr
 
 
 def test_uninstall_hook_releases_what_the_operator_served(

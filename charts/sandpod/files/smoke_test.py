@@ -1,7 +1,11 @@
 """`helm test`: run one execution through the gateway's Service and check its output.
 
 Standard library only (it runs in the gateway image with `python3 -c`). Environment:
-GATEWAY_URL, API_KEY, LANGUAGE, CODE, EXPECTED_STDOUT, TIMEOUT_SECONDS.
+GATEWAY_URL, API_KEY, API_KEYS_REFRESH_SECONDS, LANGUAGE, CODE, EXPECTED_STDOUT, TIMEOUT_SECONDS.
+
+A key the chart has just added takes each gateway replica up to API_KEYS_REFRESH_SECONDS to
+load, so a 401 is retried until then (plus a margin); the Service may pick another replica
+each time, so the execution's own request is retried too.
 """
 
 import json
@@ -13,6 +17,8 @@ import urllib.request
 from typing import Any
 
 READY_DEADLINE_SECONDS = 120
+KEY_MARGIN_SECONDS = 60
+RETRY_SECONDS = 2
 # The gateway waits for the result: the program's timeout plus pod start under gVisor.
 REQUEST_MARGIN_SECONDS = 150
 
@@ -53,15 +59,33 @@ def wait_ready(base: str, key: str) -> None:
             if status == 200:
                 return
             last = f"{status} {body}"
-        time.sleep(2)
+        time.sleep(RETRY_SECONDS)
     fail(f"the gateway at {base} is not ready after {READY_DEADLINE_SECONDS}s: {last}")
+
+
+def call_accepted(
+    method: str, url: str, key: str, body: dict[str, Any] | None, timeout: float
+) -> tuple[int, dict[str, Any]]:
+    """`call`, again while the gateway does not know the key yet (401), until its deadline."""
+    deadline = time.monotonic() + float(os.environ["API_KEYS_REFRESH_SECONDS"])
+    deadline += KEY_MARGIN_SECONDS
+    status, result = call(method, url, key, body, timeout)
+    if status == 401:
+        print("401: the gateway has not loaded the key yet; trying again until it has")
+    while status == 401 and time.monotonic() < deadline:
+        time.sleep(RETRY_SECONDS)
+        status, result = call(method, url, key, body, timeout)
+    return status, result
 
 
 def main() -> None:
     base = os.environ["GATEWAY_URL"].rstrip("/")
     key = os.environ.get("API_KEY", "")
     if not key:
-        fail("no API key: set test.apiKey, or give a tenant a plaintext key (apiKeys[].key)")
+        fail(
+            "no API key: the chart makes one when it renders the keys Secret for at least one"
+            " tenant; with apiKeys.existingSecret, set test.apiKey"
+        )
     timeout_seconds = int(os.environ["TIMEOUT_SECONDS"])
     wait_ready(base, key)
     request = {
@@ -70,7 +94,7 @@ def main() -> None:
         "timeout_seconds": timeout_seconds,
     }
     print(f"POST {base}/v1/executions {json.dumps(request)}")
-    status, result = call(
+    status, result = call_accepted(
         "POST",
         f"{base}/v1/executions",
         key,

@@ -103,17 +103,48 @@ when every tenant there lists egress.allowedCidrs (then their union). Read it wi
 {{- .Values.apiKeys.existingSecret | default (include "sandpod.componentName" (dict "root" . "component" "api-keys")) }}
 {{- end }}
 
-{{/* The plaintext key `helm test` uses: test.apiKey, else the first plaintext key of a tenant. */}}
-{{- define "sandpod.testApiKey" -}}
-{{- $found := .Values.test.apiKey }}
+{{/* The tenant `helm test` runs as: test.tenant, else the first tenant; empty without tenants. */}}
+{{- define "sandpod.testTenant" -}}
+{{- $names := list }}
 {{- range .Values.tenants }}
-{{- range .apiKeys }}
-{{- if and (not $found) .key }}
-{{- $found = .key }}
+{{- $names = append $names .name }}
+{{- end }}
+{{- with .Values.test.tenant }}
+{{- if not (has . $names) }}
+{{- fail (printf "test.tenant names %q, which is not in tenants" .) }}
+{{- end }}
+{{- . }}
+{{- else }}
+{{- first $names | default "" }}
 {{- end }}
 {{- end }}
+
+{{/*
+"true" when the chart makes the key `helm test` uses: the test is on, test.apiKey is empty,
+the chart renders the keys Secret (no apiKeys.existingSecret) and there is a tenant to add it to.
+*/}}
+{{- define "sandpod.testKeyGenerated" -}}
+{{- if and .Values.test.enabled .Values.gateway.enabled (not .Values.test.apiKey) (not .Values.apiKeys.existingSecret) (include "sandpod.testTenant" .) }}true{{ end }}
 {{- end }}
-{{- $found }}
+
+{{- define "sandpod.testKeySecret" -}}
+{{- include "sandpod.componentName" (dict "root" . "component" "test-api-key") }}
+{{- end }}
+
+{{/*
+The generated test key: the one the chart generated before (its Secret, read with `lookup`, so
+an upgrade keeps it), else a new random one. Each call without that Secret gives another key:
+include it once per render and use the result (templates/api-keys-secret.yaml).
+*/}}
+{{- define "sandpod.generatedTestKey" -}}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "sandpod.testKeySecret" .) | default dict }}
+{{- $generated := dig "metadata" "annotations" "sandpod.dev/chart-generated" "" $existing }}
+{{- $previous := dig "data" "api-key" "" $existing }}
+{{- if and (eq $generated "true") $previous }}
+{{- $previous | b64dec }}
+{{- else }}
+{{- printf "sk-helm-test-%s" (randAlphaNum 40) }}
+{{- end }}
 {{- end }}
 
 {{/*
