@@ -111,7 +111,6 @@ def network_control(
         yield NetworkControl(
             peer_ip=str(peer.status.pod_ip),
             reached=reached,
-            fake_connections=len(fake_hosts.connections()),
         )
     finally:
         core_v1.delete_namespace(namespace, propagation_policy="Background", grace_period_seconds=0)

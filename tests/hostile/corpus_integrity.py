@@ -1,6 +1,7 @@
 """Hostile programs against the result's integrity (issue 13): forged summaries, forged
 frames, a frozen runner, output the status cannot hold. Run by test_corpus.py with the rest
-of the corpus; each expects the truth (what the runner observed) or a platform verdict, never
+of the corpus. The runner survives every one of them (its seccomp filter refuses signals aimed
+at it), so each expects the truth: the exit code, output and phase the runner observed, never
 what the program wrote, and never its words in the status's message.
 """
 
@@ -192,93 +193,125 @@ process.stdout.write(Buffer.alloc(2 << 20, 7));
 for (let i = 0; i < 20000; i++) process.stderr.write("\\u0001");
 """
 
-ONLY_THE_TRUTH = (("Failed", "NonZeroExit"), ("Error", "NoResult"))
-EXIT_3 = (("Failed", "NonZeroExit"),)
-NOT_FORGED_OUTPUT = (f"{FORGED} PASSED",)
+EXIT_CODE = (("Failed", "NonZeroExit"),)
 
 INTEGRITY_CASES: tuple[Case, ...] = (
     *family(
-        {"expect": ONLY_THE_TRUTH, "exit_codes": (3, None)},
+        {
+            "expect": EXIT_CODE,
+            "exit_codes": (3,),
+            "proof": "Failed/NonZeroExit exit 3, the runner's; kill of PID 1 refused",
+        },
         Variant(
             "forged-summary-then-kill-runner-bash",
             "bash",
             FORGE_SUMMARY_KILL_BASH,
-            "a success summary written to the termination log is not the runner's: the result "
-            "is the program's exit 3, or no result if the runner died",
-            {"stdout_excludes": (FORGED,)},
+            "a success summary written to the termination log is not the runner's, and the "
+            "runner survives the kill: the result is the program's exit 3",
+            {"stdout_equals": "forged\n", "stderr_contains": ("Operation not permitted",)},
         ),
         Variant(
             "forged-error-then-kill-runner-python",
             "python",
             FORGE_SUMMARY_KILL_PYTHON,
             "a forged runner error in the termination log never becomes the status's message",
+            {"stdout_equals": "kill 1 Operation not permitted\nkill -1 Operation not permitted\n"},
         ),
         Variant(
             "forged-summary-then-kill-runner-javascript",
             "javascript",
             FORGE_SUMMARY_KILL_JAVASCRIPT,
             "as in bash: only the runner's own summary counts",
+            {"stdout_equals": "kill EPERM\n"},
         ),
     ),
     *family(
-        {"expect": ONLY_THE_TRUTH, "exit_codes": (4, None)},
+        {
+            "expect": EXIT_CODE,
+            "exit_codes": (4,),
+            "proof": "Failed/NonZeroExit exit 4, the runner's; the log's words not in message",
+        },
         Variant(
             "injected-message-then-kill-runner-bash",
             "bash",
             INJECT_KILL_BASH,
             "text in the termination log never reaches message or reason (an agent would "
             "read it as sandpod's words)",
+            {"stdout_equals": "", "stderr_contains": ("Operation not permitted",)},
         ),
         Variant(
             "injected-message-then-kill-runner-python",
             "python",
             INJECT_KILL_PYTHON,
             "as in bash, with SIGABRT and SIGKILL aimed at the runner",
+            {
+                "stdout_equals": (
+                    "kill SIGABRT Operation not permitted\nkill SIGKILL Operation not permitted\n"
+                )
+            },
         ),
         Variant(
             "injected-message-then-kill-runner-javascript",
             "javascript",
             INJECT_KILL_JAVASCRIPT,
             "as in bash, with SIGTERM and SIGKILL aimed at the runner",
+            {"stdout_equals": "kill SIGTERM EPERM\nkill SIGKILL EPERM\n"},
         ),
     ),
     *family(
-        {"expect": EXIT_3, "exit_codes": (3,), "stdout_excludes": NOT_FORGED_OUTPUT},
+        {
+            "expect": EXIT_CODE,
+            "exit_codes": (3,),
+            "proof": "Failed/NonZeroExit exit 3; writing into the runner's stdout refused",
+        },
         Variant(
             "forged-frames-into-runner-stdout-python",
             "python",
             FORGE_FRAMES_PYTHON,
-            "frames written into the runner's stdout do not verify: the result is exit 3 and "
-            "the forged output is not output",
+            "the runner's stdout is not the program's to write (the runner is not dumpable): "
+            "the result is exit 3 and no forged frame is output",
+            {"stdout_equals": "runner stdout Permission denied\n"},
         ),
-        Variant("forged-frames-into-runner-stdout-bash", "bash", FORGE_FRAMES_BASH, "as in python"),
+        Variant(
+            "forged-frames-into-runner-stdout-bash",
+            "bash",
+            FORGE_FRAMES_BASH,
+            "as in python",
+            {"stdout_equals": "refused\n"},
+        ),
         Variant(
             "forged-frames-into-runner-stdout-javascript",
             "javascript",
             FORGE_FRAMES_JAVASCRIPT,
             "as in python",
-            {"stdout_excludes": (f"{FORGED} PASSED\n",)},
+            {"stdout_equals": "runner stdout EACCES\n"},
         ),
         Variant(
             "frames-printed-as-output",
             "python",
             FRAMES_AS_OUTPUT_PYTHON,
             "frame-shaped text on the program's own stdout is just its output",
-            {"stdout_excludes": (), "stdout_equals": f"{FORGED_FRAME}\n{FORGED_SUMMARY}\n"},
+            {
+                "stdout_equals": f"{FORGED_FRAME}\n{FORGED_SUMMARY}\n",
+                "proof": "Failed/NonZeroExit exit 3; the frame-shaped text is stdout, verbatim",
+            },
         ),
     ),
     *family(
         {
             "spec": {"timeoutSeconds": 5},
             "expect": TIMED_OUT,
-            "max_run_seconds": 10,
+            "min_duration_ms": 5_000,
             "slack_seconds": 60,
+            # The runner's own TimedOut, or the operator's when a loaded node delays the
+            # runner's report past its deadline: either way the timeout held.
+            "proof": "TimedOut at the 5 s timeout, not before",
         },
         Variant(
             "stop-the-runner-bash",
             "bash",
             STOP_RUNNER_BASH,
-            "a 5 s timeout holds whatever the program does to its runner: TimedOut within 10 s",
+            "a 5 s timeout holds whatever the program does to its runner",
         ),
         Variant(
             "stop-the-runner-python",
@@ -286,13 +319,19 @@ INTEGRITY_CASES: tuple[Case, ...] = (
             STOP_RUNNER_PYTHON,
             "as in bash, with SIGSTOP to the runner and to every process it can see",
         ),
-        Variant("stop-the-runner-javascript", "javascript", STOP_RUNNER_JAVASCRIPT, "as in bash"),
+        Variant(
+            "stop-the-runner-javascript",
+            "javascript",
+            STOP_RUNNER_JAVASCRIPT,
+            "as in bash",
+        ),
     ),
     *family(
         {
             "expect": SUCCEEDED,
             "stdout_pattern": r"\A\x00+\Z",
             "fields": {"stdoutTruncated": True, "stderrTruncated": True},
+            "proof": "Succeeded, the capped output written and flagged truncated",
         },
         Variant(
             "nul-flood-python",

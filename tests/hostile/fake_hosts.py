@@ -213,4 +213,3 @@ class NetworkControl:
 
     peer_ip: str
     reached: dict[str, bool]
-    fake_connections: int

@@ -1,5 +1,7 @@
-"""The results table of the hostile suite: one row per test (case, expected, observed,
-PASS/FAIL), printed with totals at the end of the session. conftest.py registers the hooks."""
+"""The results table of the hostile suite: one row per test (case, what is expected, what was
+observed, PASS/FAIL), printed with totals at the end of the session. For a corpus case the
+expectation is its proof of containment (corpus.Case.proof), and the observation is the
+outcome with what the program reported, side by side. conftest.py registers the hooks."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import pytest
 class Row:
     suite: str
     case: str
-    expected: str = ""
+    expected: str = ""  # the proof of containment, for a corpus case
     observed: str = "(not observed)"
     outcome: str = ""
 
@@ -57,9 +59,13 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     rows = config.stash.get(ROWS, [])
     if not rows:
         return
-    headers = ("suite", "case", "expected", "observed", "result")
+    headers = ("suite", "case", "expected (proof)", "observed", "result")
     cells = [(r.suite, r.case, r.expected, r.observed, r.outcome or "FAIL") for r in rows]
-    widths = [min(max(len(h), *(len(c[i]) for c in cells)), 58) for i, h in enumerate(headers)]
+    caps = (20, 45, 80, 100, 6)
+    widths = [
+        min(max(len(h), *(len(c[i]) for c in cells)), cap)
+        for i, (h, cap) in enumerate(zip(headers, caps, strict=True))
+    ]
 
     def line(values: tuple[str, ...]) -> str:
         return "  ".join(

@@ -224,15 +224,16 @@ def test_kubectl_refuses(
     assert listed["items"] == [], "a refused object was created"
 
 
-def test_kubectl_yaml_bomb_is_refused(
-    hostile_namespace: str, kubeconfig_path: Path, table_row: Row
-) -> None:
-    """A YAML alias bomb (billion laughs) in the source must not expand into anything."""
-    table_row.expected = "refused, nothing expanded"
+# What YAML parsers (go-yaml, in kubectl and in the API server) say when a document's aliases
+# would expand past their limit: the refusal is the parser's, before any schema sees the object.
+ALIAS_LIMIT = "yaml: document contains excessive aliasing"
+
+
+def yaml_bomb() -> str:
+    """A CodeExecution with a billion-laughs alias bomb (9^9 leaves) under spec.bomb."""
     lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
     for level in range(1, 9):
-        previous = chr(ord("a") + level - 1)
-        this = chr(ord("a") + level)
+        previous, this = chr(ord("a") + level - 1), chr(ord("a") + level)
         lines.append(f"{this}: &{this} [{','.join(['*' + previous] * 9)}]")
     document = {
         "apiVersion": f"{GROUP}/{VERSION}",
@@ -240,7 +241,48 @@ def test_kubectl_yaml_bomb_is_refused(
         "metadata": {"name": "bomb"},
     }
     text = yaml.safe_dump(document) + "spec:\n  language: python\n  source: print(1)\n"
-    text += "  bomb:\n" + "\n".join(f"    {line}" for line in lines) + "\n"
-    result = kubectl(kubeconfig_path, "apply", "-n", hostile_namespace, "-f", "-", stdin=text)
-    table_row.observed = f"exit {result.returncode}: {result.stderr.strip()[-70:]}"
-    assert result.returncode != 0
+    return text + "  bomb:\n" + "\n".join(f"    {line}" for line in lines) + "\n"
+
+
+def test_kubectl_yaml_bomb_is_refused(
+    hostile_namespace: str,
+    kubeconfig_path: Path,
+    custom_objects: client.CustomObjectsApi,
+    table_row: Row,
+) -> None:
+    """kubectl's own parser refuses the alias bomb: it never expands, never reaches the API."""
+    table_row.expected = f"kubectl's YAML parser refuses: {ALIAS_LIMIT}"
+    result = kubectl(
+        kubeconfig_path, "apply", "-n", hostile_namespace, "-f", "-", stdin=yaml_bomb()
+    )
+    said = ALIAS_LIMIT if ALIAS_LIMIT in result.stderr else result.stderr.strip()[-70:]
+    table_row.observed = f"exit {result.returncode}: {said}"
+    assert result.returncode != 0, result.stdout
+    assert ALIAS_LIMIT in result.stderr, result.stderr[-2000:]
+    listed = custom_objects.list_namespaced_custom_object(GROUP, VERSION, hostile_namespace, PLURAL)
+    assert listed["items"] == [], "the bomb was created"
+
+
+def test_api_server_yaml_bomb_is_refused(
+    hostile_namespace: str,
+    api_client: client.ApiClient,
+    custom_objects: client.CustomObjectsApi,
+    table_row: Row,
+) -> None:
+    """The same bomb sent as YAML straight to the API server (no kubectl to parse it first):
+    refused 400 by the server's YAML parser."""
+    table_row.expected = f"400 from the API server's YAML parser: {ALIAS_LIMIT}"
+    request = api_client.param_serialize(
+        "POST",
+        f"/apis/{GROUP}/{VERSION}/namespaces/{hostile_namespace}/{PLURAL}",
+        header_params={"Content-Type": "application/yaml", "Accept": "application/json"},
+        body=yaml_bomb(),
+        auth_settings=["BearerToken"],
+    )
+    response = api_client.call_api(*request)
+    body = response.read().decode(errors="replace")
+    table_row.observed = f"{response.status}: {ALIAS_LIMIT if ALIAS_LIMIT in body else body[:70]}"
+    assert response.status == 400, body
+    assert ALIAS_LIMIT in body, body
+    listed = custom_objects.list_namespaced_custom_object(GROUP, VERSION, hostile_namespace, PLURAL)
+    assert listed["items"] == [], "the bomb was created"

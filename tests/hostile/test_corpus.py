@@ -1,16 +1,19 @@
 """The hostile corpus (corpus.py) on the real cluster, under gVisor, then checks from the host.
 
-All cases start together, CONCURRENCY at a time, each in a fresh namespace beside a benign
-neighbour execution that must succeed with the right output. Each case is its own test, so
-a failure names it; after them, the host is inspected: the node is healthy, no sandbox pod,
-process or cgroup is left, nothing was written outside a sandbox, and the fake remote hosts
-saw only the control pod.
+First the network cases' programs run in a pod without any NetworkPolicy (policy_free.py),
+where each must reach its targets. Then all cases start together, CONCURRENCY at a time, each
+in a fresh namespace beside a benign neighbour execution that must succeed with the right
+output. Each case is its own test, so a failure names it, and its row in the results table
+shows the case's proof of containment next to what was observed. After them, the host is
+inspected: the node is healthy, no sandbox pod, process or cgroup is left, nothing was
+written outside a sandbox, and the fake remote hosts saw only the pods without policy.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -24,13 +27,15 @@ from corpus import (
     NEIGHBOUR_SOURCE,
     NEIGHBOUR_STDOUT,
     Case,
+    observed_proof,
     observed_text,
     problems,
 )
 from corpus_integrity import INTEGRITY_CASES
 from executions import manifest
-from fake_hosts import FakeHosts, NetworkControl
+from fake_hosts import FakeHosts
 from kubernetes import client
+from policy_free import PolicyFreeRun, network_facts, run_policy_free
 from results_table import Row
 from sandpod_testkit.kube import GROUP, PLURAL, VERSION, create_namespace, delete_executions
 from sandpod_testkit.paths import REPO_ROOT
@@ -42,7 +47,6 @@ from tracker import ClusterTracker
 CONCURRENCY = 5
 STATE_DIR = Path(os.environ.get("SANDPOD_CLUSTER_DIR", REPO_ROOT / ".cluster"))
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-NETWORK_CASES = {"another-pod", "egress-public-address", "cloud-metadata"}
 
 CASES = CONTAINMENT_CASES + INTEGRITY_CASES
 
@@ -80,12 +84,44 @@ def run_case(
 
 
 @pytest.fixture(scope="module")
+def facts(cluster_facts: dict[str, str], api_client: client.ApiClient) -> dict[str, str]:
+    """The cluster facts the corpus's arguments and checks name, with the cluster's own
+    addresses (the API server's Service and endpoint, the DNS Service)."""
+    return {**cluster_facts, **network_facts(api_client)}
+
+
+@dataclass(frozen=True)
+class PolicyFree:
+    runs: dict[str, PolicyFreeRun]
+    fake_connections: int  # what the fake hosts saw by then: the control pods' connections
+
+
+@pytest.fixture(scope="module")
+def policy_free(
+    core_v1: client.CoreV1Api,
+    hostile_prefix: str,
+    facts: dict[str, str],
+    fake_hosts: FakeHosts,
+) -> Iterator[PolicyFree]:
+    """Each network case's program, run without the policy before any sandbox starts."""
+    namespace = f"{hostile_prefix}-policy-free-{uuid.uuid4().hex[:4]}"
+    create_namespace(core_v1, namespace)
+    try:
+        assert fake_hosts.routed_here(), "pod traffic to the fake hosts would leave the machine"
+        runs = run_policy_free(core_v1, namespace, CASES, facts)
+        yield PolicyFree(runs, len(fake_hosts.connections()))
+    finally:
+        core_v1.delete_namespace(namespace, propagation_policy="Background", grace_period_seconds=0)
+
+
+@pytest.fixture(scope="module")
 def corpus_runs(
     core_v1: client.CoreV1Api,
     custom_objects: client.CustomObjectsApi,
     tracker: ClusterTracker,
     hostile_prefix: str,
-    cluster_facts: dict[str, str],
+    facts: dict[str, str],
+    policy_free: PolicyFree,
 ) -> Iterator[dict[str, Future[CaseRun]]]:
     """Starts the whole corpus (longest cases first); each test waits for its own case."""
     namespaces = {case.id: f"{hostile_prefix}-{case.id}" for case in CASES}
@@ -93,7 +129,7 @@ def corpus_runs(
     ordered = sorted(CASES, key=lambda case: -case.timeout_seconds)
     runs = {
         case.id: pool.submit(
-            run_case, case, namespaces[case.id], core_v1, custom_objects, tracker, cluster_facts
+            run_case, case, namespaces[case.id], core_v1, custom_objects, tracker, facts
         )
         for case in ordered
     }
@@ -127,23 +163,20 @@ def neighbour_problems(status: dict[str, Any]) -> list[str]:
 def test_case(
     case: Case,
     corpus_runs: dict[str, Future[CaseRun]],
-    cluster_facts: dict[str, str],
-    network_control: NetworkControl,
+    facts: dict[str, str],
+    policy_free: PolicyFree,
     fake_hosts: FakeHosts,
     table_row: Row,
 ) -> None:
-    table_row.expected = case.expected_text
+    table_row.expected = case.proof
     run = corpus_runs[case.id].result(timeout=case.timeout_seconds + case.slack_seconds + 600)
-    table_row.observed = observed_text(run.hostile)
-    found = problems(case, run.hostile, cluster_facts) + neighbour_problems(run.neighbour)
-    if case.id in NETWORK_CASES:
-        # The path exists (a pod without policy got through), so "blocked" is the policy's doing.
-        found += [
-            f"control pod could not reach {t}"
-            for t, ok in network_control.reached.items()
-            if not ok
-        ]
-        if len(fake_hosts.connections()) != network_control.fake_connections:
+    table_row.observed = observed_proof(run.hostile)
+    found = problems(case, run.hostile, facts) + neighbour_problems(run.neighbour)
+    if case.policy_free_stdout is not None:
+        without = policy_free.runs[case.id]
+        table_row.observed = f"without policy: {without.summary()}; sandbox: {table_row.observed}"
+        found = without.problems(case) + found
+        if len(fake_hosts.connections()) != policy_free.fake_connections:
             found.append(f"the fake hosts were reached: {fake_hosts.connections()}")
     if found:
         table_row.observed += f" ({found[0][:80]})"
@@ -291,14 +324,14 @@ def test_nothing_written_outside_the_sandboxes(corpus_done: list[CaseRun], table
         table_row.observed = ", ".join(marker_files()) or "none"
 
 
-def test_fake_hosts_saw_only_the_control_pod(
+def test_fake_hosts_saw_only_the_pods_without_policy(
     corpus_done: list[CaseRun],
     fake_hosts: FakeHosts,
-    network_control: NetworkControl,
+    policy_free: PolicyFree,
     table_row: Row,
 ) -> None:
-    table_row.expected = f"{network_control.fake_connections} connections (the control pod's)"
+    table_row.expected = f"{policy_free.fake_connections} connections (pods without policy)"
     connections = fake_hosts.connections()
     table_row.observed = f"{len(connections)} connections"
-    assert network_control.fake_connections >= 2, network_control
-    assert len(connections) == network_control.fake_connections, connections
+    assert policy_free.fake_connections >= 2, policy_free
+    assert len(connections) == policy_free.fake_connections, connections
