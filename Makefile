@@ -68,7 +68,8 @@ test-unit: venv cluster-build
 # Benchmarks on the local cluster: latency (kubectl, gateway), throughput, baselines (Job, bare
 # pod, llm-sandbox), where the time goes, operator cost. Starts its own operator and gateway;
 # prints a table, writes benchmarks/results/<time>.json and latest.json. BENCH_FLAGS=--quick
-# for a smoke run (benchmarks/run.py --help lists the options). No test asserts on timings.
+# for a smoke run (benchmarks/run.py --help lists the options). Times are measured here: no
+# test asserts an upper bound on one.
 bench: venv cluster-up images $(VENV)/.bench-installed
 	$(VENV)/bin/python benchmarks/run.py $(BENCH_FLAGS)
 

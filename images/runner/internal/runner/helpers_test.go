@@ -127,11 +127,17 @@ func (f *fixture) runInProcess(configure func(*exec.Cmd)) (runnerOutput, *os.Pro
 	return f.decodeLog(log), state
 }
 
+// runnerDeadline is how long a runner process may take before its test fails:
+// far beyond any run here, it only stops a runner that would never finish.
+const runnerDeadline = 3 * time.Minute
+
 // execRunner runs the runner as its own process and returns its raw log.
 func (f *fixture) execRunner(configure func(*exec.Cmd)) ([]byte, *os.ProcessState) {
 	f.t.Helper()
 	f.writeInputs()
-	cmd := exec.Command(os.Args[0],
+	ctx, cancel := context.WithTimeout(context.Background(), runnerDeadline)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0],
 		"-work-dir", f.opts.WorkDir, "-termination-log", f.opts.TerminationLogPath, f.opts.ConfigPath)
 	cmd.Env = []string{runAsRunnerEnv + "=1"}
 	var log, stderr bytes.Buffer
@@ -141,6 +147,9 @@ func (f *fixture) execRunner(configure func(*exec.Cmd)) ([]byte, *os.ProcessStat
 		configure(cmd)
 	}
 	err := cmd.Run()
+	if ctx.Err() != nil {
+		f.t.Fatalf("the runner did not finish in %v: %s", runnerDeadline, stderr.String())
+	}
 	if errors.Is(err, syscall.EPERM) && cmd.SysProcAttr != nil && cmd.SysProcAttr.Cloneflags != 0 {
 		f.t.Skipf("creating namespaces is not permitted here: %v", err)
 	}

@@ -11,14 +11,18 @@ import (
 	"time"
 )
 
-const (
+// Variables, not constants, only so that tests can stretch them: a leftover
+// process the runner failed to kill then shows as a run that does not end.
+var (
 	// drainGrace bounds how long output is still read once the program and
 	// everything that could be killed are gone; a process the runner cannot
 	// kill must not keep the result from being reported.
 	drainGrace = 2 * time.Second
 	// reapGrace bounds how long PID 1 waits for killed processes to be reaped.
 	reapGrace = 5 * time.Second
+)
 
+const (
 	readChunkBytes = 8 << 10
 	coalesceWindow = 5 * time.Millisecond
 )

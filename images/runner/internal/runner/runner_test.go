@@ -39,7 +39,7 @@ print("oops", file=sys.stderr)
 	if result.PeakMemoryBytes == nil || *result.PeakMemoryBytes < 1<<20 {
 		t.Errorf("peak memory %v, want the interpreter's RSS", result.PeakMemoryBytes)
 	}
-	if result.DurationMs < 0 || result.DurationMs > 5000 {
+	if result.DurationMs < 0 {
 		t.Errorf("duration %d ms", result.DurationMs)
 	}
 }
@@ -75,9 +75,7 @@ echo started
 sleep 300
 `)
 	f.config.TimeoutSeconds = 1
-	started := time.Now()
 	output := f.run(context.Background())
-	elapsed := time.Since(started)
 
 	if !output.result.TimedOut {
 		t.Fatalf("not timed out: %+v", output.result)
@@ -86,8 +84,8 @@ sleep 300
 	if got := output.text(StreamStdout); got != "started\n" {
 		t.Errorf("stdout %q", got)
 	}
-	if elapsed > 4*time.Second || output.result.DurationMs < 1000 || output.result.DurationMs > 3000 {
-		t.Errorf("took %v, duration %d ms, want about the 1 s timeout", elapsed, output.result.DurationMs)
+	if output.result.DurationMs < 1000 {
+		t.Errorf("duration %d ms, want at least the 1 s timeout", output.result.DurationMs)
 	}
 	pids := readPids(t, filepath.Join(f.opts.WorkDir, "pids"))
 	if len(pids) != 2 {
@@ -105,18 +103,14 @@ sleep 300 &
 echo $! > "$HOME/pids"
 echo done
 `)
-	started := time.Now()
 	output := f.run(context.Background())
 
 	assertExit(t, output, intPtr(0), nil)
 	if output.result.TimedOut {
 		t.Error("timed out")
 	}
-	// The background sleep holds the stdout pipe: the runner must kill it,
-	// not wait for it or for the drain grace period.
-	if elapsed := time.Since(started); elapsed >= drainGrace {
-		t.Errorf("took %v, the leftover process was not killed", elapsed)
-	}
+	// The background sleep holds the stdout pipe and ignores SIGTERM: only the
+	// runner's kill ends it (the drain grace period would only stop reading).
 	waitGone(t, readPids(t, filepath.Join(f.opts.WorkDir, "pids")), 5*time.Second)
 }
 
@@ -399,24 +393,23 @@ func TestLintReportsSyntaxErrors(t *testing.T) {
 
 func TestRunAsPID1KillsEveryLeftoverProcessAndReaps(t *testing.T) {
 	// The escapee leaves the program's session, out of reach of the process
-	// group kill, and holds the stdout pipe: only kill(-1) by PID 1 ends it
-	// before the drain grace period.
-	f := newShellFixture(t, `setsid sh -c 'trap "" TERM; sleep 300' &
-sleep 300 &
+	// group kill, and holds the stdout pipe: only kill(-1) by PID 1 ends it.
+	// With the grace periods stretched to an hour, the run ends only once it
+	// is killed; if it is not, execRunner fails the test at its deadline.
+	// The program ends only once the escapee is out of its session.
+	f := newShellFixture(t, `setsid sh -c 'trap "" TERM; echo > "$HOME/escaped"; sleep 3600' &
+sleep 3600 &
+until [ -e "$HOME/escaped" ]; do sleep 0.01; done
 echo started
 `)
-	started := time.Now()
 	output, _ := f.runInProcess(func(cmd *exec.Cmd) {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+		cmd.Env = append(cmd.Env, withoutGraceEnv+"=1")
 	})
-	elapsed := time.Since(started)
 
 	assertExit(t, output, intPtr(0), nil)
 	if got := output.text(StreamStdout); got != "started\n" {
 		t.Errorf("stdout %q", got)
-	}
-	if elapsed >= drainGrace {
-		t.Errorf("took %v: the escaped process kept the output open", elapsed)
 	}
 }
 
