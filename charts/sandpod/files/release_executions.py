@@ -6,7 +6,8 @@ installed later takes them up again).
 
 Standard library only (it runs in the operator image with `python3 -c`). Environment:
 RELEASE_NAMESPACE, OPERATOR_DEPLOYMENT, OPERATOR_SELECTOR (label selector of its pods),
-NAMESPACES (comma-separated names or "*" patterns; empty: every namespace), FINALIZER, TIMEOUT_SECONDS.
+NAMESPACES (comma-separated names or "*" patterns; empty: every namespace), FINALIZER,
+TIMEOUT_SECONDS.
 """
 
 import fnmatch
