@@ -30,7 +30,7 @@ from kubernetes import client
 from release_settings import MISSING_IMAGE_LANGUAGE, MISSING_RUNTIME_CLASS
 from sandpod_contract.quantities import parse_quantity
 from sandpod_testkit.kube import GROUP, PLURAL, VERSION
-from sandpod_testkit.waiting import wait_until
+from sandpod_testkit.waiting import WaitTimeout, wait_until
 
 pytestmark = pytest.mark.usefixtures("sandpod_operator")
 
@@ -477,6 +477,16 @@ def test_egress_allowlist_naming_the_cluster_is_refused(
 # --- the operator dies mid-batch ----------------------------------------------------------------
 
 
+def pod_states(pods: list[Any]) -> list[str]:
+    """Each pod's name, phase, conditions and containers' states: what a timeout reports."""
+    return [
+        f"{p.metadata.name} {p.status.phase} "
+        f"{[(c.type, c.status, c.reason) for c in p.status.conditions or []]} "
+        f"{[s.state.to_dict() for s in p.status.container_statuses or []]}"
+        for p in pods
+    ]
+
+
 def test_operator_killed_mid_batch_loses_nothing_and_runs_nothing_twice(
     namespace: str,
     custom_objects: client.CustomObjectsApi,
@@ -501,11 +511,14 @@ def test_operator_killed_mid_batch_loses_nothing_and_runs_nothing_twice(
         # their results wait in the pods, the new executions wait for a pod.
         for index in range(5, 10):
             submit(index)
-        wait_until(
-            lambda: any(p.status.phase == "Succeeded" for p in sandbox_pods()),
-            timeout=RUN_TIMEOUT,
-            what="a pod to finish while the operator is down",
-        )
+        try:
+            wait_until(
+                lambda: any(p.status.phase == "Succeeded" for p in sandbox_pods()),
+                timeout=3 * RUN_TIMEOUT,
+                what="a pod to finish while the operator is down",
+            )
+        except WaitTimeout as timeout:
+            raise AssertionError(f"{timeout}; the pods: {pod_states(sandbox_pods())}") from None
     finally:
         operator_running.start()
 
