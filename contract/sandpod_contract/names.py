@@ -23,6 +23,9 @@ TENANT_LABEL = f"{GROUP}/tenant"
 # Set by the operator once an execution's status is terminal, so a tenant's unfinished
 # executions can be counted from metadata alone (label selector "!finished").
 FINISHED_LABEL = f"{GROUP}/finished"
+# Set by the operator on an execution it has seen without a status for a while (resync.py):
+# the change makes its watch deliver the execution again.
+RESYNC_ANNOTATION = f"{GROUP}/resync-at"
 
 POOL_KIND = "SandboxPool"
 POOL_PLURAL = "sandboxpools"

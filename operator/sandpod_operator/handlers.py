@@ -3,6 +3,7 @@
 Run:  kopf run -m sandpod_operator.handlers --all-namespaces --standalone
 """
 
+import asyncio
 import copy
 import logging
 from collections.abc import Mapping
@@ -36,6 +37,7 @@ from sandpod_operator.builders import DENY_ALL_POLICY_NAME
 from sandpod_operator.kube import Kube, RequestCounter
 from sandpod_operator.pools import PoolController
 from sandpod_operator.reconciler import API_ERRORS, Reconciler, is_transient
+from sandpod_operator.resync import resync_unstarted
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import Verdict
 
@@ -93,7 +95,7 @@ def is_deny_all(name: str | None, **_: Any) -> bool:
 
 
 @kopf.on.startup()
-async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: Any) -> None:
     sandpod = OperatorSettings()
     catalog = load_catalog(sandpod.catalog_path)
     # kopf's bookkeeping in annotations under our prefix; the diff base leaves out the spec
@@ -111,6 +113,11 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.watching.label_selectors[NETWORK_POLICIES] = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
     kube = Kube(await open_api_client(), RequestCounter())
     memo.reconciler = Reconciler(kube=kube, settings=sandpod, catalog=catalog)
+    memo.resync = asyncio.create_task(
+        resync_unstarted(
+            index_of(kwargs, "unstarted_executions"), kube, sandpod.resync_after_seconds
+        )
+    )
     memo.pools = PoolController(kube=kube, settings=sandpod, catalog=catalog)
     if sandpod.metrics_port:
         prometheus_client.start_http_server(sandpod.metrics_port)
@@ -118,6 +125,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
 
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: Any) -> None:
+    memo.resync.cancel()
     await reconciler_of(memo).close()
 
 
@@ -150,6 +158,19 @@ def pool_pods(body: kopf.Body, namespace: str | None, **_: Any) -> dict[str, dic
 
 def not_started(status: kopf.Status, type: str | None, **_: Any) -> bool:
     return not status and type != "DELETED"
+
+
+def waiting_to_start(status: kopf.Status, meta: kopf.Meta, **_: Any) -> bool:
+    return not status and not meta.get("deletionTimestamp")
+
+
+@kopf.index(*EXECUTIONS, when=waiting_to_start)
+def unstarted_executions(
+    namespace: str | None, name: str | None, uid: str | None, meta: kopf.Meta, **_: Any
+) -> dict[tuple[str, str], tuple[str, str]]:
+    """(namespace, name) -> (uid, creation time) of each execution last seen without a
+    status: resync.py looks at those that stay so."""
+    return {(namespace or "", name or ""): (uid or "", meta.get("creationTimestamp") or "")}
 
 
 # Before kopf's first cycle (adding its finalizer) lets on.create run: saves a round trip

@@ -20,6 +20,7 @@ from sandpod_contract.names import (
     PLURAL,
     POOL_LABEL,
     POOL_PLURAL,
+    RESYNC_ANNOTATION,
     SESSION_PLURAL,
     VERSION,
 )
@@ -475,6 +476,17 @@ class Kube:
         body = {"metadata": {"uid": uid, "labels": {FINISHED_LABEL: "true"}}}
         try:
             await self._merge_patch_custom(plural, namespace, name, uid, body)
+        except KubeError as error:
+            namesake = error.status == 422 and "metadata.uid" in error.message
+            if error.status != 404 and not namesake:
+                raise
+
+    async def touch_execution(self, namespace: str, name: str, *, uid: str, at: str) -> None:
+        """Annotate this very execution (RESYNC_ANNOTATION), so that watchers see it again;
+        a deleted or re-created one is left alone."""
+        body = {"metadata": {"uid": uid, "annotations": {RESYNC_ANNOTATION: at}}}
+        try:
+            await self._merge_patch_custom(PLURAL, namespace, name, uid, body)
         except KubeError as error:
             namesake = error.status == 422 and "metadata.uid" in error.message
             if error.status != 404 and not namesake:

@@ -139,6 +139,15 @@ class OperatorSettings(BaseSettings):
         "(counted from the container's start as the kubelet saw it) with TimedOut and "
         "removes its pod, whatever became of the runner.",
     )
+    resync_after_seconds: float = Field(
+        default=30.0,
+        ge=1,
+        le=3600,
+        description="An execution seen without a status this long after its creation is "
+        "touched (annotation sandpod.dev/resync-at) so that the operator looks at it again, "
+        "e.g. after an API server restart left kopf with a stale copy; again at this interval "
+        "while it has none.",
+    )
     watchdog_interval_seconds: float = Field(
         default=2.0,
         gt=0,

@@ -105,6 +105,7 @@ EVERY_OPERATOR_SETTING: dict[str, Any] = {
     "queueTimeoutSeconds": 120,
     "deadlineGraceSeconds": 2.5,
     "watchdogIntervalSeconds": 1.5,
+    "resyncAfterSeconds": 45,
     "poolRunnerCommand": ["/opt/sandpod/bin/sandpod-runner", "--serve", "/etc/serve.json"],
     "poolResyncSeconds": 10.5,
 }
