@@ -229,6 +229,17 @@ class DeployedGateway(Deployed):
         service: Any = self.core_v1.read_namespaced_service(self.name, self.release.namespace)
         return f"http://{service.spec.cluster_ip}:{service.spec.ports[0].port}"
 
+    def wait_ready(self, timeout: float = 180) -> None:
+        """Its pods ready, and its Service answering (its endpoints reach kube-proxy later)."""
+        super().wait_ready(timeout)
+        wait_until(self.serving, timeout=timeout, what=f"{self.url} to answer", interval=0.5)
+
+    def serving(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/readyz", timeout=5).status_code == 200
+        except httpx.TransportError:
+            return False
+
     def pod_urls(self) -> list[str]:
         port = int(self.release.values.get("gateway", {}).get("port", 8080))
         return [f"http://{pod.status.pod_ip}:{port}" for pod in self.pods()]

@@ -142,7 +142,9 @@ def sandpod_operator(sandpod_release: ChartRelease) -> Deployed:
 @pytest.fixture(scope="session")
 def gateway(sandpod_release: ChartRelease) -> DeployedGateway:
     """The session release's gateway; tests add tenants with `add_tenant`."""
-    return sandpod_release.gateway()
+    gateway = sandpod_release.gateway()
+    gateway.wait_ready()
+    return gateway
 
 
 @pytest.fixture
