@@ -470,23 +470,24 @@ class Kube:
     async def label_finished(
         self, namespace: str, name: str, *, uid: str, plural: str = PLURAL
     ) -> None:
-        """Label this very execution (or, by `plural`, session) finished. The uid in the
-        patch is a precondition: a re-created namesake refuses it (422, metadata.uid is
-        immutable) and is left alone, like a deleted one (404)."""
-        body = {"metadata": {"uid": uid, "labels": {FINISHED_LABEL: "true"}}}
-        try:
-            await self._merge_patch_custom(plural, namespace, name, uid, body)
-        except KubeError as error:
-            namesake = error.status == 422 and "metadata.uid" in error.message
-            if error.status != 404 and not namesake:
-                raise
+        """Label this very execution (or, by `plural`, session) finished."""
+        await self._patch_this(plural, namespace, name, uid, {"labels": {FINISHED_LABEL: "true"}})
 
     async def touch_execution(self, namespace: str, name: str, *, uid: str, at: str) -> None:
-        """Annotate this very execution (RESYNC_ANNOTATION), so that watchers see it again;
-        a deleted or re-created one is left alone."""
-        body = {"metadata": {"uid": uid, "annotations": {RESYNC_ANNOTATION: at}}}
+        """Annotate this very execution (RESYNC_ANNOTATION), so that watchers see it again."""
+        await self._patch_this(
+            PLURAL, namespace, name, uid, {"annotations": {RESYNC_ANNOTATION: at}}
+        )
+
+    async def _patch_this(
+        self, plural: str, namespace: str, name: str, uid: str, metadata: Manifest
+    ) -> None:
+        """Merge-patch the metadata of the object with this uid. The uid in the patch is a
+        precondition: a re-created namesake refuses it (422, metadata.uid is immutable) and
+        is left alone, like a deleted one (404)."""
+        body = {"metadata": {"uid": uid, **metadata}}
         try:
-            await self._merge_patch_custom(PLURAL, namespace, name, uid, body)
+            await self._merge_patch_custom(plural, namespace, name, uid, body)
         except KubeError as error:
             namesake = error.status == 422 and "metadata.uid" in error.message
             if error.status != 404 and not namesake:
