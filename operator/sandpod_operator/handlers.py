@@ -39,6 +39,7 @@ from sandpod_operator.pools import PoolController
 from sandpod_operator.reconciler import API_ERRORS, Reconciler, is_transient
 from sandpod_operator.resync import resync_unstarted
 from sandpod_operator.settings import OperatorSettings
+from sandpod_operator.stalls import StallDetector
 from sandpod_operator.status import Verdict
 
 EXECUTIONS = (GROUP, VERSION, PLURAL)
@@ -52,6 +53,7 @@ KOPF_PREFIX = f"kopf.{GROUP}"
 # then the execution ends with Error/OperatorError instead of staying Pending.
 START_RETRIES = 30
 TRANSIENT_DELAY_SECONDS = 2
+WATCH_SERVER_TIMEOUT_SECONDS = 300
 
 
 def plain(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -61,6 +63,10 @@ def plain(body: Mapping[str, Any]) -> dict[str, Any]:
 
 def reconciler_of(memo: kopf.Memo) -> Reconciler:
     return cast(Reconciler, memo.reconciler)
+
+
+def stalls_of(memo: kopf.Memo) -> StallDetector:
+    return cast(StallDetector, memo.stalls)
 
 
 def index_of(handler_kwargs: Mapping[str, Any], name: str) -> kopf.Index[Any, Any]:
@@ -111,16 +117,35 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: 
     selector = ",".join(f"{key}={value}" for key, value in SANDBOX_POD_LABELS.items())
     settings.watching.label_selectors[PODS] = selector
     settings.watching.label_selectors[NETWORK_POLICIES] = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+    # kopf's defaults wait forever on a watch: end each after 5 minutes (it resumes from its
+    # resourceVersion) and drop a connection that stays silent longer than that.
+    settings.watching.server_timeout = WATCH_SERVER_TIMEOUT_SECONDS
+    settings.watching.client_timeout = WATCH_SERVER_TIMEOUT_SECONDS + 30
+    settings.watching.connect_timeout = 30
     kube = Kube(await open_api_client(), RequestCounter())
     memo.reconciler = Reconciler(kube=kube, settings=sandpod, catalog=catalog)
+    memo.stalls = StallDetector(sandpod.stalled_after_seconds)
     memo.resync = asyncio.create_task(
         resync_unstarted(
-            index_of(kwargs, "unstarted_executions"), kube, sandpod.resync_after_seconds
+            index_of(kwargs, "unstarted_executions"),
+            kube,
+            sandpod.resync_after_seconds,
+            on_touch=stalls_of(memo).touched,
         )
     )
     memo.pools = PoolController(kube=kube, settings=sandpod, catalog=catalog)
     if sandpod.metrics_port:
         prometheus_client.start_http_server(sandpod.metrics_port)
+
+
+@kopf.on.probe(id="handlers")
+def handlers_run(memo: kopf.Memo, **_: Any) -> str:
+    """The liveness probe fails while kopf runs no handlers (stalls.py)."""
+    stalls: StallDetector | None = memo.get("stalls")  # None until the startup has run
+    why = stalls.stalled() if stalls is not None else None
+    if why is not None:
+        raise kopf.PermanentError(why)
+    return "running"
 
 
 @kopf.on.cleanup()
@@ -179,6 +204,7 @@ def unstarted_executions(
 async def claim_early(
     body: kopf.Body, namespace: str | None, memo: kopf.Memo, logger: kopf.Logger, **kwargs: Any
 ) -> None:
+    stalls_of(memo).handler_ran(body.get("metadata", {}).get("uid"))
     pools = list(index_of(kwargs, "sandbox_pools").get(namespace or "", []))
     if not pools:
         return
@@ -235,6 +261,7 @@ async def stop_deleted_execution(
 
 @kopf.on.event(*NODES)
 def node_changed(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    stalls_of(memo).handler_ran()
     reconciler_of(memo).on_node_event(event.get("type"), dict(event["object"]))
 
 

@@ -473,18 +473,19 @@ class Kube:
         """Label this very execution (or, by `plural`, session) finished."""
         await self._patch_this(plural, namespace, name, uid, {"labels": {FINISHED_LABEL: "true"}})
 
-    async def touch_execution(self, namespace: str, name: str, *, uid: str, at: str) -> None:
-        """Annotate this very execution (RESYNC_ANNOTATION), so that watchers see it again."""
-        await self._patch_this(
+    async def touch_execution(self, namespace: str, name: str, *, uid: str, at: str) -> bool:
+        """Annotate this very execution (RESYNC_ANNOTATION), so that watchers see it again;
+        whether it was still there to annotate."""
+        return await self._patch_this(
             PLURAL, namespace, name, uid, {"annotations": {RESYNC_ANNOTATION: at}}
         )
 
     async def _patch_this(
         self, plural: str, namespace: str, name: str, uid: str, metadata: Manifest
-    ) -> None:
-        """Merge-patch the metadata of the object with this uid. The uid in the patch is a
-        precondition: a re-created namesake refuses it (422, metadata.uid is immutable) and
-        is left alone, like a deleted one (404)."""
+    ) -> bool:
+        """Merge-patch the metadata of the object with this uid; whether it was patched. The
+        uid in the patch is a precondition: a re-created namesake refuses it (422,
+        metadata.uid is immutable) and is left alone, like a deleted one (404)."""
         body = {"metadata": {"uid": uid, **metadata}}
         try:
             await self._merge_patch_custom(plural, namespace, name, uid, body)
@@ -492,6 +493,8 @@ class Kube:
             namesake = error.status == 422 and "metadata.uid" in error.message
             if error.status != 404 and not namesake:
                 raise
+            return False
+        return True
 
     async def delete_execution(self, namespace: str, name: str, *, uid: str) -> None:
         """Delete this very execution (uid precondition: never a re-created namesake)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 
 from sandpod_operator.kube import Kube
@@ -35,9 +35,13 @@ def due(
 
 
 async def resync_unstarted(
-    seen: Mapping[tuple[str, str], Iterable[Unstarted]], kube: Kube, after_seconds: float
+    seen: Mapping[tuple[str, str], Iterable[Unstarted]],
+    kube: Kube,
+    after_seconds: float,
+    on_touch: Callable[[str], None],
 ) -> None:
-    """Forever: every `after_seconds`, touch the executions `due`."""
+    """Forever: every `after_seconds`, touch the executions `due` (`on_touch(uid)` after
+    each touch)."""
     after = timedelta(seconds=after_seconds)
     while True:
         await asyncio.sleep(after_seconds)
@@ -45,6 +49,7 @@ async def resync_unstarted(
         for namespace, name, uid in due(seen, now, after):
             log.warning("execution %s/%s has no status yet: looking at it again", namespace, name)
             try:
-                await kube.touch_execution(namespace, name, uid=uid, at=now.isoformat())
+                if await kube.touch_execution(namespace, name, uid=uid, at=now.isoformat()):
+                    on_touch(uid)
             except API_ERRORS as error:  # retried next round
                 log.warning("touching %s/%s failed: %s", namespace, name, error)

@@ -148,6 +148,15 @@ class OperatorSettings(BaseSettings):
         "e.g. after an API server restart left kopf with a stale copy; again at this interval "
         "while it has none.",
     )
+    stalled_after_seconds: float = Field(
+        default=60.0,
+        ge=5,
+        le=3600,
+        description="The operator's liveness probe fails (and the kubelet restarts it) when no "
+        "handler has run this long after its start, or none has seen an execution this long "
+        "after the resync touched it: kopf then holds every handler (a watch that ended before "
+        "its first listing).",
+    )
     watchdog_interval_seconds: float = Field(
         default=2.0,
         gt=0,

@@ -61,7 +61,14 @@ def session_values(namespace_pattern: str) -> dict[str, Any]:
     return {
         "operator": {
             "watchNamespaces": [namespace_pattern],
-            "config": {"allowedRuntimeClasses": [MISSING_RUNTIME_CLASS], "maxMemory": "64Gi"},
+            # A stalled operator (stalls.py) is restarted within a minute, not after the
+            # module's waits have all run out.
+            "config": {
+                "allowedRuntimeClasses": [MISSING_RUNTIME_CLASS],
+                "maxMemory": "64Gi",
+                "resyncAfterSeconds": 15,
+                "stalledAfterSeconds": 30,
+            },
         },
         "catalog": {
             "languages": {

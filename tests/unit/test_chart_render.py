@@ -106,6 +106,7 @@ EVERY_OPERATOR_SETTING: dict[str, Any] = {
     "deadlineGraceSeconds": 2.5,
     "watchdogIntervalSeconds": 1.5,
     "resyncAfterSeconds": 45,
+    "stalledAfterSeconds": 90,
     "poolRunnerCommand": ["/opt/sandpod/bin/sandpod-runner", "--serve", "/etc/serve.json"],
     "poolResyncSeconds": 10.5,
 }
