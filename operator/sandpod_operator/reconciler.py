@@ -169,7 +169,13 @@ class Reconciler:
             ProxyClient(self.kube, self.settings) if self.settings.egress_proxy_service else None
         )
         self.sessions = SessionController(
-            self.kube, self.settings, self.catalog, self.warm, self.record, proxy=self.proxy
+            self.kube,
+            self.settings,
+            self.catalog,
+            self.warm,
+            self.record,
+            self.store_outputs,
+            proxy=self.proxy,
         )
 
     async def close(self) -> None:

@@ -17,7 +17,7 @@ each of its runs reports what the proxy refused the session while it ran.
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -267,6 +267,10 @@ class Recording(Protocol):
     ) -> bool: ...
 
 
+# The Reconciler's storing of a final verdict's output files (ConfigMap, listed in the verdict).
+StoringOutputs = Callable[[Manifest, Verdict], Awaitable[Verdict]]
+
+
 @dataclass
 class SessionController:
     kube: KubeApi
@@ -274,6 +278,7 @@ class SessionController:
     catalog: Catalog
     warm: WarmPath
     record: Recording
+    store_outputs: StoringOutputs
     wakeups: Wakeups = field(default_factory=Wakeups)
     # Per session uid: its status as this process last wrote it (watch events lag behind).
     written: dict[str, Manifest] = field(default_factory=dict)
@@ -519,6 +524,7 @@ class SessionController:
             pod, log, mode=spec.mode, started_at=started, now=now(), settings=self.settings
         )
         verdict = served_verdict(verdict, log, name, self.settings.status_output_bytes)
+        verdict = await self.store_outputs(execution, verdict)
         ended = now()
         blocked = await self._blocked_since(session, before)
         await asyncio.gather(

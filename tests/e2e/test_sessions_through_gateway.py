@@ -84,6 +84,25 @@ def test_a_file_uploaded_downloads_the_same(alice: httpx.Client, session: str) -
     assert (missing.status_code, missing.json()["error"]["code"]) == (404, "file_not_found")
 
 
+WRITES_AN_OUTPUT = (
+    "import os\n"
+    "open(os.path.join(os.environ['SANDPOD_OUTPUTS'], 'report.txt'), 'w').write('run one')\n"
+)
+
+
+def test_a_runs_output_files_come_back_and_the_next_run_starts_without_them(
+    alice: httpx.Client, session: str
+) -> None:
+    first = run_in(alice, session, WRITES_AN_OUTPUT)
+    second = run_in(alice, session, "print('nothing written')")
+    fetched = alice.get(f"/v1/executions/{first['id']}/files/report.txt")
+
+    assert first["status"] == "success", first
+    assert [entry["path"] for entry in first["files"]] == ["report.txt"]
+    assert (fetched.status_code, fetched.content) == (200, b"run one")
+    assert (second["status"], second["files"]) == ("success", []), second
+
+
 async def test_an_mcp_client_opens_a_session_runs_twice_and_closes_it(
     gateway: DeployedGateway, namespace: str
 ) -> None:

@@ -42,6 +42,10 @@ func (f *freshRuns) run(ctx context.Context, cfg Config, request runRequest, fra
 }
 
 func (f *freshRuns) runFresh(ctx context.Context, cfg Config, request runRequest, frames *frameWriter) Result {
+	// Each run's outputs are its own: what an earlier run left there is not this run's.
+	if err := resetOutputsDir(outputsDir(f.opts.WorkDir)); err != nil {
+		return failedResult(err)
+	}
 	if err := writeRequestFiles(f.opts.WorkDir, withSource(cfg, request), true); err != nil {
 		return failedResult(err)
 	}

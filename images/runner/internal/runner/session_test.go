@@ -232,6 +232,37 @@ func TestSessionRunsOtherCommandsFreshInTheSharedWorkDir(t *testing.T) {
 	assertValue(t, second, nil)
 }
 
+// outputNames are the paths of the files a run brought back.
+func outputNames(output runnerOutput) []string {
+	names := []string{}
+	for _, file := range output.result.Outputs {
+		names = append(names, file.Path)
+	}
+	return names
+}
+
+func TestSessionRunsEachStartWithAnEmptyOutputsDir(t *testing.T) {
+	cases := []struct {
+		session *servingRunner
+		sources [3]string
+	}{
+		{newShellFixture(t, "").serve("--session"), [3]string{
+			`echo a > "$SANDPOD_OUTPUTS/a.txt"`, `echo b > "$SANDPOD_OUTPUTS/b.txt"`, "true"}},
+		{newPythonSession(t), [3]string{writeOutput("a.txt"), writeOutput("b.txt"), "pass"}},
+	}
+	for _, c := range cases {
+		got := [][]string{}
+		for i, source := range c.sources {
+			got = append(got, outputNames(c.session.runCode("exec-"+strconv.Itoa(i), source)))
+		}
+		assertSameJSON(t, "outputs per run", [][]string{{"a.txt"}, {"b.txt"}, {}}, got)
+	}
+}
+
+func writeOutput(name string) string {
+	return `import os; open(os.path.join(os.environ["SANDPOD_OUTPUTS"], "` + name + `"), "w").write("x")`
+}
+
 func TestSessionStopsAtSIGTERMWithTheKernel(t *testing.T) {
 	f := newPythonFixture(t, "")
 	s := f.serve("--session")
