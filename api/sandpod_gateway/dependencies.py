@@ -1,5 +1,6 @@
 """FastAPI dependencies, as Annotated aliases. Unit tests replace them through
-app.dependency_overrides (get_key_store, get_execution_service, get_session_service)."""
+app.dependency_overrides (get_key_store, get_execution_service, get_session_service,
+get_direct_runner)."""
 
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -9,6 +10,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from sandpod_gateway.admission import AdmissionControl
 from sandpod_gateway.auth import ApiKeyStore, KeyStoreUnavailable, Tenant
+from sandpod_gateway.direct_runs import DirectRunner
 from sandpod_gateway.errors import GatewayError
 from sandpod_gateway.executions import ExecutionContext
 from sandpod_gateway.languages import LanguageCatalog
@@ -35,6 +37,7 @@ get_admission: Callable[[Request], AdmissionControl] = _from_app_state("admissio
 get_key_store: Callable[[Request], ApiKeyStore] = _from_app_state("key_store")
 get_execution_service: Callable[[Request], ExecutionService] = _from_app_state("execution_service")
 get_session_service: Callable[[Request], SessionService] = _from_app_state("session_service")
+get_direct_runner: Callable[[Request], DirectRunner | None] = _from_app_state("direct_runner")
 
 
 SettingsDep = Annotated[GatewaySettings, Depends(get_settings)]
@@ -44,6 +47,7 @@ AdmissionDep = Annotated[AdmissionControl, Depends(get_admission)]
 KeyStoreDep = Annotated[ApiKeyStore, Depends(get_key_store)]
 ExecutionServiceDep = Annotated[ExecutionService, Depends(get_execution_service)]
 SessionServiceDep = Annotated[SessionService, Depends(get_session_service)]
+DirectRunnerDep = Annotated[DirectRunner | None, Depends(get_direct_runner)]
 
 bearer_scheme = HTTPBearer(
     auto_error=False,
@@ -95,9 +99,11 @@ def get_execution_context(
 ExecutionContextDep = Annotated[ExecutionContext, Depends(get_execution_context)]
 
 
-def get_session_context(ctx: ExecutionContextDep, sessions: SessionServiceDep) -> SessionContext:
+def get_session_context(
+    ctx: ExecutionContextDep, sessions: SessionServiceDep, direct: DirectRunnerDep
+) -> SessionContext:
     return SessionContext(
-        ctx.tenant, ctx.executions, ctx.catalog, ctx.settings, ctx.admission, sessions
+        ctx.tenant, ctx.executions, ctx.catalog, ctx.settings, ctx.admission, sessions, direct
     )
 
 

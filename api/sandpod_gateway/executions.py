@@ -20,6 +20,7 @@ from sandpod_gateway.admission import (
     resolved_limits,
 )
 from sandpod_gateway.auth import Tenant
+from sandpod_gateway.direct_runs import DirectRunner, NotServingNow
 from sandpod_gateway.errors import ErrorDetail, GatewayError
 from sandpod_gateway.idempotency import Getter, execution_name, replay
 from sandpod_gateway.languages import LanguageCatalog
@@ -116,17 +117,7 @@ async def _admit(
     session: str | None,
 ) -> tuple[Resource, bool]:
     """Create the execution if the tenant may run another: (the execution, created?)."""
-    limits = resolved_limits(request, tenant, settings)
-    manifest = build_code_execution(
-        name=name,
-        tenant=tenant.name,
-        request=request,
-        timeout_seconds=limits.timeout_seconds,
-        memory=None if session else limits.memory,
-        cpu=None if session else limits.cpu,
-        ttl_seconds_after_finished=settings.ttl_seconds_after_finished,
-        session=session,
-    )
+    manifest = _manifest(request, name, tenant, settings, session)
     async with admission.admitting(tenant.name):
         await check_concurrency(service, tenant, settings)
         try:
@@ -140,6 +131,55 @@ async def _admit(
             return existing, False
         except ExecutionRejected as exc:
             raise refused_by_cluster(exc, "execution") from exc
+
+
+def _manifest(
+    request: CreateExecutionRequest,
+    name: str,
+    tenant: Tenant,
+    settings: GatewaySettings,
+    session: str | None,
+) -> Resource:
+    limits = resolved_limits(request, tenant, settings)
+    return build_code_execution(
+        name=name,
+        tenant=tenant.name,
+        request=request,
+        timeout_seconds=limits.timeout_seconds,
+        memory=None if session else limits.memory,
+        cpu=None if session else limits.cpu,
+        ttl_seconds_after_finished=settings.ttl_seconds_after_finished,
+        session=session,
+    )
+
+
+async def run_directly(
+    request: CreateExecutionRequest,
+    ctx: ExecutionContext,
+    runner: DirectRunner,
+    *,
+    session: str,
+    idempotency_key: str | None,
+) -> CreateOutcome | None:
+    """A run in a live session through the direct path (direct_runs.py): answered by its
+    runner, recorded behind. A retry with the same Idempotency-Key gets the same run. None
+    when the direct path cannot take it now (the caller takes the record path)."""
+    tenant, service, settings = ctx.tenant, ctx.executions, ctx.settings
+    check_request(request, tenant, ctx.catalog, settings)
+    name = execution_name(tenant.name, idempotency_key)
+    if idempotency_key is not None:
+        fingerprint = request_fingerprint(request, session)
+        existing = await replay(service.get, tenant, name, fingerprint)
+        if existing is not None:
+            resource = await finished(existing, tenant.namespace, service, settings)
+            return CreateOutcome(await result_with_files(resource, tenant, service), False)
+    manifest = _manifest(request, name, tenant, settings, session)
+    timeout = int((manifest.get("spec") or {}).get("timeoutSeconds") or 0)
+    try:
+        record = await runner.run(tenant.namespace, manifest, timeout)
+    except NotServingNow:
+        return None
+    return CreateOutcome(await result_with_files(record, tenant, service), True)
 
 
 def refused_by_cluster(exc: ExecutionRejected, what: str) -> GatewayError:

@@ -11,6 +11,7 @@ from sandpod_contract.kube import open_api_client
 from sandpod_gateway.admission import AdmissionControl
 from sandpod_gateway.auth import SecretApiKeyStore
 from sandpod_gateway.body_limit import BodySizeLimitMiddleware
+from sandpod_gateway.direct_runs import OperatorDirectRunner
 from sandpod_gateway.errors import install_error_handlers
 from sandpod_gateway.kube_service import KubernetesExecutionService, KubernetesSessionService
 from sandpod_gateway.languages import load_language_catalog
@@ -53,10 +54,18 @@ def create_app(settings: GatewaySettings | None = None, pad_dir: Path = PAD_DIR)
                 api_client, log_follow_limit_bytes=settings.max_log_follow_bytes
             )
             app.state.session_service = KubernetesSessionService(api_client)
+            if settings.direct_url and settings.direct_token_file:
+                app.state.direct_runner = OperatorDirectRunner.from_files(
+                    settings.direct_url,
+                    settings.direct_token_file,
+                    settings.default_retry_after_seconds,
+                )
             app.state.mcp_sessions = new_session_manager(mcp_server, settings)
             async with app.state.mcp_sessions.run():
                 yield
         finally:
+            if app.state.direct_runner is not None:
+                await app.state.direct_runner.close()
             await api_client.close()
 
     app = FastAPI(
@@ -69,6 +78,7 @@ def create_app(settings: GatewaySettings | None = None, pad_dir: Path = PAD_DIR)
     app.state.catalog = catalog
     app.state.metrics = metrics
     app.state.admission = AdmissionControl()
+    app.state.direct_runner = None
     install_error_handlers(app)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)

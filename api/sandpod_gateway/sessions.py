@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from sandpod_gateway.admission import check_session_count, resolved_session_spec
 from sandpod_gateway.auth import Tenant
+from sandpod_gateway.direct_runs import DirectRunner
 from sandpod_gateway.errors import ErrorDetail, GatewayError
 from sandpod_gateway.executions import (
     CreateOutcome,
@@ -17,6 +18,7 @@ from sandpod_gateway.executions import (
     create_execution,
     get_owned,
     refused_by_cluster,
+    run_directly,
 )
 from sandpod_gateway.idempotency import SESSION_PREFIX, replay, resource_name
 from sandpod_gateway.resources import (
@@ -51,6 +53,8 @@ class SessionContext(ExecutionContext):
     """What the session use cases need, resolved per request."""
 
     sessions: SessionService
+    # The direct path to live sessions' runners, when the gateway has one.
+    direct: DirectRunner | None = None
 
 
 async def open_session(
@@ -129,10 +133,17 @@ async def run_in_session(
     idempotency_key: str | None,
     wait: bool,
 ) -> CreateOutcome:
-    """An execution in the session, created like any other (same limits and answers)."""
+    """An execution in the session (same limits and answers as any other): through the
+    direct path when the gateway has one and the caller waits, else created and reconciled."""
     session = await live_session(session_id, ctx)
     fields = body.model_dump(exclude_unset=True, exclude={"language"})
     request = CreateExecutionRequest(language=_session_language(body, session), **fields)
+    if ctx.direct is not None and wait:
+        outcome = await run_directly(
+            request, ctx, ctx.direct, session=session_id, idempotency_key=idempotency_key
+        )
+        if outcome is not None:
+            return outcome
     return await create_execution(
         request, ctx, idempotency_key=idempotency_key, wait=wait, session=session_id
     )

@@ -57,6 +57,16 @@ class GatewaySettings(BaseSettings):
     )
     max_request_bytes: int = Field(default=1024 * 1024, ge=1024)
     default_retry_after_seconds: int = Field(default=5, ge=1)
+    direct_url: str = Field(
+        default="",
+        description="The operator's direct path (http://host:port): runs in live sessions go "
+        "there and answer without waiting on the API server. Empty: they take the record path "
+        "(a CodeExecution the operator reconciles).",
+    )
+    direct_token_file: str = Field(
+        default="",
+        description="A file holding the token the operator's direct path expects.",
+    )
     max_log_follows: int = Field(
         default=200, ge=1, description="Pod logs this replica follows at once (all tenants)."
     )

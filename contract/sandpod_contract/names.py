@@ -23,6 +23,13 @@ TENANT_LABEL = f"{GROUP}/tenant"
 # Set by the operator once an execution's status is terminal, so a tenant's unfinished
 # executions can be counted from metadata alone (label selector "!finished").
 FINISHED_LABEL = f"{GROUP}/finished"
+# The record of a run that took the direct path (a run in a live session answered by its
+# runner, its CodeExecution written behind by the operator): the operator's handlers leave
+# it alone. Value: RECORD_DIRECT.
+RECORD_LABEL = f"{GROUP}/record"
+RECORD_DIRECT = "direct"
+# The operator's endpoint of the direct path, which the gateway posts a session's run to.
+DIRECT_RUN_PATH = "/v1/session-runs"
 # Set by the operator on an execution it has seen without a status for a while (resync.py):
 # the change makes its watch deliver the execution again.
 RESYNC_ANNOTATION = f"{GROUP}/resync-at"

@@ -7,6 +7,7 @@ import asyncio
 import copy
 import logging
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, cast
 
 import kopf
@@ -24,19 +25,23 @@ from sandpod_contract.names import (
     PLURAL,
     POOL_LABEL,
     POOL_PLURAL,
+    RECORD_DIRECT,
+    RECORD_LABEL,
     ROLE_LABEL,
     SANDBOX_ROLE,
     VERSION,
 )
 
 from sandpod_operator import (  # noqa: F401  (registers their handlers)
+    direct_endpoint,
     pool_handlers,
     session_handlers,
 )
 from sandpod_operator.builders import DENY_ALL_POLICY_NAME
-from sandpod_operator.kube import Kube, RequestCounter
+from sandpod_operator.direct import RECONCILED, DirectRuns, RecordEntry, keep_records
+from sandpod_operator.kube import API_ERRORS, Kube, RequestCounter
 from sandpod_operator.pools import PoolController
-from sandpod_operator.reconciler import API_ERRORS, Reconciler, is_transient
+from sandpod_operator.reconciler import Reconciler, is_transient
 from sandpod_operator.resync import resync_unstarted
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.stalls import StallDetector
@@ -134,6 +139,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: 
         )
     )
     memo.pools = PoolController(kube=kube, settings=sandpod, catalog=catalog)
+    await start_direct_path(memo, sandpod, kwargs)
     if sandpod.metrics_port:
         prometheus_client.start_http_server(sandpod.metrics_port)
 
@@ -148,9 +154,35 @@ def handlers_run(memo: kopf.Memo, **_: Any) -> str:
     return "running"
 
 
+async def start_direct_path(
+    memo: kopf.Memo, sandpod: OperatorSettings, handler_kwargs: Mapping[str, Any]
+) -> None:
+    """The direct path's endpoint (when configured) and the keeping of its records."""
+    reconciler = reconciler_of(memo)
+    runs = DirectRuns(reconciler.sessions, reconciler.kube, reconciler.store_outputs)
+    memo.records = asyncio.create_task(
+        keep_records(runs, index_of(handler_kwargs, "direct_records"), sandpod)
+    )
+    memo.direct_endpoint = None
+    if not (sandpod.direct_port and sandpod.direct_token_file):
+        return
+    token = Path(sandpod.direct_token_file).read_text().strip()
+    sessions = index_of(handler_kwargs, "code_sessions")
+
+    def session(namespace: str, name: str) -> dict[str, Any] | None:
+        found = list(sessions.get((namespace, name), []))
+        return plain(found[0]) if found else None
+
+    app = direct_endpoint.create_app(runs, token, session)
+    memo.direct_endpoint = await direct_endpoint.start(app, sandpod.direct_port)
+
+
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: Any) -> None:
     memo.resync.cancel()
+    memo.records.cancel()
+    if memo.direct_endpoint is not None:
+        await memo.direct_endpoint.cleanup()
     await reconciler_of(memo).close()
 
 
@@ -189,7 +221,7 @@ def waiting_to_start(status: kopf.Status, meta: kopf.Meta, **_: Any) -> bool:
     return not status and not meta.get("deletionTimestamp")
 
 
-@kopf.index(*EXECUTIONS, when=waiting_to_start)
+@kopf.index(*EXECUTIONS, labels=RECONCILED, when=waiting_to_start)
 def unstarted_executions(
     namespace: str | None, name: str | None, uid: str | None, meta: kopf.Meta, **_: Any
 ) -> dict[tuple[str, str], tuple[str, str]]:
@@ -198,9 +230,32 @@ def unstarted_executions(
     return {(namespace or "", name or ""): (uid or "", meta.get("creationTimestamp") or "")}
 
 
+@kopf.index(*EXECUTIONS, labels={RECORD_LABEL: RECORD_DIRECT})
+def direct_records(
+    namespace: str | None,
+    name: str | None,
+    uid: str | None,
+    meta: kopf.Meta,
+    spec: kopf.Spec,
+    status: kopf.Status,
+    **_: Any,
+) -> dict[str, RecordEntry]:
+    """namespace -> its records of direct runs, as last seen: direct.keep_records looks
+    them over."""
+    ttl = spec.get("ttlSecondsAfterFinished")
+    entry = RecordEntry(
+        name=name or "",
+        uid=uid or "",
+        created=meta.get("creationTimestamp") or "",
+        finished=status.get("finishedAt") or "",
+        ttl_seconds=ttl if isinstance(ttl, int) else None,
+    )
+    return {namespace or "": entry}
+
+
 # Before kopf's first cycle (adding its finalizer) lets on.create run: saves a round trip
 # to the API server on the warm path. Not retried: the create handler does the rest.
-@kopf.on.event(*EXECUTIONS, when=not_started)
+@kopf.on.event(*EXECUTIONS, labels=RECONCILED, when=not_started)
 async def claim_early(
     body: kopf.Body, namespace: str | None, memo: kopf.Memo, logger: kopf.Logger, **kwargs: Any
 ) -> None:
@@ -215,8 +270,8 @@ async def claim_early(
         logger.warning("claiming early failed, the create handler retries: %s", error)
 
 
-@kopf.on.resume(*EXECUTIONS)
-@kopf.on.create(*EXECUTIONS)
+@kopf.on.resume(*EXECUTIONS, labels=RECONCILED)
+@kopf.on.create(*EXECUTIONS, labels=RECONCILED)
 async def start_execution(
     body: kopf.Body, namespace: str | None, retry: int, memo: kopf.Memo, **kwargs: Any
 ) -> None:
@@ -241,12 +296,14 @@ async def start_execution(
         raise kopf.PermanentError(message) from error
 
 
-@kopf.on.event(*EXECUTIONS, annotations={CANCEL_ANNOTATION: "true"}, when=unfinished)
+@kopf.on.event(
+    *EXECUTIONS, labels=RECONCILED, annotations={CANCEL_ANNOTATION: "true"}, when=unfinished
+)
 async def cancel_execution(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     await reconciler_of(memo).cancel(plain(body))
 
 
-@kopf.on.delete(*EXECUTIONS, optional=True)
+@kopf.on.delete(*EXECUTIONS, labels=RECONCILED, optional=True)
 async def stop_deleted_execution(
     namespace: str | None, uid: str, memo: kopf.Memo, status: kopf.Status, **_: Any
 ) -> None:
@@ -278,7 +335,9 @@ async def sandbox_pod_changed(
 
 # Stopped (when the execution finishes) only between checks: a check that is recording a
 # verdict and removing the pod must not be cut off half-way.
-@kopf.daemon(*EXECUTIONS, when=unfinished, cancellation_backoff=30, cancellation_timeout=5)
+@kopf.daemon(
+    *EXECUTIONS, labels=RECONCILED, when=unfinished, cancellation_backoff=30, cancellation_timeout=5
+)
 async def watchdog(
     stopped: kopf.DaemonStopped,
     body: kopf.Body,
@@ -308,7 +367,7 @@ async def watchdog(
 # The create handler starts the warm run itself (a task); this daemon waits for it, and
 # after a restart (or when that run could not record) re-attaches to the runner (same
 # executionId), which replays the run's frames instead of running it again.
-@kopf.daemon(*EXECUTIONS, when=running_warm, cancellation_timeout=5)
+@kopf.daemon(*EXECUTIONS, labels=RECONCILED, when=running_warm, cancellation_timeout=5)
 async def serve_warm(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
     """Run a warm execution in the pod it claimed and record the runner's result."""
     try:
@@ -317,7 +376,7 @@ async def serve_warm(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_:
         raise kopf.TemporaryError(f"recording the warm run failed: {error}", delay=1) from error
 
 
-@kopf.daemon(*EXECUTIONS, when=finished, cancellation_timeout=5)
+@kopf.daemon(*EXECUTIONS, labels=RECONCILED, when=finished, cancellation_timeout=5)
 async def expire_finished(
     stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, **_: Any
 ) -> None:

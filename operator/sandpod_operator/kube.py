@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import aiohttp
 from kubernetes_asyncio import client as k8s
 from prometheus_client import Counter, Histogram
 from sandpod_contract.names import (
@@ -93,6 +94,11 @@ class KubeError(Exception):
         )
 
 
+# What an API call may raise: the API server's answer, or no answer.
+TRANSIENT_ERRORS = (aiohttp.ClientError, TimeoutError)
+API_ERRORS = (KubeError, *TRANSIENT_ERRORS)
+
+
 class RequestCounter:
     """Counts requests per (verb, resource) and per execution uid."""
 
@@ -145,6 +151,7 @@ class KubeApi(Protocol):
     async def get_execution(
         self, namespace: str, name: str, *, uid: str | None
     ) -> Manifest | None: ...
+    async def create_execution(self, body: Manifest) -> Manifest: ...
     async def patch_execution_status(
         self, namespace: str, name: str, *, uid: str | None, resource_version: str, status: Manifest
     ) -> Manifest: ...
@@ -414,6 +421,20 @@ class Kube:
             if error.status == 404:
                 return None
             raise
+
+    async def create_execution(self, body: Manifest) -> Manifest:
+        """Create a CodeExecution (a record of the direct path): the object created."""
+        return await self._call(
+            "create",
+            PLURAL,
+            None,
+            self._custom.create_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            body["metadata"]["namespace"],
+            PLURAL,
+            body,
+        )
 
     async def patch_execution_status(
         self, namespace: str, name: str, *, uid: str | None, resource_version: str, status: Manifest

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-import aiohttp
 import kopf
 from pydantic import ValidationError
 from sandpod_contract.catalog import Catalog
@@ -57,7 +56,14 @@ from sandpod_operator.egress_proxy import (
     blocked_message,
     execution_grant,
 )
-from sandpod_operator.kube import KubeApi, KubeError, LogRead, Manifest
+from sandpod_operator.kube import (
+    API_ERRORS,
+    TRANSIENT_ERRORS,
+    KubeApi,
+    KubeError,
+    LogRead,
+    Manifest,
+)
 from sandpod_operator.owners import as_body, owned_by
 from sandpod_operator.runner_client import RunnerUnavailable
 from sandpod_operator.sessions import SessionController
@@ -94,9 +100,7 @@ DEADLINE_SLACK_SECONDS = 0.05
 # Marks a pod whose execution is final and which this process deleted.
 FINAL = ("final",)
 NORMAL_PHASES = frozenset({"Pending", "Running", "Succeeded", "Cancelled"})
-TRANSIENT_ERRORS = (aiohttp.ClientError, TimeoutError)
 STATUS_TOO_LARGE = "StatusTooLarge"
-API_ERRORS = (KubeError, *TRANSIENT_ERRORS)
 
 
 class EventPoster(Protocol):

@@ -14,8 +14,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 
-from sandpod_operator.kube import Kube
-from sandpod_operator.reconciler import API_ERRORS
+from sandpod_operator.kube import API_ERRORS, Kube
 
 log = logging.getLogger(__name__)
 

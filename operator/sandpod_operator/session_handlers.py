@@ -9,7 +9,9 @@ from typing import Any, cast
 import kopf
 from sandpod_contract.names import GROUP, PLURAL, SESSION_PLURAL, VERSION
 
-from sandpod_operator.reconciler import API_ERRORS, Reconciler, is_transient
+from sandpod_operator.direct import RECONCILED
+from sandpod_operator.kube import API_ERRORS
+from sandpod_operator.reconciler import Reconciler, is_transient
 from sandpod_operator.sessions import RESYNC_SECONDS, SessionController
 
 SESSIONS = (GROUP, VERSION, SESSION_PLURAL)
@@ -44,7 +46,7 @@ def executions_of(handler_kwargs: Mapping[str, Any], key: tuple[str, str]) -> li
     return [plain(execution) for execution in index.get(key, [])]
 
 
-@kopf.index(*EXECUTIONS, when=names_session)
+@kopf.index(*EXECUTIONS, labels=RECONCILED, when=names_session)
 def session_executions(
     body: kopf.Body, namespace: str | None, spec: kopf.Spec, **_: Any
 ) -> dict[tuple[str, str], dict[str, Any]]:
@@ -74,7 +76,7 @@ async def start_session(
         raise kopf.TemporaryError(f"starting the session failed: {error}", delay=retry) from error
 
 
-@kopf.on.event(*EXECUTIONS, when=waiting_in_session)
+@kopf.on.event(*EXECUTIONS, labels=RECONCILED, when=waiting_in_session)
 async def session_execution_changed(
     namespace: str | None, spec: kopf.Spec, memo: kopf.Memo, **_: Any
 ) -> None:

@@ -17,9 +17,11 @@ each of its runs reports what the proxy refused the session while it ran.
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any, Protocol
 
 import kopf
@@ -56,7 +58,7 @@ from sandpod_operator.egress_proxy import (
     blocked_between,
     session_grant,
 )
-from sandpod_operator.kube import Key, KubeApi, KubeError, Manifest
+from sandpod_operator.kube import API_ERRORS, Key, KubeApi, KubeError, Manifest
 from sandpod_operator.owners import as_body, owned_by
 from sandpod_operator.pool_builders import (
     SESSION_RUNNER_INGRESS_POLICY_NAME,
@@ -98,6 +100,8 @@ MAX_WRITE_ATTEMPTS = 5
 RESYNC_SECONDS = 30.0
 STARTING_POLL_SECONDS = 1.0
 DEADLINE_SLACK_SECONDS = 0.05
+# Direct runs that end within this of each other are counted in one session status write.
+ACTIVITY_WRITE_SECONDS = 1.0
 
 
 def now() -> datetime:
@@ -254,6 +258,32 @@ def newer(first: Manifest, second: Manifest | None) -> Manifest:
 # --- the controller -----------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Served:
+    """One run's answer from the session's runner: its verdict, what the egress proxy
+    refused it (None: unknown or no host entries), whether the sandbox was lost."""
+
+    verdict: Verdict
+    blocked: list[BlockedEgress] | None
+    lost: bool
+
+
+class NotServing(Exception):
+    """The session cannot take a direct run now (starting, ended, sandbox gone)."""
+
+
+class InvalidRun(Exception):
+    """The run does not fit the session (language, limits, an invalid spec)."""
+
+
+class SessionBusy(Exception):
+    """As many runs as the session may queue are running or waiting."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"{limit} runs are already running or waiting in this session")
+        self.limit = limit
+
+
 class Recording(Protocol):
     """The Reconciler's status write of an execution (compare-and-swap)."""
 
@@ -291,6 +321,16 @@ class SessionController:
     # Per session uid (with host entries): what the proxy had refused it when its last run
     # ended, so that each run's report is the growth since (runs are one at a time).
     refused: dict[str, Refusals] = field(default_factory=dict)
+    # Per session uid: its runner's turns (one run at a time), how many hold or wait for one,
+    # and its pod as the daemon last read it (the direct path reads no pod).
+    turns: dict[str, asyncio.Lock] = field(default_factory=dict)
+    in_turn: Counter[str] = field(default_factory=Counter)
+    pods: dict[str, Manifest] = field(default_factory=dict)
+    # Per session uid: direct runs not yet counted in its status, the last one's end, and the
+    # task writing them.
+    unwritten_runs: Counter[str] = field(default_factory=Counter)
+    last_run_end: dict[str, datetime] = field(default_factory=dict)
+    activity_writers: dict[str, asyncio.Task[None]] = field(default_factory=dict)
 
     # --- waking -------------------------------------------------------------------------
 
@@ -298,6 +338,8 @@ class SessionController:
         self.wakeups.forget(key)
         self.written.pop(uid, None)
         self.refused.pop(uid, None)
+        self.turns.pop(uid, None)
+        self.pods.pop(uid, None)
 
     def freshest(self, session: Manifest) -> Manifest:
         return newer(session, self.written.get(session["metadata"]["uid"]))
@@ -433,8 +475,10 @@ class SessionController:
             return RESYNC_SECONDS
         pod = await self.kube.read_pod(meta["namespace"], status["podName"], uid=None)
         if pod is None or sandbox_lost(pod, meta["uid"]):
+            self.pods.pop(meta["uid"], None)
             await self._end(session, "SandboxLost", SANDBOX_LOST_MESSAGE, executions)
             return RESYNC_SECONDS
+        self.pods[meta["uid"]] = pod
         spec = CodeSessionSpec.model_validate(session["spec"])
         if status.get("phase") == "Starting":
             return await self._starting(session, spec, pod, executions)
@@ -443,6 +487,8 @@ class SessionController:
         if queue and reason != "LifetimeExceeded":
             await self._run(session, spec, pod, queue[0])
             return 0.0
+        if reason == "IdleTimeout" and self.in_turn.get(meta["uid"]):
+            return STARTING_POLL_SECONDS  # not idle: a direct run runs or waits its turn
         if reason:
             await self._end(session, reason, expiry_message(reason, spec), executions)
             return RESYNC_SECONDS
@@ -483,8 +529,6 @@ class SessionController:
         if problem or spec is None or plan is None:
             await self._refuse(execution, "InvalidSpec", problem, name)
             return
-        _, proxy_variables = await self._proxy_for(session, session_spec)
-        before = await self._refused_before(session, session_spec)
         status = execution.get("status") or {}
         started = parse_time(status.get("startedAt")) if status.get("phase") == "Running" else None
         if started is None:
@@ -504,34 +548,126 @@ class SessionController:
             if not moved and not await self._still_ours(execution):
                 self.finished.add(uid)
                 return
-        deadline = run_deadline(started, plan.timeout_seconds, self.settings)
-        request = run_request(uid, spec, plan, self.settings, proxy_variables)
-        try:
-            log = await self.warm.run(pod, request, seconds_left=(deadline - now()).total_seconds())
-        except (TimeoutError, RunnerUnavailable) as error:
-            timed_out = isinstance(error, TimeoutError)
-            verdict = (
-                past_deadline(started, plan.timeout_seconds, now())
-                if timed_out
-                else runner_unavailable(started, now())
-            )
-            blocked = await self._blocked_since(session, before)
-            await self.record(execution, replace(verdict, session=name), egress_blocked=blocked)
+        async with self.turn(session["metadata"]["uid"]):
+            served = await self.serve(session, session_spec, pod, uid, spec, plan, started)
+        if served.lost:
+            await self.record(execution, served.verdict, egress_blocked=served.blocked)
             self.finished.add(uid)
             await self._end(session, "SandboxLost", SANDBOX_LOST_MESSAGE, [])
             return
+        verdict = await self.store_outputs(execution, served.verdict)
+        ended = now()
+        await asyncio.gather(
+            self.record(execution, verdict, egress_blocked=served.blocked),
+            self._write(session, lambda current: self._after_runs(current, ended, 1)),
+        )
+        self.finished.add(uid)
+
+    # --- the serving core: one run on the session's runner -------------------------------
+
+    @asynccontextmanager
+    async def turn(self, session_uid: str, *, limit: int | None = None) -> AsyncIterator[None]:
+        """The session's runner serves one run at a time: runs take turns in arrival order
+        (the daemon's queue and the direct path alike); with `limit`, SessionBusy when that
+        many are already running or waiting."""
+        if limit is not None and self.in_turn[session_uid] >= limit:
+            raise SessionBusy(limit)
+        self.in_turn[session_uid] += 1
+        try:
+            async with self.turns.setdefault(session_uid, asyncio.Lock()):
+                yield
+        finally:
+            self.in_turn[session_uid] -= 1
+            if not self.in_turn[session_uid]:
+                del self.in_turn[session_uid]
+
+    async def serve(
+        self,
+        session: Manifest,
+        session_spec: CodeSessionSpec,
+        pod: Manifest,
+        run_id: str,
+        spec: CodeExecutionSpec,
+        plan: Any,
+        started: datetime,
+    ) -> Served:
+        """Run (or re-attach to: same `run_id`) one execution on the session's runner, in
+        the caller's turn: the runner's verified verdict, or the platform's when it did not
+        answer (then the sandbox is lost)."""
+        name = session["metadata"]["name"]
+        _, proxy_variables = await self._proxy_for(session, session_spec)
+        before = await self._refused_before(session, session_spec)
+        deadline = run_deadline(started, plan.timeout_seconds, self.settings)
+        request = run_request(run_id, spec, plan, self.settings, proxy_variables)
+        try:
+            log = await self.warm.run(pod, request, seconds_left=(deadline - now()).total_seconds())
+        except (TimeoutError, RunnerUnavailable) as error:
+            verdict = (
+                past_deadline(started, plan.timeout_seconds, now())
+                if isinstance(error, TimeoutError)
+                else runner_unavailable(started, now())
+            )
+            blocked = await self._blocked_since(session, before)
+            return Served(replace(verdict, session=name), blocked, lost=True)
         verdict = observe_served(
             pod, log, mode=spec.mode, started_at=started, now=now(), settings=self.settings
         )
         verdict = served_verdict(verdict, log, name, self.settings.status_output_bytes)
-        verdict = await self.store_outputs(execution, verdict)
-        ended = now()
-        blocked = await self._blocked_since(session, before)
-        await asyncio.gather(
-            self.record(execution, verdict, egress_blocked=blocked),
-            self._write(session, lambda current: self._after_run(current, ended)),
+        return Served(verdict, await self._blocked_since(session, before), lost=False)
+
+    async def run_direct(
+        self, session: Manifest, execution: Manifest, on_start: Callable[[], None]
+    ) -> Served:
+        """The direct path: run `execution` (not a CodeExecution yet: its record is written
+        behind) in the live session, in turn; `on_start` once its turn has come. Refuses with
+        NotServing (not ready, ended, sandbox gone), InvalidRun or SessionBusy."""
+        session = self.freshest(session)
+        status, meta = session.get("status") or {}, session["metadata"]
+        if status.get("phase") not in ("Ready", "Busy") or not status.get("podName"):
+            raise NotServing(f"the session is {str(status.get('phase') or 'Starting').lower()}")
+        spec, plan, problem = self._execution_plan(execution, session)
+        if problem or spec is None or plan is None:
+            raise InvalidRun(problem)
+        pod = self.pods.get(meta["uid"]) or await self.kube.read_pod(
+            meta["namespace"], status["podName"], uid=None
         )
-        self.finished.add(uid)
+        if pod is None or sandbox_lost(pod, meta["uid"]):
+            raise NotServing("the session's sandbox is gone")
+        session_spec = CodeSessionSpec.model_validate(session["spec"])
+        run_id = f"{meta['namespace']}/{execution['metadata']['name']}"
+        async with self.turn(meta["uid"], limit=self.settings.session_queue_limit):
+            on_start()
+            served = await self.serve(session, session_spec, pod, run_id, spec, plan, now())
+        if served.lost:
+            await self._end(session, "SandboxLost", SANDBOX_LOST_MESSAGE, [])
+        else:
+            self._note_run(session, now())
+        return served
+
+    def _note_run(self, session: Manifest, ended: datetime) -> None:
+        """Count a direct run into the session's status (lastActivityAt, executionCount):
+        written behind, runs that end close together in one write."""
+        uid = session["metadata"]["uid"]
+        self.unwritten_runs[uid] += 1
+        self.last_run_end[uid] = ended
+        if uid not in self.activity_writers:
+            task = asyncio.create_task(self._write_activity(session))
+            self.activity_writers[uid] = task
+
+    async def _write_activity(self, session: Manifest) -> None:
+        uid = session["metadata"]["uid"]
+        try:
+            while self.unwritten_runs[uid]:
+                runs, ended = self.unwritten_runs[uid], self.last_run_end[uid]
+                change = partial(self._after_runs, ended=ended, runs=runs)
+                await self._write(session, change)
+                self.unwritten_runs[uid] -= runs
+                await asyncio.sleep(ACTIVITY_WRITE_SECONDS)
+        except (*API_ERRORS, kopf.TemporaryError) as error:
+            logger.warning("the session's activity was not written: %s", error)
+        finally:
+            self.activity_writers.pop(uid, None)
+            self.unwritten_runs.pop(uid, None)
 
     # --- what the egress proxy refused a run --------------------------------------------
 
@@ -585,8 +721,8 @@ class SessionController:
         status = session.get("status") or {}
         return session_status(session, phase, str(status.get("reason") or "Started"), "", now())
 
-    def _after_run(self, session: Manifest, ended: datetime) -> Manifest:
-        count = int((session.get("status") or {}).get("executionCount") or 0) + 1
+    def _after_runs(self, session: Manifest, ended: datetime, runs: int) -> Manifest:
+        count = int((session.get("status") or {}).get("executionCount") or 0) + runs
         return session_status(
             session,
             "Ready",

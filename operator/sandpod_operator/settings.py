@@ -148,6 +148,37 @@ class OperatorSettings(BaseSettings):
         "e.g. after an API server restart left kopf with a stale copy; again at this interval "
         "while it has none.",
     )
+    direct_port: int = Field(
+        default=8081,
+        ge=0,
+        le=65535,
+        description="The port of the direct path (runs in live sessions, from the gateway "
+        "alone); 0 (or no direct_token_file) turns it off and session runs take the record "
+        "path.",
+    )
+    direct_token_file: str = Field(
+        default="",
+        description="A file holding the token the gateway presents on the direct path.",
+    )
+    records_kept_per_namespace: int = Field(
+        default=1000,
+        ge=1,
+        description="Records of direct runs kept per namespace; beyond it the oldest finished "
+        "ones are deleted (each also goes after its ttlSecondsAfterFinished).",
+    )
+    records_sweep_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="How often records of direct runs are looked over (TTL, the bound, runs "
+        "an operator restart cut off).",
+    )
+    session_queue_limit: int = Field(
+        default=16,
+        ge=1,
+        le=1000,
+        description="Runs of one session sent through the direct path that may run or wait "
+        "at once; more are refused (the gateway answers 429 with Retry-After).",
+    )
     stalled_after_seconds: float = Field(
         default=60.0,
         ge=5,

@@ -5,14 +5,19 @@ operator's CodeSession controller and the runner's session mode (notes/sessions.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 import httpx2
 import pytest
 from chart_release import REQUEST_TIMEOUT, DeployedGateway
+from kubernetes import client
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from sandpod_contract.names import PLURAL, RECORD_DIRECT, RECORD_LABEL
+from sandpod_testkit.kube import GROUP, VERSION
+from sandpod_testkit.waiting import wait_until
 
 
 @pytest.fixture
@@ -101,6 +106,56 @@ def test_a_runs_output_files_come_back_and_the_next_run_starts_without_them(
     assert [entry["path"] for entry in first["files"]] == ["report.txt"]
     assert (fetched.status_code, fetched.content) == (200, b"run one")
     assert (second["status"], second["files"]) == ("success", []), second
+
+
+def record_of(objects: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
+    found: Any = objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    return dict(found)
+
+
+def test_a_run_is_answered_directly_and_recorded_behind(
+    alice: httpx.Client, session: str, namespace: str, custom_objects: client.CustomObjectsApi
+) -> None:
+    answer = run_in(alice, session, "print('direct')")
+
+    def recorded() -> bool:
+        status = record_of(custom_objects, namespace, answer["id"]).get("status") or {}
+        return status.get("phase") == "Succeeded"
+
+    wait_until(recorded, timeout=30, what="the run's record", interval=0.2)
+    record = record_of(custom_objects, namespace, answer["id"])
+    assert (answer["status"], answer["stdout"]) == ("success", "direct\n")
+    assert record["metadata"]["labels"][RECORD_LABEL] == RECORD_DIRECT
+    assert record["metadata"].get("finalizers") is None  # no handler reconciles a record
+    assert (record["status"]["stdout"], record["status"]["session"]) == ("direct\n", session)
+
+
+COUNTS = "n = globals().get('n', 0) + 1\nn"
+
+
+def test_concurrent_runs_of_a_session_each_run_once_one_at_a_time(
+    alice: httpx.Client, session: str
+) -> None:
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        answers = list(pool.map(lambda _: run_in(alice, session, COUNTS), range(6)))
+
+    assert sorted(int(answer["result"]) for answer in answers) == [1, 2, 3, 4, 5, 6]
+    assert run_in(alice, session, "n")["result"] == "6"
+
+
+def test_a_retry_with_the_same_idempotency_key_runs_nothing_twice(
+    alice: httpx.Client, session: str
+) -> None:
+    key = {"Idempotency-Key": "count-once"}
+    url = f"/v1/sessions/{session}/executions"
+
+    first = alice.post(url, json={"code": COUNTS}, headers=key)
+    again = alice.post(url, json={"code": COUNTS}, headers=key)
+
+    assert (first.status_code, again.status_code) == (200, 200), again.text
+    assert first.json()["id"] == again.json()["id"]
+    assert (first.json()["result"], again.json()["result"]) == ("1", "1")
+    assert run_in(alice, session, "n")["result"] == "1"
 
 
 async def test_an_mcp_client_opens_a_session_runs_twice_and_closes_it(

@@ -69,12 +69,16 @@ CHART_MANAGED_OPERATOR_SETTINGS = {
     "egress_proxy_monitor_port",
     "egress_proxy_pod_labels",
     "egress_proxy_key_file",
+    "direct_port",
+    "direct_token_file",
 }
 CHART_MANAGED_GATEWAY_SETTINGS = {
     "kubeconfig",
     "catalog_path",
     "api_keys_secret",
     "api_keys_namespace",
+    "direct_url",
+    "direct_token_file",
 }
 # A value other than the default for every operator and gateway setting.
 EVERY_OPERATOR_SETTING: dict[str, Any] = {
@@ -107,6 +111,9 @@ EVERY_OPERATOR_SETTING: dict[str, Any] = {
     "watchdogIntervalSeconds": 1.5,
     "resyncAfterSeconds": 45,
     "stalledAfterSeconds": 90,
+    "sessionQueueLimit": 8,
+    "recordsKeptPerNamespace": 500,
+    "recordsSweepSeconds": 15.5,
     "poolRunnerCommand": ["/opt/sandpod/bin/sandpod-runner", "--serve", "/etc/serve.json"],
     "poolResyncSeconds": 10.5,
 }
@@ -775,7 +782,12 @@ def test_only_the_gateway_and_the_operator_set_the_counted_labels(
     assert '["system:masters"]' in variables["trusted"]
     tenant_rule, finished_rule = (v["expression"] for v in spec["validations"])
     account = f"system:serviceaccount:{NAMESPACE}:{FULLNAME}"
-    assert tenant_rule.endswith(f"== '{account}-gateway'")
+    assert f"== '{account}-gateway'" in tenant_rule
+    # The operator sets it only on the records of the direct path it creates.
+    assert tenant_rule.endswith(
+        f"(request.userInfo.username == '{account}-operator' && oldObject == null"
+        " && variables.record == 'direct')"
+    )
     assert finished_rule.endswith(f"== '{account}-operator'")
     for manifests in (rendered["default"], rendered["full"]):
         accounts = {a["metadata"]["name"] for a in of_kind(manifests, "ServiceAccount")}
@@ -858,7 +870,14 @@ def test_network_policies(rendered: dict[str, list[Manifest]]) -> None:
     assert gateway["spec"]["policyTypes"] == ["Ingress"]
     assert gateway["spec"]["ingress"] == [{"ports": [{"protocol": "TCP", "port": "http"}]}]
     operator = find(rendered["default"], "NetworkPolicy", f"{FULLNAME}-operator", NAMESPACE)
-    assert operator["spec"]["ingress"] == [{"ports": [{"protocol": "TCP", "port": "metrics"}]}]
+    from_gateway = {
+        "ports": [{"protocol": "TCP", "port": "direct"}],
+        "from": [{"podSelector": {"matchLabels": selector_labels("gateway")}}],
+    }
+    assert operator["spec"]["ingress"] == [
+        {"ports": [{"protocol": "TCP", "port": "metrics"}]},
+        from_gateway,
+    ]
 
     egress = [
         {
@@ -868,14 +887,18 @@ def test_network_policies(rendered: dict[str, list[Manifest]]) -> None:
     ]
     gateway = find(rendered["full"], "NetworkPolicy", f"{FULLNAME}-gateway", NAMESPACE)
     assert gateway["spec"]["policyTypes"] == ["Ingress", "Egress"]
-    assert gateway["spec"]["egress"] == egress
+    to_operator = {
+        "to": [{"podSelector": {"matchLabels": selector_labels("operator")}}],
+        "ports": [{"protocol": "TCP", "port": 8081}],
+    }
+    assert gateway["spec"]["egress"] == [*egress, to_operator]
     peers = gateway["spec"]["ingress"][0]["from"]
     assert peers[0] == FULL_VALUES["networkPolicies"]["ingressFrom"][0]
     test_labels = find(rendered["full"], "Pod", f"{FULLNAME}-test")["metadata"]["labels"]
     assert peers[1]["podSelector"]["matchLabels"].items() <= test_labels.items()
     operator = find(rendered["full"], "NetworkPolicy", f"{FULLNAME}-operator", NAMESPACE)
-    # Metrics off: no ingress at all; out: the API server, the runners of pool and session
-    # pods in any namespace, and the egress proxy's monitors.
+    # Metrics off: in, the direct path from the gateway alone; out: the API server, the
+    # runners of pool and session pods in any namespace, and the egress proxy's monitors.
     to_runners = {
         "to": [
             {"namespaceSelector": {}, "podSelector": {"matchLabels": {ROLE_LABEL: SANDBOX_ROLE}}}
@@ -889,9 +912,56 @@ def test_network_policies(rendered: dict[str, list[Manifest]]) -> None:
     assert operator["spec"] == {
         "podSelector": operator["spec"]["podSelector"],
         "policyTypes": ["Ingress", "Egress"],
+        "ingress": [from_gateway],
         "egress": [*egress, to_runners, to_monitors],
     }
     assert not of_kind(rendered["minimal"], "NetworkPolicy")
+
+
+def selector_labels(component: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "sandpod",
+        "app.kubernetes.io/instance": RELEASE,
+        "app.kubernetes.io/component": component,
+    }
+
+
+def test_the_direct_path(rendered: dict[str, list[Manifest]], helm: Path, tmp_path: Path) -> None:
+    manifests = rendered["default"]
+    token = find(manifests, "Secret", f"{FULLNAME}-direct-token", NAMESPACE)
+    assert len(base64.b64decode(token["data"]["token"])) == 48
+    service = find(manifests, "Service", f"{FULLNAME}-operator", NAMESPACE)
+    assert service["spec"]["ports"] == [
+        {"name": "direct", "port": 8081, "targetPort": "direct", "protocol": "TCP"}
+    ]
+    assert service["spec"]["selector"] == selector_labels("operator")
+    operator = find(manifests, "Deployment", f"{FULLNAME}-operator")["spec"]["template"]["spec"]
+    gateway = find(manifests, "Deployment", f"{FULLNAME}-gateway")["spec"]["template"]["spec"]
+    operator_env, gateway_env = container_env(operator), container_env(gateway)
+    assert operator_env["SANDPOD_DIRECT_PORT"] == "8081"
+    assert gateway_env["SANDPOD_GATEWAY_DIRECT_URL"] == (
+        f"http://{FULLNAME}-operator.{NAMESPACE}.svc:8081"
+    )
+    for spec, env in ((operator, operator_env), (gateway, gateway_env)):
+        token_file = (
+            env.get("SANDPOD_DIRECT_TOKEN_FILE") or env["SANDPOD_GATEWAY_DIRECT_TOKEN_FILE"]
+        )
+        volume = next(v for v in spec["volumes"] if v["name"] == "direct-token")
+        mount = next(
+            m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "direct-token"
+        )
+        assert volume["secret"]["secretName"] == f"{FULLNAME}-direct-token"
+        assert token_file == f"{mount['mountPath']}/token"
+    assert {"name": "direct", "containerPort": 8081} in operator["containers"][0]["ports"]
+
+    off = render(helm, tmp_path, {"operator": {"directPort": 0}})
+    off_names = {(m["kind"], m["metadata"]["name"]) for m in off}
+    assert ("Secret", f"{FULLNAME}-direct-token") not in off_names
+    assert ("Service", f"{FULLNAME}-operator") not in off_names
+    off_operator = find(off, "Deployment", f"{FULLNAME}-operator")["spec"]["template"]["spec"]
+    off_gateway = find(off, "Deployment", f"{FULLNAME}-gateway")["spec"]["template"]["spec"]
+    assert container_env(off_operator)["SANDPOD_DIRECT_PORT"] == "0"
+    assert "SANDPOD_GATEWAY_DIRECT_URL" not in container_env(off_gateway)
 
 
 def test_runtime_class(rendered: dict[str, list[Manifest]]) -> None:

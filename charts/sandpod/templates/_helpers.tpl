@@ -127,6 +127,11 @@ the chart renders the keys Secret (no apiKeys.existingSecret) and there is a ten
 {{- if and .Values.test.enabled .Values.gateway.enabled (not .Values.test.apiKey) (not .Values.apiKeys.existingSecret) (include "sandpod.testTenant" .) }}true{{ end }}
 {{- end }}
 
+{{/* "true" when the direct path is on (operator.directPort and a gateway to use it), else "". */}}
+{{- define "sandpod.directPath" -}}
+{{- if and .Values.operator.directPort .Values.gateway.enabled }}true{{ end }}
+{{- end }}
+
 {{- define "sandpod.testKeySecret" -}}
 {{- include "sandpod.componentName" (dict "root" . "component" "test-api-key") }}
 {{- end }}

@@ -1,0 +1,246 @@
+"""The direct path: a run in a live session goes from the gateway to this process and straight
+to the session's runner; nothing on the way waits on the API server.
+
+Its CodeExecution is written behind as the record, labelled sandpod.dev/record=direct so that
+every handler leaves it alone: created while the program runs, its final status patched once
+the answer is back (2 writes, none waited on, except that a run with output files has them
+stored first, so that the gateway can read them). A record whose run this process never
+finished (it restarted mid-run) ends Error/RecordLost; records go after their TTL, and beyond
+`records_kept` per namespace the oldest finished ones go first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Coroutine, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+import kopf
+from sandpod_contract.models import BlockedEgress, format_time
+from sandpod_contract.names import (
+    FINISHED_LABEL,
+    GROUP,
+    KIND,
+    RECORD_DIRECT,
+    RECORD_LABEL,
+    VERSION,
+)
+
+from sandpod_operator.kube import API_ERRORS, Key, KubeApi, Manifest
+from sandpod_operator.sessions import SessionController, StoringOutputs, now
+from sandpod_operator.settings import OperatorSettings
+from sandpod_operator.status import Verdict, next_status
+
+logger = logging.getLogger(__name__)
+
+# The filter of every handler of CodeExecutions: records are not reconciled.
+RECONCILED = {RECORD_LABEL: kopf.ABSENT}
+
+# Answers kept for a retry of a run that has ended (same name: same answer, never a rerun).
+RECENT_RUNS = 1024
+STATUS_WRITE_ATTEMPTS = 5
+# A record without a status this long past the longest timeout has no run left to finish it.
+RECORD_LOST_SLACK_SECONDS = 60
+RECORD_LOST_MESSAGE = (
+    "the operator restarted while the program ran in its session; its result is unknown"
+)
+
+
+def build_record(execution: Manifest, namespace: str) -> Manifest:
+    """The record of a direct run: the gateway's CodeExecution (its name, labels,
+    annotations and spec, nothing else) in `namespace`, labelled as a finished record."""
+    meta = execution.get("metadata") or {}
+    labels = {**(meta.get("labels") or {}), RECORD_LABEL: RECORD_DIRECT, FINISHED_LABEL: "true"}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": dict(meta.get("annotations") or {}),
+        },
+        "spec": dict(execution.get("spec") or {}),
+    }
+
+
+@dataclass(frozen=True)
+class RecordEntry:
+    """A record as the operator's index last saw it."""
+
+    name: str
+    uid: str
+    created: str
+    finished: str
+    ttl_seconds: int | None
+
+
+@dataclass(frozen=True)
+class Sweep:
+    lost: list[RecordEntry]
+    expired: list[RecordEntry]
+
+
+def records_due(
+    entries: Iterable[RecordEntry],
+    now: datetime,
+    *,
+    keep: int,
+    lost_after: timedelta,
+    running: set[str],
+) -> Sweep:
+    """Of one namespace's records: those without a status that no run of this process will
+    finish (`running`: names in progress) once `lost_after` has passed since their creation;
+    those past their TTL, and the oldest finished beyond `keep`."""
+    lost, finished = [], []
+    for entry in entries:
+        if entry.finished:
+            finished.append(entry)
+        elif entry.name not in running and now - _time(entry.created) >= lost_after:
+            lost.append(entry)
+    finished.sort(key=lambda entry: entry.finished)
+    expired = finished[: max(0, len(finished) - keep)]
+    for entry in finished[len(expired) :]:
+        if entry.ttl_seconds is not None and now - _time(entry.finished) >= timedelta(
+            seconds=entry.ttl_seconds
+        ):
+            expired.append(entry)
+    return Sweep(lost, expired)
+
+
+def _time(value: str) -> datetime:
+    return datetime.fromisoformat(value)
+
+
+@dataclass
+class DirectRuns:
+    sessions: SessionController
+    kube: KubeApi
+    store_outputs: StoringOutputs
+    # Runs in progress and the answers of recent ones, by (namespace, name).
+    running: dict[Key, asyncio.Task[Manifest]] = field(default_factory=dict)
+    recent: OrderedDict[Key, Manifest] = field(default_factory=OrderedDict)
+    writers: set[asyncio.Task[None]] = field(default_factory=set)
+
+    async def run(self, namespace: str, execution: Manifest, session: Manifest) -> Manifest:
+        """The run's record, with its final status: run once, whoever asks again (a retry
+        with the same name re-attaches, or gets the answer it would have had)."""
+        key = (namespace, str(execution["metadata"]["name"]))
+        if key in self.recent:
+            return self.recent[key]
+        task = self.running.get(key)
+        if task is None:
+            task = asyncio.create_task(self._run(namespace, execution, session))
+            self.running[key] = task
+            task.add_done_callback(lambda done: self._ended(key, done))
+        # A caller that goes away does not stop the run: it ends and is recorded.
+        return await asyncio.shield(task)
+
+    def _ended(self, key: Key, task: asyncio.Task[Manifest]) -> None:
+        self.running.pop(key, None)
+        if task.cancelled() or task.exception() is not None:
+            return
+        self.recent[key] = task.result()
+        while len(self.recent) > RECENT_RUNS:
+            self.recent.popitem(last=False)
+
+    async def _run(self, namespace: str, execution: Manifest, session: Manifest) -> Manifest:
+        record = build_record(execution, namespace)
+        creating: list[asyncio.Task[Manifest]] = []
+
+        def create_record() -> None:
+            creating.append(asyncio.create_task(self.kube.create_execution(record)))
+
+        started = now()
+        served = await self.sessions.run_direct(session, record, create_record)
+        pod_name = (session.get("status") or {}).get("podName")
+        if served.verdict.files:
+            created = await creating[0]
+            verdict = await self.store_outputs(created, served.verdict)
+            status = _final_status(verdict, pod_name, served.blocked)
+            await self._write_status(created, status)
+            return {**created, "status": status}
+        status = _final_status(served.verdict, pod_name, served.blocked)
+        self._behind(self._finish_record(creating[0], status))
+        metadata = {**record["metadata"], "creationTimestamp": format_time(started)}
+        return {**record, "metadata": metadata, "status": status}
+
+    def _behind(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self.writers.add(task)
+        task.add_done_callback(self.writers.discard)
+
+    async def _finish_record(self, creating: asyncio.Task[Manifest], status: Manifest) -> None:
+        try:
+            created = await creating
+            await self._write_status(created, status)
+        except API_ERRORS as error:
+            logger.error("the record of a direct run was not written: %s", error)
+
+    async def _write_status(self, created: Manifest, status: Manifest) -> None:
+        meta = created["metadata"]
+        for attempt in range(STATUS_WRITE_ATTEMPTS):
+            try:
+                await self.kube.patch_execution_status(
+                    meta["namespace"],
+                    meta["name"],
+                    uid=meta["uid"],
+                    resource_version=meta["resourceVersion"],
+                    status=status,
+                )
+                return
+            except API_ERRORS:
+                if attempt + 1 == STATUS_WRITE_ATTEMPTS:
+                    raise
+                await asyncio.sleep(0.5 * 2**attempt)
+
+    # --- the sweep ---------------------------------------------------------------------
+
+    async def sweep(
+        self, records: Mapping[str, Iterable[RecordEntry]], *, keep: int, lost_after: timedelta
+    ) -> None:
+        """End the records no run will finish (RecordLost); delete expired and excess ones."""
+        at = now()
+        for namespace, entries in records.items():
+            names = {name for ns, name in self.running if ns == namespace}
+            due = records_due(entries, at, keep=keep, lost_after=lost_after, running=names)
+            for entry in due.lost:
+                await self._record_lost(namespace, entry)
+            for entry in due.expired:
+                await self.kube.delete_execution(namespace, entry.name, uid=entry.uid)
+
+    async def _record_lost(self, namespace: str, entry: RecordEntry) -> None:
+        current = await self.kube.get_execution(namespace, entry.name, uid=entry.uid)
+        if current is None or current.get("status"):
+            return
+        verdict = Verdict("Error", "RecordLost", RECORD_LOST_MESSAGE, retryable=True)
+        await self._write_status(current, _final_status(verdict, None, None))
+
+
+def _final_status(
+    verdict: Verdict, pod_name: str | None, blocked: list[BlockedEgress] | None
+) -> Manifest:
+    at = now()
+    final = verdict if verdict.finished_at else replace(verdict, finished_at=at)
+    return next_status(None, final, generation=1, pod_name=pod_name, now=at, egress_blocked=blocked)
+
+
+async def keep_records(
+    runs: DirectRuns, records: Mapping[str, Iterable[RecordEntry]], settings: OperatorSettings
+) -> None:
+    """Forever: every `records_sweep_seconds`, `DirectRuns.sweep` the records indexed."""
+    lost_after = timedelta(seconds=settings.max_timeout_seconds + RECORD_LOST_SLACK_SECONDS)
+    while True:
+        await asyncio.sleep(settings.records_sweep_seconds)
+        try:
+            await runs.sweep(
+                {namespace: list(entries) for namespace, entries in records.items()},
+                keep=settings.records_kept_per_namespace,
+                lost_after=lost_after,
+            )
+        except API_ERRORS as error:  # the next sweep tries again
+            logger.warning("looking over the records failed: %s", error)

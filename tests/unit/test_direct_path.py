@@ -1,0 +1,247 @@
+"""The direct path's pure parts (operator/sandpod_operator/direct.py) and its wire: the
+gateway's client (sandpod_gateway/direct_runs.py) against the operator's real endpoint
+(sandpod_operator/direct_endpoint.py) on a local port, with the runs behind it played."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import aiohttp
+import pytest
+from sandpod_contract.names import FINISHED_LABEL, RECORD_LABEL, TENANT_LABEL
+from sandpod_gateway.direct_runs import NotServingNow, OperatorDirectRunner
+from sandpod_gateway.errors import GatewayError
+from sandpod_gateway.service import SessionNotFound
+from sandpod_operator import direct_endpoint
+from sandpod_operator.direct import RecordEntry, build_record, records_due
+from sandpod_operator.sessions import InvalidRun, NotServing, SessionBusy, SessionController
+
+NOW = datetime(2026, 11, 26, 8, 0, 0, tzinfo=UTC)
+TOKEN = "t" * 48
+
+
+def at(seconds_ago: float) -> str:
+    return (NOW - timedelta(seconds=seconds_ago)).isoformat()
+
+
+def entry(name: str, created_ago: float, finished_ago: float | None, ttl: int | None = None) -> Any:
+    finished = "" if finished_ago is None else at(finished_ago)
+    return RecordEntry(name, f"uid-{name}", at(created_ago), finished, ttl)
+
+
+# --- records ---------------------------------------------------------------------------------
+
+
+def test_a_record_is_the_gateways_execution_labelled_as_a_finished_record() -> None:
+    execution = {
+        "metadata": {
+            "name": "x-1",
+            "labels": {TENANT_LABEL: "alice"},
+            "annotations": {"sandpod.dev/fingerprint": "abc"},
+            "finalizers": ["someone/else"],
+        },
+        "spec": {"language": "python", "source": "print(1)", "session": "s"},
+    }
+
+    record = build_record(execution, "team")
+
+    assert record["metadata"] == {
+        "name": "x-1",
+        "namespace": "team",
+        "labels": {TENANT_LABEL: "alice", RECORD_LABEL: "direct", FINISHED_LABEL: "true"},
+        "annotations": {"sandpod.dev/fingerprint": "abc"},
+    }
+    assert record["spec"] == execution["spec"]
+    assert record["kind"] == "CodeExecution"
+
+
+def test_records_without_a_status_are_lost_only_when_no_run_will_finish_them() -> None:
+    entries = [
+        entry("old", 300, None),
+        entry("young", 10, None),
+        entry("running", 300, None),
+    ]
+
+    due = records_due(entries, NOW, keep=10, lost_after=timedelta(seconds=120), running={"running"})
+
+    assert [e.name for e in due.lost] == ["old"]
+    assert due.expired == []
+
+
+def test_records_go_after_their_ttl_and_the_oldest_beyond_the_bound() -> None:
+    entries = [
+        entry("a", 50, 40, ttl=3600),
+        entry("b", 40, 30, ttl=3600),
+        entry("c", 30, 20, ttl=10),
+        entry("d", 20, 5, ttl=3600),
+    ]
+
+    due = records_due(entries, NOW, keep=3, lost_after=timedelta(seconds=120), running=set())
+
+    assert sorted(e.name for e in due.expired) == ["a", "c"]
+
+
+# --- a session's turns -----------------------------------------------------------------------
+
+
+def controller() -> SessionController:
+    """A controller for its turns alone (nothing else of it is used)."""
+    unused: Any = None
+    return SessionController(unused, unused, unused, unused, unused, unused)
+
+
+async def test_runs_of_a_session_take_turns_in_arrival_order_and_a_full_queue_refuses() -> None:
+    sessions = controller()
+    order: list[int] = []
+    release = asyncio.Event()
+
+    async def run(number: int) -> None:
+        async with sessions.turn("s", limit=3):
+            order.append(number)
+            await release.wait()
+
+    tasks = [asyncio.create_task(run(number)) for number in range(3)]
+    await asyncio.sleep(0)
+    with pytest.raises(SessionBusy):
+        async with sessions.turn("s", limit=3):
+            pass
+    async with sessions.turn("another", limit=3):
+        pass
+    release.set()
+    await asyncio.gather(*tasks)
+
+    assert order == [0, 1, 2]
+    assert dict(sessions.in_turn) == {}
+
+
+# --- the wire: the gateway's client against the operator's endpoint ---------------------------
+
+
+class PlayedRuns:
+    """Answers runs as told: a record, or one of the refusals."""
+
+    def __init__(self) -> None:
+        self.refusal: Exception | None = None
+        self.seen: list[tuple[str, str]] = []
+
+    async def run(self, namespace: str, execution: Any, session: Any) -> Any:
+        self.seen.append((namespace, execution["metadata"]["name"]))
+        if self.refusal is not None:
+            raise self.refusal
+        status = {"phase": "Succeeded", "stdout": "1\n"}
+        return {**build_record(execution, namespace), "status": status}
+
+
+@pytest.fixture
+def runs() -> PlayedRuns:
+    return PlayedRuns()
+
+
+@asynccontextmanager
+async def serving(runs: PlayedRuns, port: int) -> AsyncIterator[str]:
+    """The operator's endpoint on a local port (in the test's own event loop)."""
+
+    def session(namespace: str, name: str) -> Any:
+        return {"metadata": {"name": name}} if name == "live" else None
+
+    app = direct_endpoint.create_app(runs, TOKEN, session)
+    runner = await direct_endpoint.start(app, port)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+def execution(session: str = "live") -> dict[str, Any]:
+    return {"metadata": {"name": "x-1"}, "spec": {"session": session, "source": "print(1)"}}
+
+
+async def test_a_run_comes_back_as_its_record(runs: PlayedRuns, unused_tcp_port: int) -> None:
+    async with serving(runs, unused_tcp_port) as endpoint:
+        client = OperatorDirectRunner(endpoint, TOKEN, retry_after_seconds=5)
+        try:
+            record = await client.run("team", execution(), timeout_seconds=10)
+        finally:
+            await client.close()
+
+    assert record["status"] == {"phase": "Succeeded", "stdout": "1\n"}
+    assert record["metadata"]["labels"][RECORD_LABEL] == "direct"
+    assert runs.seen == [("team", "x-1")]
+
+
+@pytest.mark.parametrize(
+    ("refusal", "expected"),
+    [
+        (NotServing("the session is starting"), NotServingNow),
+        (InvalidRun("language go, not python"), 422),
+        (SessionBusy(16), 429),
+    ],
+    ids=["not-serving", "invalid", "busy"],
+)
+async def test_refusals_become_the_gateways_answers(
+    runs: PlayedRuns, unused_tcp_port: int, refusal: Exception, expected: Any
+) -> None:
+    runs.refusal = refusal
+    async with serving(runs, unused_tcp_port) as endpoint:
+        client = OperatorDirectRunner(endpoint, TOKEN, retry_after_seconds=5)
+        try:
+            with pytest.raises((NotServingNow, GatewayError)) as raised:
+                await client.run("team", execution(), timeout_seconds=10)
+        finally:
+            await client.close()
+
+    if expected is NotServingNow:
+        assert isinstance(raised.value, NotServingNow)
+    else:
+        assert isinstance(raised.value, GatewayError)
+        assert raised.value.status_code == expected
+    if expected == 429:
+        assert isinstance(raised.value, GatewayError)
+        assert raised.value.headers == {"Retry-After": "1"}
+
+
+async def test_an_unknown_session_and_a_wrong_token_run_nothing(
+    runs: PlayedRuns, unused_tcp_port: int
+) -> None:
+    async with serving(runs, unused_tcp_port) as endpoint:
+        client = OperatorDirectRunner(endpoint, TOKEN, retry_after_seconds=5)
+        intruder = OperatorDirectRunner(endpoint, "x" * 48, retry_after_seconds=5)
+        try:
+            with pytest.raises(SessionNotFound):
+                await client.run("team", execution("gone"), timeout_seconds=10)
+            with pytest.raises(GatewayError) as refused:
+                await intruder.run("team", execution(), timeout_seconds=10)
+        finally:
+            await client.close()
+            await intruder.close()
+
+    assert refused.value.status_code == 503
+    assert runs.seen == []
+
+
+async def test_an_operator_not_listening_sends_the_run_the_record_way(
+    unused_tcp_port: int,
+) -> None:
+    client = OperatorDirectRunner(f"http://127.0.0.1:{unused_tcp_port}", TOKEN, 5)
+    try:
+        with pytest.raises(NotServingNow):
+            await client.run("team", execution(), timeout_seconds=10)
+    finally:
+        await client.close()
+
+
+async def test_the_endpoint_refuses_a_malformed_body(
+    runs: PlayedRuns, unused_tcp_port: int
+) -> None:
+    body = {"namespace": "team", "execution": {"metadata": {}}}
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    async with serving(runs, unused_tcp_port) as endpoint, aiohttp.ClientSession() as http:
+        response = await http.post(f"{endpoint}/v1/session-runs", json=body, headers=headers)
+        status = response.status
+        response.release()
+
+    assert (status, runs.seen) == (400, [])

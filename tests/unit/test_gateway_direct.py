@@ -1,0 +1,138 @@
+"""Runs in a session through the direct path (sandpod_gateway/direct_runs.py), the operator's
+side played by a fake DirectRunner: answered from it, recorded by it (not created by the
+gateway), the record path when it cannot take the run, and a retry that runs nothing twice."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from gateway_fakes import FakeExecutionService, FakeSessionService, created_from, make_app, tenant
+from sandpod_gateway.dependencies import get_direct_runner
+from sandpod_gateway.direct_runs import NotServingNow
+from sandpod_gateway.errors import GatewayError
+
+ALICE = "sk-alice-0123456789"
+
+
+class FakeDirectRunner:
+    """Plays the operator's direct path: each run's record (written into the execution
+    service, as the operator writes it behind), or a refusal."""
+
+    def __init__(self, service: FakeExecutionService) -> None:
+        self.service = service
+        self.runs: list[dict[str, Any]] = []
+        self.refusal: Exception | None = None
+
+    async def run(self, namespace: str, execution: Any, timeout_seconds: int) -> Any:
+        if self.refusal is not None:
+            raise self.refusal
+        self.runs.append(copy.deepcopy(execution))
+        record = created_from(execution, namespace)
+        record["status"] = {"phase": "Succeeded", "exitCode": 0, "stdout": "direct\n"}
+        record["metadata"].setdefault("labels", {})["sandpod.dev/finished"] = "true"
+        self.service.objects[(namespace, record["metadata"]["name"])] = copy.deepcopy(record)
+        return record
+
+    async def close(self) -> None:
+        return None
+
+
+@pytest.fixture
+def service() -> FakeExecutionService:
+    return FakeExecutionService()
+
+
+@pytest.fixture
+def direct(service: FakeExecutionService) -> FakeDirectRunner:
+    return FakeDirectRunner(service)
+
+
+@pytest.fixture
+def app(tmp_path: Path, service: FakeExecutionService, direct: FakeDirectRunner) -> FastAPI:
+    app = make_app(
+        service,
+        {ALICE: tenant("alice", max_sessions=2)},
+        kubeconfig_dir=tmp_path,
+        sessions=FakeSessionService(),
+    )
+    app.dependency_overrides[get_direct_runner] = lambda: direct
+    return app
+
+
+@pytest.fixture
+def client(app: FastAPI) -> TestClient:
+    return TestClient(app, headers={"Authorization": f"Bearer {ALICE}"})
+
+
+@pytest.fixture
+def session(client: TestClient) -> str:
+    response = client.post("/v1/sessions", json={"language": "python"})
+    assert response.status_code == 201, response.text
+    return str(response.json()["id"])
+
+
+def run(client: TestClient, session: str, **headers: str) -> Any:
+    return client.post(f"/v1/sessions/{session}/executions", json={"code": "1"}, headers=headers)
+
+
+def test_a_run_is_answered_by_the_direct_path_and_not_created_by_the_gateway(
+    client: TestClient, session: str, service: FakeExecutionService, direct: FakeDirectRunner
+) -> None:
+    response = run(client, session)
+
+    assert response.status_code == 200, response.text
+    assert (response.json()["status"], response.json()["stdout"]) == ("success", "direct\n")
+    assert service.created == []
+    [sent] = direct.runs
+    assert sent["spec"]["session"] == session
+    assert sent["metadata"]["labels"]["sandpod.dev/tenant"] == "alice"
+
+
+def test_a_retry_with_the_same_key_gets_the_same_run(
+    client: TestClient, session: str, direct: FakeDirectRunner
+) -> None:
+    first = run(client, session, **{"Idempotency-Key": "k-1"})
+    again = run(client, session, **{"Idempotency-Key": "k-1"})
+
+    assert (first.status_code, again.status_code) == (200, 200)
+    assert first.json()["id"] == again.json()["id"]
+    assert len(direct.runs) == 1
+
+
+def test_a_session_the_direct_path_cannot_take_takes_the_record_path(
+    client: TestClient, session: str, service: FakeExecutionService, direct: FakeDirectRunner
+) -> None:
+    direct.refusal = NotServingNow("the session is starting")
+
+    response = run(client, session)
+
+    assert response.status_code == 200, response.text
+    assert [created["spec"]["session"] for created in service.created] == [session]
+
+
+def test_a_busy_session_answers_429_with_retry_after(
+    client: TestClient, session: str, direct: FakeDirectRunner
+) -> None:
+    direct.refusal = GatewayError(429, "session_busy", "16 runs", headers={"Retry-After": "1"})
+
+    response = run(client, session)
+
+    assert (response.status_code, response.headers["Retry-After"]) == (429, "1")
+    assert response.json()["error"]["code"] == "session_busy"
+
+
+def test_a_run_that_does_not_wait_takes_the_record_path(
+    client: TestClient, session: str, service: FakeExecutionService, direct: FakeDirectRunner
+) -> None:
+    response = client.post(
+        f"/v1/sessions/{session}/executions", params={"wait": "false"}, json={"code": "1"}
+    )
+
+    assert response.status_code in (200, 202), response.text
+    assert direct.runs == []
+    assert len(service.created) == 1
