@@ -49,7 +49,11 @@ tenants:
     apiKeys:
       - name: local
         sha256: $key_digest
-    limits: {maxTimeoutSeconds: 60, maxMemory: 1Gi, maxConcurrent: 8}
+    limits: {maxTimeoutSeconds: 60, maxMemory: 1Gi, maxConcurrent: 32, maxSessions: 16}
+    # A first run_code and a first session start warm (a started sandbox each).
+    pools:
+      - {name: python, language: python, resources: {cpu: "1", memory: 512Mi}, size: 1}
+      - {name: python-sessions, language: python, resources: {cpu: "1", memory: 512Mi}, size: 1, sessions: true}
 EOF
   log "installing the sandpod chart (release $RELEASE in $RELEASE_NAMESPACE)"
   "$HELM" upgrade --install "$RELEASE" "$REPO_ROOT/charts/sandpod" --kubeconfig "$KUBECONFIG_ADMIN" \

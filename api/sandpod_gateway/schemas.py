@@ -399,6 +399,10 @@ class TenantLimitsInfo(BaseModel):
     max_memory: str
     max_cpu: str
     max_concurrent: int
+    max_sessions: int = Field(description="Sessions not yet ended, at once")
+    max_idle_timeout_seconds: int = Field(description="Largest idle timeout a session may ask")
+    max_lifetime_seconds: int = Field(description="Largest lifetime a session may ask for")
+    max_file_bytes: int = Field(description="Largest file uploaded to or read from a session")
 
 
 class TenantDefaults(BaseModel):

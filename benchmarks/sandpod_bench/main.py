@@ -746,16 +746,27 @@ class Bench:
                 }
             ),
         )
+        # The direct path between the two, as the chart sets it up (a token both read).
+        token_file = self.log_dir / "direct-token"
+        token_file.write_text(secrets.token_urlsafe(36))
+        progress("starting the operator and the gateway")
+        operator = self.start_operator(
+            stack,
+            options.kubeconfig,
+            self.namespaces.sandpod,
+            "operator.log",
+            direct_token_file=token_file,
+        )
         gateway = GatewayProcess(
             kubeconfig=options.kubeconfig,
             keys_namespace=self.namespaces.gateway,
             keys_secret=KEYS_SECRET,
             log_path=self.log_dir / "gateway.log",
             access_log=False,
-        )
-        progress("starting the operator and the gateway")
-        operator = self.start_operator(
-            stack, options.kubeconfig, self.namespaces.sandpod, "operator.log"
+            settings={
+                "SANDPOD_GATEWAY_DIRECT_URL": operator.direct_url,
+                "SANDPOD_GATEWAY_DIRECT_TOKEN_FILE": str(token_file),
+            },
         )
         stack.enter_context(running(gateway))
         clients = GatewayClients(
@@ -1129,15 +1140,22 @@ class Bench:
                 self.results.setdefault("breakdown", {})["bare pod"] = entry
 
     def start_operator(
-        self, stack: ExitStack, kubeconfig: Path, namespaces: list[str], log_name: str
+        self,
+        stack: ExitStack,
+        kubeconfig: Path,
+        namespaces: list[str],
+        log_name: str,
+        direct_token_file: Path | None = None,
     ) -> OperatorProcess:
         """An operator watching `namespaces`, stopped by `stack` once their executions are
-        gone (it releases their finalizers); pool pods' runners admit it (it runs here)."""
+        gone (it releases their finalizers); pool pods' runners admit it (it runs here). With
+        `direct_token_file`, its direct path is on."""
         operator = OperatorProcess(
             kubeconfig=kubeconfig,
             namespaces=namespaces,
             log_path=self.log_dir / log_name,
             runner_ingress_from=[{"ipBlock": {"cidr": f"{node_address(self.core)}/32"}}],
+            direct_token_file=direct_token_file,
         )
         stack.callback(operator.stop)
         operator.start()

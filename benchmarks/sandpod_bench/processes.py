@@ -41,16 +41,25 @@ class OperatorProcess(components.OperatorProcess):
         namespaces: list[str],
         log_path: Path,
         runner_ingress_from: list[dict[str, Any]] | None = None,
+        direct_token_file: Path | None = None,
     ) -> None:
         self.metrics_port = free_port()
+        self.direct_port = free_port()
         env = {
             **os.environ,
             "KUBECONFIG": str(kubeconfig),
             "SANDPOD_METRICS_PORT": str(self.metrics_port),
+            "SANDPOD_DIRECT_PORT": str(self.direct_port),
+            "SANDPOD_DIRECT_TOKEN_FILE": str(direct_token_file or ""),
         }
         if runner_ingress_from:
             env["SANDPOD_RUNNER_INGRESS_FROM"] = json.dumps(runner_ingress_from)
         super().__init__(env=env, namespaces=namespaces, log_path=log_path)
+
+    @property
+    def direct_url(self) -> str:
+        """Its direct path (on when started with a token file)."""
+        return f"http://127.0.0.1:{self.direct_port}"
 
     def sample(self) -> ProcessSample:
         return sample(self.pid)

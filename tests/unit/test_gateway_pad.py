@@ -73,6 +73,10 @@ def test_tenant_answers_limits_and_defaults_within_them(tmp_path: Path) -> None:
             "max_memory": "128Mi",
             "max_cpu": "1",
             "max_concurrent": 3,
+            "max_sessions": 5,
+            "max_idle_timeout_seconds": 1800,
+            "max_lifetime_seconds": 7200,
+            "max_file_bytes": 256 * 1024,
         },
         # the gateway's defaults (10 s, 256Mi, 500m), capped by the tenant's maximums
         "defaults": {"timeout_seconds": 5, "memory": "128Mi", "cpu": "500m"},
