@@ -11,10 +11,12 @@ from typing import Any
 import httpx
 import httpx2
 import pytest
-from chart_release import REQUEST_TIMEOUT, DeployedGateway
+from chart_release import REQUEST_TIMEOUT, ChartRelease, DeployedGateway
+from kube_helpers import pod_finished, wait_for_pod
 from kubernetes import client
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from sandpod_contract.catalog import load_catalog
 from sandpod_contract.names import PLURAL, RECORD_DIRECT, RECORD_LABEL
 from sandpod_testkit.kube import GROUP, VERSION
 from sandpod_testkit.waiting import wait_until
@@ -183,3 +185,63 @@ async def test_an_mcp_client_opens_a_session_runs_twice_and_closes_it(
     assert second.structured_content["status"] == "success"
     assert second.structured_content["result"] == "12.57"
     assert not closed.is_error, closed.content
+
+
+# Connects to each address given (host:port); prints one verdict per address.
+CONNECTS = """
+import socket, sys
+for target in sys.argv[1:]:
+    host, port = target.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+        print(target, "open")
+    except OSError as error:
+        print(target, "refused" if isinstance(error, ConnectionRefusedError) else "blocked")
+"""
+
+
+def test_only_the_gateway_reaches_the_operators_direct_path(
+    sandpod_release: ChartRelease, core_v1: client.CoreV1Api, namespace: str
+) -> None:
+    """A pod of another namespace that no NetworkPolicy confines reaches the API server (its
+    network works) but not the operator's direct port, by its Service or its pod."""
+    operator = sandpod_release.component("operator")
+    [operator_pod] = operator.pods()
+    service: Any = core_v1.read_namespaced_service(operator.name, sandpod_release.namespace)
+    api_service: Any = core_v1.read_namespaced_service("kubernetes", "default")
+    targets = [
+        f"{api_service.spec.cluster_ip}:443",
+        f"{service.spec.cluster_ip}:{service.spec.ports[0].port}",
+        f"{operator_pod.status.pod_ip}:{service.spec.ports[0].port}",
+    ]
+
+    printed = run_probe(core_v1, namespace, CONNECTS, targets)
+
+    verdicts = dict(line.split(" ", 1) for line in printed.splitlines())
+    assert verdicts[targets[0]] == "open", printed
+    assert verdicts[targets[1]] in ("blocked", "refused"), printed
+    assert verdicts[targets[2]] in ("blocked", "refused"), printed
+
+
+def run_probe(core_v1: client.CoreV1Api, namespace: str, code: str, args: list[str]) -> str:
+    """What `code` printed in a plain pod (the python image, gVisor, no NetworkPolicy)."""
+    image = load_catalog().languages["python"].image
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="probe"),
+        spec=client.V1PodSpec(
+            runtime_class_name="gvisor",
+            restart_policy="Never",
+            automount_service_account_token=False,
+            containers=[
+                client.V1Container(
+                    name="probe",
+                    image=image,
+                    image_pull_policy="IfNotPresent",
+                    command=["python3", "-c", code, *args],
+                )
+            ],
+        ),
+    )
+    core_v1.create_namespaced_pod(namespace, pod)
+    wait_for_pod(core_v1, namespace, "probe", until=pod_finished, timeout=120, what="the probe")
+    return str(core_v1.read_namespaced_pod_log("probe", namespace))
