@@ -512,6 +512,7 @@ def test_existing_keys_secret_is_used_instead(helm: Path, tmp_path: Path) -> Non
     manifests = render(helm, tmp_path, values)
     # No keys of the chart's own: it cannot add the test key to a Secret it does not render.
     assert [secret["metadata"]["name"] for secret in of_kind(manifests, "Secret")] == [
+        f"{FULLNAME}-direct-token",
         f"{FULLNAME}-egress-proxy-key",
     ]
     gateway = find(manifests, "Deployment", f"{FULLNAME}-gateway")["spec"]["template"]["spec"]
