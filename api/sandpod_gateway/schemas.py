@@ -9,12 +9,15 @@ from typing import Annotated, Generic, Literal, Self, TypeVar
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 from sandpod_contract.egress_grant import MAX_HOST_CHARS
+from sandpod_contract.file_names import name_problem
 from sandpod_contract.models import (
     CPU_BOUNDS,
     MAX_ALLOW_RULES,
@@ -51,6 +54,23 @@ def _utf8_encodable(value: str) -> str:
 
 
 Text = Annotated[str, AfterValidator(_utf8_encodable)]
+
+
+def _trusted_name(value: object) -> object:
+    # Before the path pattern (which allows none of them either), so that the refusal
+    # names the character: a control, bidirectional or invisible one.
+    if isinstance(value, str) and (problem := name_problem(value)) is not None:
+        raise PydanticCustomError(
+            "file_name",
+            "{problem} in the name: names with control, bidirectional or invisible format "
+            "characters are refused",
+            {"problem": problem},
+        )
+    return value
+
+
+# A file name or path a person can trust on sight (sandpod_contract.file_names).
+TrustedName = BeforeValidator(_trusted_name)
 Memory = Annotated[
     str,
     Field(max_length=32, examples=["256Mi"]),
@@ -159,7 +179,7 @@ TERMINAL_STATUSES = frozenset(
 class FileInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    path: str = Field(
+    path: Annotated[str, TrustedName] = Field(
         min_length=1,
         max_length=255,
         pattern=RELATIVE_PATH_PATTERN,

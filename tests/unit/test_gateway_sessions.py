@@ -346,3 +346,40 @@ def test_a_missing_file_or_a_bad_path_is_refused(client: TestClient) -> None:
 
     assert (missing.status_code, error_code(missing)) == (404, "file_not_found")
     assert hidden.status_code == 422
+
+
+@pytest.mark.parametrize(
+    ("name", "character"),
+    [
+        ("report\u202etxt.exe", "U+202E RIGHT-TO-LEFT OVERRIDE"),
+        ("pass\u200bword.txt", "U+200B ZERO WIDTH SPACE"),
+        ("esc%1B[31mred.txt", "U+001B"),
+    ],
+)
+def test_an_upload_whose_name_could_show_as_another_is_refused_naming_the_character(
+    client: TestClient, service: FakeExecutionService, name: str, character: str
+) -> None:
+    sid = session_id(client)
+
+    response = client.put(f"/v1/sessions/{sid}/files/data/{name}", content=b"x")
+
+    assert (response.status_code, error_code(response)) == (422, "invalid_request")
+    [detail] = response.json()["error"]["details"]
+    assert (detail["field"], detail["type"]) == ("path.path", "file_name")
+    assert detail["message"].startswith(f"{character} (")
+    assert service.created == []
+
+
+def test_a_run_whose_files_have_such_a_name_is_refused_naming_the_character(
+    client: TestClient, service: FakeExecutionService
+) -> None:
+    sid = session_id(client)
+    files = [{"path": "ok.txt", "content": ""}, {"path": "a\u2066b.txt", "content": ""}]
+
+    response = client.post(f"/v1/sessions/{sid}/executions", json={"code": "1", "files": files})
+
+    assert response.status_code == 422
+    [detail] = response.json()["error"]["details"]
+    assert detail["field"] == "body.files[1].path"
+    assert detail["message"].startswith("U+2066 LEFT-TO-RIGHT ISOLATE (a bidirectional control")
+    assert service.created == []
