@@ -37,6 +37,7 @@ from sandpod_contract.models import (
     EgressRule,
     Network,
     PortRule,
+    ReportedBy,
 )
 
 from sandpod_gateway.service import PageData, Resource
@@ -315,6 +316,13 @@ class ExecutionResult(BaseModel):
         default=False,
         description="In a session: the interpreter was restarted by or before this run, so "
         "earlier variables and imports are gone (error_message says why)",
+    )
+    reported_by: ReportedBy | None = Field(
+        default=None,
+        description="Whose word exit_code, stdout, stderr and result are: runner (the "
+        "sandbox's runner saw the program end) or sessionKernel (a Python session's "
+        "interpreter answered; a session is one trust domain, so an earlier run in it can "
+        "have changed what it reports); null when no runner reported",
     )
 
 

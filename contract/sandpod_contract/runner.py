@@ -95,6 +95,9 @@ class RunnerResult(_ProcessOutcome):
     # restarted (state lost) by or before this run.
     value: str | None = Field(default=None, max_length=MAX_VALUE_CHARS)
     state_lost: bool = False
+    # Session mode only: the run went through the session's Python kernel, so its result is
+    # the kernel's word (which earlier runs of the session can have changed).
+    kernel: bool = False
     compile: CompileResult | None = None
 
     # Absent from runners older than the outputs directory.

@@ -38,7 +38,7 @@ class SessionFiles:
             content = self.files[path.group(1)].encode()
             status["stdout"] = base64.b64encode(content).decode() + "\n"
         elif source == "x + 1":
-            status["result"] = "42"
+            status.update(result="42", reportedBy="sessionKernel")
         elif source == "boom":
             status = {"phase": "TimedOut", "stateLost": True, "message": "restarted"}
         return Run(status, [OutputChunk("stdout", status.get("stdout", ""))])
@@ -229,6 +229,7 @@ def test_a_run_names_the_session_and_returns_its_result(
         "42",
         False,
     )
+    assert body["reported_by"] == "sessionKernel"
     for created in service.created:
         assert created["spec"]["session"] == sid
         assert created["spec"]["language"] == "python"
