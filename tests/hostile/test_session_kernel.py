@@ -44,7 +44,7 @@ cells["exec_"].cell_contents = lambda code, namespace: time.sleep(3600)
 """
 HONEST = "print('real'); import sys; sys.exit(7)"
 READY_TIMEOUT = 120
-IDLE_TIMEOUT_SECONDS = 10
+IDLE_TIMEOUT_SECONDS = 20
 
 
 @pytest.fixture
