@@ -318,6 +318,7 @@ def execution_result(
         session=spec.get("session"),
         result=st.result,
         state_lost=st.state_lost is True,
+        reported_by=st.reported_by,
     )
 
 

@@ -9,12 +9,15 @@ from typing import Annotated, Generic, Literal, Self, TypeVar
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 from sandpod_contract.egress_grant import MAX_HOST_CHARS
+from sandpod_contract.file_names import name_problem
 from sandpod_contract.models import (
     CPU_BOUNDS,
     MAX_ALLOW_RULES,
@@ -34,6 +37,7 @@ from sandpod_contract.models import (
     EgressRule,
     Network,
     PortRule,
+    ReportedBy,
 )
 
 from sandpod_gateway.service import PageData, Resource
@@ -51,6 +55,23 @@ def _utf8_encodable(value: str) -> str:
 
 
 Text = Annotated[str, AfterValidator(_utf8_encodable)]
+
+
+def _trusted_name(value: object) -> object:
+    # Before the path pattern (which allows none of them either), so that the refusal
+    # names the character: a control, bidirectional or invisible one.
+    if isinstance(value, str) and (problem := name_problem(value)) is not None:
+        raise PydanticCustomError(
+            "file_name",
+            "{problem} in the name: names with control, bidirectional or invisible format "
+            "characters are refused",
+            {"problem": problem},
+        )
+    return value
+
+
+# A file name or path a person can trust on sight (sandpod_contract.file_names).
+TrustedName = BeforeValidator(_trusted_name)
 Memory = Annotated[
     str,
     Field(max_length=32, examples=["256Mi"]),
@@ -159,7 +180,7 @@ TERMINAL_STATUSES = frozenset(
 class FileInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    path: str = Field(
+    path: Annotated[str, TrustedName] = Field(
         min_length=1,
         max_length=255,
         pattern=RELATIVE_PATH_PATTERN,
@@ -295,6 +316,13 @@ class ExecutionResult(BaseModel):
         default=False,
         description="In a session: the interpreter was restarted by or before this run, so "
         "earlier variables and imports are gone (error_message says why)",
+    )
+    reported_by: ReportedBy | None = Field(
+        default=None,
+        description="Whose word exit_code, stdout, stderr and result are: runner (the "
+        "sandbox's runner saw the program end) or sessionKernel (a Python session's "
+        "interpreter answered; a session is one trust domain, so an earlier run in it can "
+        "have changed what it reports); null when no runner reported",
     )
 
 

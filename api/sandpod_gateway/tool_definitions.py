@@ -42,7 +42,9 @@ RUN_IN_SESSION_DESCRIPTION = (
     "Run code in an open session, after its earlier runs: what they defined is still there. "
     "Returns stdout, stderr, exit code and, in Python, `result`: the repr of the last "
     "line's value when it is an expression. state_lost true means the interpreter was "
-    "restarted (a timeout or crash) and earlier variables are gone; files remain."
+    "restarted (a timeout or crash) and earlier variables are gone; files remain. "
+    "reported_by sessionKernel means the session's interpreter reported the result: code "
+    "run earlier in the same session can change what later runs report."
 )
 CLOSE_SESSION_DESCRIPTION = (
     "Close a session: its sandbox and everything in it are deleted. Returns the session."

@@ -32,6 +32,9 @@ from sandpod_contract.egress_grant import DEFAULT_HOST_PORTS, HOST_PATTERN, MAX_
 from sandpod_contract.quantities import QuantityBounds
 
 Phase = Literal["Pending", "Running", "Succeeded", "Failed", "TimedOut", "Error", "Cancelled"]
+# Whose word a result is: the runner's observation of the program's process, or the answer
+# of a Python session's kernel (docs/runner-protocol.md, "A session is one trust domain").
+ReportedBy = Literal["runner", "sessionKernel"]
 # The reason of a Failed execution whose program did not build (so it never ran).
 COMPILATION_ERROR = "CompilationError"
 TERMINAL_PHASES: frozenset[str] = frozenset(
@@ -571,6 +574,15 @@ class CodeExecutionStatus(_Model):
         default=None,
         description="In a session: true when the session's interpreter was restarted (by "
         "this execution or one before it), so earlier variables are gone; message says why.",
+    )
+    reported_by: ReportedBy | None = Field(
+        default=None,
+        description="Whose word exitCode, stdout, stderr and result are. runner: the "
+        "sandbox's runner saw the program's process end (run-once, pool and non-Python "
+        "session runs). sessionKernel: the Python session's long-lived interpreter reported "
+        "them, and a session is one trust domain, so an earlier run of the same session can "
+        "have changed what it reports. Absent when no runner reported (the platform decided: "
+        "reason and message say what it saw).",
     )
     conditions: list[Condition] = Field(
         default_factory=list,

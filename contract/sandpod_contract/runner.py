@@ -24,6 +24,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
+from sandpod_contract.file_names import name_problem
+
 Stream = Literal["stdout", "stderr"]
 # The stream of a file frame: "file:<path in the outputs directory>".
 FILE_STREAM_PREFIX = "file:"
@@ -93,6 +95,9 @@ class RunnerResult(_ProcessOutcome):
     # restarted (state lost) by or before this run.
     value: str | None = Field(default=None, max_length=MAX_VALUE_CHARS)
     state_lost: bool = False
+    # Session mode only: the run went through the session's Python kernel, so its result is
+    # the kernel's word (which earlier runs of the session can have changed).
+    kernel: bool = False
     compile: CompileResult | None = None
 
     # Absent from runners older than the outputs directory.
@@ -355,7 +360,8 @@ class LogReader:
     Only frames whose MAC verifies under the summary's key, in increasing sequence (a gap is
     a lost piece of the log; a repeat or step back is a replay), become output. Reading stops
     at the first summary with the key: nothing can have been written by the runner after it.
-    File frames are reassembled per path; the bytes of at most `files_bytes` are kept.
+    File frames are reassembled per path; the bytes of at most `files_bytes` are kept; a file
+    whose name the file name rule refuses (sandpod_contract.file_names) is dropped.
     """
 
     def __init__(self, tail_bytes: int, summary: Summary, files_bytes: int = 0) -> None:
@@ -391,16 +397,21 @@ class LogReader:
         self._last_seq, self._verified = frame.seq, self._verified + 1
         if frame.stream.startswith(FILE_STREAM_PREFIX):
             path = frame.stream.removeprefix(FILE_STREAM_PREFIX)
+            if name_problem(path) is not None:
+                return
             assembly = self._files.setdefault(path, _FileAssembly())
             self._files_room -= assembly.add(frame.data, self._files_room)
             return
         (self._stdout if frame.stream == "stdout" else self._stderr).add(frame.data)
 
     def _verified_files(self) -> tuple[tuple[VerifiedFile, ...], int]:
-        """The listed files whose frames add up to the listing, and how many did not."""
+        """The listed files whose frames add up to the listing, and how many did not. A name
+        the file name rule refuses is dropped (the runner never lists one)."""
         listed = (self._result.outputs if self._result else None) or []
         files = []
         for entry in listed:
+            if name_problem(entry.path) is not None:
+                continue
             assembly = self._files.get(entry.path, _FileAssembly())
             if (verified := assembly.verified(entry)) is not None:
                 files.append(verified)

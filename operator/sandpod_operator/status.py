@@ -21,6 +21,7 @@ from sandpod_contract.models import (
     Diagnostic,
     OutputFileStatus,
     Phase,
+    ReportedBy,
     format_time,
     is_terminal,
 )
@@ -96,6 +97,7 @@ class Verdict:
     session: str | None = None
     result: str | None = None
     state_lost: bool | None = None
+    reported_by: ReportedBy | None = None
     # The verified output files (with their bytes) until the reconciler stores them and
     # sets `outputs` (their status entries).
     files: tuple[VerifiedFile, ...] = ()
@@ -346,6 +348,18 @@ def _output_fields(
     }
 
 
+def _reported_fields(result: RunnerResult) -> dict[str, Any]:
+    """What the runner's result says of the program, and whose word that is: the runner's
+    own observation, or a session kernel's answer (docs/runner-protocol.md, "A session is
+    one trust domain")."""
+    return {
+        "exit_code": result.exit_code,
+        "signal": result.signal,
+        "duration_ms": result.duration_ms,
+        "reported_by": "sessionKernel" if result.kernel else "runner",
+    }
+
+
 def _compile_fields(compiled: CompileResult | None, limit: int) -> dict[str, Any]:
     """The compiler's output, its head within `limit` bytes as stored (compilers report
     the first error first)."""
@@ -383,9 +397,7 @@ def _finished_base(
     base: dict[str, Any] = {"started_at": started_at, "finished_at": finished_at}
     if result is not None:
         base.update(_output_fields(log, result, settings))
-        base.update(
-            exit_code=result.exit_code, signal=result.signal, duration_ms=result.duration_ms
-        )
+        base.update(_reported_fields(result))
     elif started_at is not None:
         base["duration_ms"] = int((finished_at - started_at).total_seconds() * 1000)
     return base
@@ -525,7 +537,7 @@ def observe_served(
             **base,
         )
     base.update(_output_fields(log, result, settings))
-    base.update(exit_code=result.exit_code, signal=result.signal, duration_ms=result.duration_ms)
+    base.update(_reported_fields(result))
     out_of_memory = _out_of_memory(pod, result, base)
     if out_of_memory is not None:
         return out_of_memory
@@ -836,6 +848,7 @@ def next_status(
         session=verdict.session or previous.get("session"),
         result=verdict.result,
         state_lost=verdict.state_lost,
+        reported_by=verdict.reported_by,
         conditions=_conditions(
             previous, verdict, started_at is not None, refused, format_time(now), generation
         ),

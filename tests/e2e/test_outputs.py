@@ -171,6 +171,7 @@ def test_a_csv_and_a_png_come_back_intact_through_kubectl(cluster: ClusterRun) -
     found = cluster.to_end(WRITES_CSV_AND_PNG)
 
     assert found["phase"] == "Succeeded", found
+    assert found["reportedBy"] == "runner"
     outputs = {o["path"]: o for o in found["outputs"]}
     assert set(outputs) == {"table.csv", "img/gradient.png"}
     assert outputs["table.csv"]["mediaType"] == "text/csv"

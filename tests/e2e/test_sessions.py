@@ -72,6 +72,7 @@ def test_two_executions_share_a_variable_and_a_file(
     assert first["phase"] == "Succeeded", first
     second = run(custom_objects, warm_namespace, "x2", "print(x + 1, open('f.txt').read())")
     assert (second["phase"], second["stdout"]) == ("Succeeded", "42 hi\n"), second
+    assert second["reportedBy"] == "sessionKernel"  # a session is one trust domain
     assert session_of(custom_objects, warm_namespace, "nb")["executionCount"] == 2
 
 

@@ -54,6 +54,7 @@ def test_two_runs_share_a_variable(alice: httpx.Client, session: str) -> None:
     assert (second["status"], second["stdout"], second["result"]) == ("success", "42\n", "42")
     assert second["session"] == session
     assert second["state_lost"] is False
+    assert second["reported_by"] == "sessionKernel"
     info = alice.get(f"/v1/sessions/{session}").json()
     assert info["execution_count"] == 2
     assert info["status"] == "ready"

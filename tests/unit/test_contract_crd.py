@@ -192,3 +192,4 @@ def test_executions_name_a_session_and_report_its_result() -> None:
     assert "session" in schema["properties"]["spec"]["properties"]
     status = schema["properties"]["status"]["properties"]
     assert {"session", "result", "stateLost"} <= set(status)
+    assert status["reportedBy"]["enum"] == ["runner", "sessionKernel"]

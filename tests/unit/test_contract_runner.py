@@ -228,3 +228,13 @@ def test_a_termination_message_without_the_outputs_list_agrees() -> None:
     other = RunnerResult.model_validate(runner_wire.result(outputs=[listing("b.csv", CSV)]))
     assert full.agrees_with(told)
     assert not full.agrees_with(other)
+
+
+def test_a_file_whose_name_could_show_as_another_is_dropped() -> None:
+    # The runner never lists one (outputs.go); the decoder does not trust that it did not.
+    forged = "report\u202etxt.exe"
+    found = files_log(
+        {forged: CSV, "clean.csv": CSV}, [listing(forged, CSV), listing("clean.csv", CSV)]
+    )
+    assert [f.path for f in found.files] == ["clean.csv"]
+    assert found.dropped_files == 1

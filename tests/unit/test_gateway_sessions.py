@@ -38,7 +38,7 @@ class SessionFiles:
             content = self.files[path.group(1)].encode()
             status["stdout"] = base64.b64encode(content).decode() + "\n"
         elif source == "x + 1":
-            status["result"] = "42"
+            status.update(result="42", reportedBy="sessionKernel")
         elif source == "boom":
             status = {"phase": "TimedOut", "stateLost": True, "message": "restarted"}
         return Run(status, [OutputChunk("stdout", status.get("stdout", ""))])
@@ -229,6 +229,7 @@ def test_a_run_names_the_session_and_returns_its_result(
         "42",
         False,
     )
+    assert body["reported_by"] == "sessionKernel"
     for created in service.created:
         assert created["spec"]["session"] == sid
         assert created["spec"]["language"] == "python"
@@ -346,3 +347,40 @@ def test_a_missing_file_or_a_bad_path_is_refused(client: TestClient) -> None:
 
     assert (missing.status_code, error_code(missing)) == (404, "file_not_found")
     assert hidden.status_code == 422
+
+
+@pytest.mark.parametrize(
+    ("name", "character"),
+    [
+        ("report\u202etxt.exe", "U+202E RIGHT-TO-LEFT OVERRIDE"),
+        ("pass\u200bword.txt", "U+200B ZERO WIDTH SPACE"),
+        ("esc%1B[31mred.txt", "U+001B"),
+    ],
+)
+def test_an_upload_whose_name_could_show_as_another_is_refused_naming_the_character(
+    client: TestClient, service: FakeExecutionService, name: str, character: str
+) -> None:
+    sid = session_id(client)
+
+    response = client.put(f"/v1/sessions/{sid}/files/data/{name}", content=b"x")
+
+    assert (response.status_code, error_code(response)) == (422, "invalid_request")
+    [detail] = response.json()["error"]["details"]
+    assert (detail["field"], detail["type"]) == ("path.path", "file_name")
+    assert detail["message"].startswith(f"{character} (")
+    assert service.created == []
+
+
+def test_a_run_whose_files_have_such_a_name_is_refused_naming_the_character(
+    client: TestClient, service: FakeExecutionService
+) -> None:
+    sid = session_id(client)
+    files = [{"path": "ok.txt", "content": ""}, {"path": "a\u2066b.txt", "content": ""}]
+
+    response = client.post(f"/v1/sessions/{sid}/executions", json={"code": "1", "files": files})
+
+    assert response.status_code == 422
+    [detail] = response.json()["error"]["details"]
+    assert detail["field"] == "body.files[1].path"
+    assert detail["message"].startswith("U+2066 LEFT-TO-RIGHT ISOLATE (a bidirectional control")
+    assert service.created == []

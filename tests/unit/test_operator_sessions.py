@@ -675,3 +675,19 @@ async def test_a_session_without_host_entries_never_asks_the_proxy(
             kube.configmaps[(NAMESPACE, session_status(kube)["podName"])]["data"][CONFIG_KEY]
         )["env"]
     )
+
+
+async def test_a_run_through_the_sessions_kernel_is_recorded_as_the_kernels_word(
+    kube: FakeKube, runners: list[ServeDouble], reconciler: Reconciler
+) -> None:
+    kernel = Script(result=runner_wire.result(exitCode=0, value=None, stateLost=False, kernel=True))
+    fresh = Script(result=runner_wire.result(exitCode=3, value=None, stateLost=False, kernel=False))
+    await ready_session(kube, reconciler, runners, kernel, fresh)
+    ask(kube, "in-kernel", ago(2))
+    ask(kube, "fresh", ago(1))
+    await drain(reconciler, kube)
+    assert status_of(kube, "in-kernel")["reportedBy"] == "sessionKernel"
+    assert (status_of(kube, "fresh")["reportedBy"], status_of(kube, "fresh")["exitCode"]) == (
+        "runner",
+        3,
+    )

@@ -256,6 +256,7 @@ def test_success_with_output(settings: OperatorSettings) -> None:
     assert verdict.stdout == "4\n" and verdict.stderr == ""
     assert verdict.stdout_truncated is False
     assert verdict.duration_ms == 40
+    assert verdict.reported_by == "runner"
     assert verdict.started_at == CREATED + timedelta(seconds=2)
     assert verdict.finished_at == CREATED + timedelta(seconds=3)
 
@@ -361,6 +362,7 @@ def test_no_result_at_all(settings: OperatorSettings) -> None:
     assert (verdict.phase, verdict.reason, verdict.exit_code) == ("Error", "NoResult", None)
     assert verdict.message == "the sandbox ended without a result: its runner exited with code 2"
     assert verdict.duration_ms == 1000  # the kubelet's times
+    assert verdict.reported_by is None  # the platform's word, not a runner's
 
 
 def test_runner_killed_by_a_signal_says_so_and_shows_no_output(settings: OperatorSettings) -> None:

@@ -325,6 +325,7 @@ async def test_a_warm_run_claims_a_pod_records_the_runners_result_and_removes_th
         "hi\n",
     )
     assert status["startMode"] == "warm" and status["exitCode"] == 0
+    assert status["reportedBy"] == "runner"
     assert (NAMESPACE, "py-0") not in kube.pods
     assert server.runs == 1 and server.requests[0]["source"] == "print('hi')"
     assert not [kind for kind, _ in kube.created if kind == "Pod"]

@@ -28,6 +28,7 @@ from sandpod_gateway.schemas import (
     SessionExecutionRequest,
     SessionInfo,
     SessionPage,
+    TrustedName,
 )
 from sandpod_gateway.service import ExecutionNotFound
 from sandpod_gateway.session_files import FileInfo, download_file, upload_file
@@ -47,6 +48,7 @@ FilePath = Annotated[
         pattern=RELATIVE_PATH_PATTERN,
         description="Relative path in the session's work directory, e.g. data/input.csv",
     ),
+    TrustedName,
 ]
 
 

@@ -264,11 +264,28 @@ func fileFramesCost(relative string, size int64) int64 {
 	return frames * (perFrame + 6*int64(len(relative)+len(FileStreamPrefix)))
 }
 
-// validOutputPath keeps names that travel well into a status and an HTTP path:
-// UTF-8, no control characters, not too long.
+// validOutputPath keeps names that travel well into a status and an HTTP path
+// and that a person can trust on sight: UTF-8, not too long, and no character
+// the file name rule refuses.
 func validOutputPath(relative string) bool {
-	return len(relative) <= maxOutputPathBytes && utf8.ValidString(relative) &&
-		!strings.ContainsFunc(relative, unicode.IsControl)
+	_, refused := refusedNameRune(relative)
+	return len(relative) <= maxOutputPathBytes && utf8.ValidString(relative) && !refused
+}
+
+// refusedNameRune is the first character of name that the file name rule
+// refuses, the same rule as sandpod_contract.file_names: control characters
+// (Cc), format characters (Cf: the bidirectional controls such as U+202E
+// RIGHT-TO-LEFT OVERRIDE and the zero-width ones such as U+200B), line and
+// paragraph separators (Zl, Zp). Such a name could show as another one
+// ("report\u202etxt.exe" reads "reportexe.txt"). Both implementations are
+// tested against testdata/file_names.json.
+func refusedNameRune(name string) (rune, bool) {
+	for _, r := range name {
+		if unicode.In(r, unicode.Cc, unicode.Cf, unicode.Zl, unicode.Zp) {
+			return r, true
+		}
+	}
+	return 0, false
 }
 
 var mediaTypes = map[string]string{

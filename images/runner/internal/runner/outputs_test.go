@@ -338,3 +338,72 @@ func TestCollectOutputsStopsLookingOnceTheFileLimitIsReached(t *testing.T) {
 		t.Fatalf("report %+v", got.report)
 	}
 }
+
+// fileNameCase is an entry of testdata/file_names.json, the table the
+// contract's Python rule is tested against too.
+type fileNameCase struct {
+	Name      string `json:"name"`
+	Refused   bool   `json:"refused"`
+	Character string `json:"character"`
+}
+
+func fileNameCases(t *testing.T) []fileNameCase {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", "file_names.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table struct {
+		About string         `json:"about"`
+		Names []fileNameCase `json:"names"`
+	}
+	if err := jsonStrict(data, &table); err != nil {
+		t.Fatal(err)
+	}
+	return table.Names
+}
+
+func TestRefusedNameRuneFollowsTheSharedTable(t *testing.T) {
+	for _, c := range fileNameCases(t) {
+		r, refused := refusedNameRune(c.Name)
+		if refused != c.Refused {
+			t.Errorf("%q: refused %v, want %v", c.Name, refused, c.Refused)
+			continue
+		}
+		if want, _, _ := strings.Cut(c.Character, " "); refused && fmt.Sprintf("U+%04X", r) != want {
+			t.Errorf("%q: refused for U+%04X, want %s", c.Name, r, c.Character)
+		}
+	}
+}
+
+func TestCollectOutputsSkipsNamesThatCouldShowAsAnother(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string][]byte{}
+	refused := 0
+	for _, c := range fileNameCases(t) {
+		if strings.ContainsRune(c.Name, 0) {
+			continue // no file system takes it
+		}
+		files[c.Name] = []byte(c.Name)
+		if c.Refused {
+			refused++
+		}
+	}
+	writeFiles(t, dir, files)
+
+	got := collect(t, dir, outputsConfig())
+
+	if got.report.skipped != refused || got.report.truncated || len(got.report.files) != len(files)-refused {
+		t.Fatalf("%d kept, %d skipped (want %d), truncated %v", len(got.report.files), got.report.skipped, refused, got.report.truncated)
+	}
+	for _, file := range got.report.files {
+		if _, bad := refusedNameRune(file.Path); bad || !bytes.Equal(got.files[file.Path], []byte(file.Path)) {
+			t.Errorf("kept %q", file.Path)
+		}
+	}
+	for path := range got.files {
+		if _, bad := refusedNameRune(path); bad {
+			t.Errorf("frames of %q", path)
+		}
+	}
+}

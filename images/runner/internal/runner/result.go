@@ -40,11 +40,14 @@ type Result struct {
 	Diagnostics     []Diagnostic `json:"diagnostics"`
 	// Error says why the runner could not run the program; ExitCode is then null.
 	Error *string `json:"error"`
-	// Value and StateLost are there in session mode only (session.go): the
-	// repr of the trailing expression's value (or null), and whether the
-	// interpreter's state was lost by or before this run.
+	// Value, StateLost and Kernel are there in session mode only (session.go):
+	// the repr of the trailing expression's value (or null), whether the
+	// interpreter's state was lost by or before this run, and whether the run
+	// went through the session's kernel, whose answer (exit status, value, the
+	// output it wrote) earlier runs of the session can have changed.
 	Value     *sessionValue `json:"value,omitempty"`
 	StateLost *bool         `json:"stateLost,omitempty"`
+	Kernel    *bool         `json:"kernel,omitempty"`
 	// Compile is the compile step's outcome when the language has one; when it
 	// failed the program did not run (ExitCode and Signal are null).
 	Compile *CompileResult `json:"compile,omitempty"`

@@ -37,7 +37,7 @@ type freshRuns struct {
 
 func (f *freshRuns) run(ctx context.Context, cfg Config, request runRequest, frames *frameWriter) Result {
 	result := f.runFresh(ctx, cfg, request, frames)
-	result.setSession(nil, false)
+	result.setSession(nil, false, false)
 	return result
 }
 
@@ -89,7 +89,7 @@ func (s *kernelSession) run(ctx context.Context, cfg Config, request runRequest,
 		// In the background, so that the summary is not kept waiting.
 		go s.restart()
 	}
-	result.setSession(value, stateLost)
+	result.setSession(value, stateLost, true)
 	return result
 }
 
@@ -132,11 +132,13 @@ func (s *kernelSession) close() {
 	}
 }
 
-// setSession adds the session fields to a result: value (nil for null) and
-// stateLost.
-func (r *Result) setSession(value *string, stateLost bool) {
+// setSession adds the session fields to a result: value (nil for null),
+// stateLost, and kernel (the run went through the session's python kernel:
+// its result is the kernel's word, not only the runner's observation).
+func (r *Result) setSession(value *string, stateLost, kernel bool) {
 	r.Value = &sessionValue{Text: boundValue(value)}
 	r.StateLost = &stateLost
+	r.Kernel = &kernel
 }
 
 // boundValue cuts value to maxValueBytes of UTF-8, ending in "…" when cut.

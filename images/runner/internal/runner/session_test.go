@@ -18,8 +18,8 @@ func (s *servingRunner) runCode(executionID, source string) runnerOutput {
 	answer := s.run(executionID)
 	output := s.f.decodeLog(answer)
 	summary := answer[bytes.LastIndexByte(answer[:len(answer)-1], '\n')+1:]
-	if !bytes.Contains(summary, []byte(`"value":`)) || output.result.StateLost == nil {
-		s.f.t.Fatalf("a session summary without value or stateLost: %s", summary)
+	if !bytes.Contains(summary, []byte(`"value":`)) || output.result.StateLost == nil || output.result.Kernel == nil {
+		s.f.t.Fatalf("a session summary without value, stateLost or kernel: %s", summary)
 	}
 	return output
 }
@@ -230,6 +230,29 @@ func TestSessionRunsOtherCommandsFreshInTheSharedWorkDir(t *testing.T) {
 	second := s.runCode("exec-2", `cat f; echo "${X:-unset}"; exit 3`)
 	assertRun(t, second, 3, "kept\nunset\n", "", false)
 	assertValue(t, second, nil)
+	if *second.result.Kernel {
+		t.Error("a fresh process's run says it went through a kernel")
+	}
+}
+
+// A session is one trust domain: a run can take over the kernel and answer
+// for every later run. The runner cannot tell; the summary says whose word
+// the result is (kernel: true), and the operator's record says so.
+func TestSessionKernelAnswersForLaterRunsOnceARunTookItOver(t *testing.T) {
+	s := newPythonSession(t)
+	takeover := s.runCode("exec-1", `import sys
+loop = sys._getframe(0).f_back.f_back
+run = loop.f_locals["run"]
+cells = dict(zip(run.__code__.co_freevars, run.__closure__))
+cells["exec_"].cell_contents = lambda code, namespace: print("FORGED")
+cells["eval_"].cell_contents = lambda code, namespace: None
+`)
+	assertRun(t, takeover, 0, "", "", false)
+	forged := s.runCode("exec-2", "print('real'); sys.exit(7)")
+	assertRun(t, forged, 0, "FORGED\n", "", false)
+	if !*takeover.result.Kernel || !*forged.result.Kernel {
+		t.Error("a run through the kernel does not say so")
+	}
 }
 
 // outputNames are the paths of the files a run brought back.
