@@ -35,7 +35,6 @@ from sandpod_gateway.auth import KeyIndex, parse_tenants_config
 from sandpod_gateway.settings import GatewaySettings
 from sandpod_operator.egress_policy import (
     CLUSTER_NETWORK,
-    NON_PUBLIC_RANGES,
     PUBLIC_ONLY,
     RULE_REASONS,
     make_bounds,
@@ -1180,11 +1179,6 @@ def test_schema_refuses_bad_values(
 
 
 # --- egress bounds ---
-
-
-def test_non_public_ranges_are_the_operators() -> None:
-    listed = yaml.safe_load((CHART / "files" / "non-public-ranges.yaml").read_text())
-    assert [(entry["cidr"], entry["what"]) for entry in listed] == list(NON_PUBLIC_RANGES)
 
 
 def test_egress_bounds_reach_the_operator(rendered: dict[str, list[Manifest]]) -> None:

@@ -3,9 +3,9 @@
 import ipaddress
 
 import pytest
+from sandpod_contract.non_public_ranges import NON_PUBLIC_RANGES
 from sandpod_operator.egress_policy import (
     CLUSTER_NETWORK,
-    NON_PUBLIC_RANGES,
     PUBLIC_ONLY,
     TENANT,
     EgressBounds,
