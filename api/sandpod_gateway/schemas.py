@@ -20,10 +20,13 @@ from sandpod_contract.egress_grant import MAX_HOST_CHARS
 from sandpod_contract.file_names import name_problem
 from sandpod_contract.models import (
     CPU_BOUNDS,
+    DEFAULT_IDLE_TIMEOUT_SECONDS,
+    DEFAULT_MAX_LIFETIME_SECONDS,
     MAX_ALLOW_RULES,
     MAX_ARG_CHARS,
     MAX_ARGS,
     MAX_FILES,
+    MAX_NAME_LENGTH,
     MAX_OUTPUT_BYTES,
     MAX_SESSION_SECONDS,
     MAX_TIMEOUT_SECONDS,
@@ -31,6 +34,7 @@ from sandpod_contract.models import (
     MIN_IDLE_TIMEOUT_SECONDS,
     MIN_MAX_LIFETIME_SECONDS,
     MIN_OUTPUT_BYTES,
+    MIN_TIMEOUT_SECONDS,
     RELATIVE_PATH_PATTERN,
     BlockedEgress,
     Diagnostic,
@@ -228,7 +232,7 @@ class ProgramFields(BaseModel):
     files: list[FileInput] = Field(default_factory=list, max_length=MAX_FILES)
     timeout_seconds: int | None = Field(
         default=None,
-        ge=1,
+        ge=MIN_TIMEOUT_SECONDS,
         le=MAX_TIMEOUT_SECONDS,
         description="Wall-clock limit in seconds; default from the gateway, "
         "at most the tenant's maximum",
@@ -247,7 +251,9 @@ class CreateExecutionRequest(ProgramFields, NetworkFields):
         json_schema_extra={"examples": [{"language": "python", "code": "print(2 + 2)"}]},
     )
 
-    language: str = Field(min_length=1, max_length=63, description="See GET /v1/languages")
+    language: str = Field(
+        min_length=1, max_length=MAX_NAME_LENGTH, description="See GET /v1/languages"
+    )
     mode: Literal["run", "lint"] = Field(
         default="run", description="run: execute; lint: static checks only (diagnostics)"
     )
@@ -265,7 +271,7 @@ class SessionExecutionRequest(ProgramFields):
     language: str | None = Field(
         default=None,
         min_length=1,
-        max_length=63,
+        max_length=MAX_NAME_LENGTH,
         description="The session's language (optional; another one is refused)",
     )
 
@@ -377,22 +383,24 @@ class CreateSessionRequest(NetworkFields):
         extra="forbid", json_schema_extra={"examples": [{"language": "python"}]}
     )
 
-    language: str = Field(min_length=1, max_length=63, description="See GET /v1/languages")
+    language: str = Field(
+        min_length=1, max_length=MAX_NAME_LENGTH, description="See GET /v1/languages"
+    )
     memory: Memory | None = Field(default=None, description="Memory limit, e.g. 256Mi")
     cpu: Cpu | None = Field(default=None, description="CPU limit, e.g. 500m")
     idle_timeout_seconds: int | None = Field(
         default=None,
         ge=MIN_IDLE_TIMEOUT_SECONDS,
         le=MAX_SESSION_SECONDS,
-        description="End the session this long after its last run; default 600 s, at most "
-        "the tenant's maximum",
+        description="End the session this long after its last run; "
+        f"default {DEFAULT_IDLE_TIMEOUT_SECONDS} s, at most the tenant's maximum",
     )
     max_lifetime_seconds: int | None = Field(
         default=None,
         ge=MIN_MAX_LIFETIME_SECONDS,
         le=MAX_SESSION_SECONDS,
-        description="End the session this long after it was opened; default 3600 s, at most "
-        "the tenant's maximum",
+        description="End the session this long after it was opened; "
+        f"default {DEFAULT_MAX_LIFETIME_SECONDS} s, at most the tenant's maximum",
     )
 
 

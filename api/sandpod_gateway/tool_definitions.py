@@ -9,9 +9,11 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
 from sandpod_contract.models import (
+    MAX_NAME_LENGTH,
     MAX_SESSION_SECONDS,
     MAX_TIMEOUT_SECONDS,
     MIN_IDLE_TIMEOUT_SECONDS,
+    MIN_TIMEOUT_SECONDS,
 )
 
 from sandpod_gateway.auth import TenantLimits
@@ -62,7 +64,11 @@ SessionCode = Annotated[
 # The CRD's maximum; a tenant's own maximum is lower or equal (checked at admission).
 TimeoutSeconds = Annotated[
     int | None,
-    Field(ge=1, le=MAX_TIMEOUT_SECONDS, description="Wall-clock limit in seconds (optional)"),
+    Field(
+        ge=MIN_TIMEOUT_SECONDS,
+        le=MAX_TIMEOUT_SECONDS,
+        description="Wall-clock limit in seconds (optional)",
+    ),
 ]
 IdleTimeoutSeconds = Annotated[
     int | None,
@@ -73,7 +79,8 @@ IdleTimeoutSeconds = Annotated[
     ),
 ]
 SessionId = Annotated[
-    str, Field(min_length=1, max_length=63, description="The id open_session returned")
+    str,
+    Field(min_length=1, max_length=MAX_NAME_LENGTH, description="The id open_session returned"),
 ]
 
 

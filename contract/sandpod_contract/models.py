@@ -49,6 +49,7 @@ MAX_FILES = 32
 MAX_CONTENT_CHARS = 512 * KIB
 MAX_ARGS = 64
 MAX_ARG_CHARS = 4 * KIB
+MIN_TIMEOUT_SECONDS = 1
 MAX_TIMEOUT_SECONDS = 300
 MAX_TTL_SECONDS = 7 * 24 * 3600
 MIN_OUTPUT_BYTES = KIB
@@ -371,7 +372,7 @@ class CodeExecutionSpec(_Model):
     )
     timeout_seconds: int = Field(
         default=DEFAULT_TIMEOUT_SECONDS,
-        ge=1,
+        ge=MIN_TIMEOUT_SECONDS,
         le=MAX_TIMEOUT_SECONDS,
         description="Wall-clock limit of the program in seconds; it is killed after that and "
         "the phase is TimedOut. The operator may enforce a lower maximum.",

@@ -4,11 +4,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 from sandpod_contract.catalog import DEFAULT_CATALOG_PATH
 from sandpod_contract.models import (
+    DEFAULT_IDLE_TIMEOUT_SECONDS,
+    DEFAULT_MAX_LIFETIME_SECONDS,
     MAX_TIMEOUT_SECONDS,
     CodeExecutionSpec,
     CodeExecutionStatus,
+    CodeSessionSpec,
     execution_name_problem,
 )
 from sandpod_contract.names import API_VERSION, KIND, REQUEST_HASH_ANNOTATION, TENANT_LABEL
@@ -25,7 +29,7 @@ from sandpod_gateway.resources import (
     read_status,
     request_fingerprint,
 )
-from sandpod_gateway.schemas import CreateExecutionRequest, ExecutionStatus
+from sandpod_gateway.schemas import CreateExecutionRequest, CreateSessionRequest, ExecutionStatus
 from sandpod_gateway.tool_definitions import (
     OPEN_SESSION,
     RUN_CODE,
@@ -53,6 +57,49 @@ def manifest(req: CreateExecutionRequest, **overrides: Any) -> dict[str, Any]:
         "ttl_seconds_after_finished": 600,
     }
     return build_code_execution(**{**options, **overrides})
+
+
+# --- request bounds ---------------------------------------------------------------------
+
+
+BOUNDS = ("minimum", "maximum", "minLength", "maxLength", "maxItems")
+
+
+def bounds_of(model: type[BaseModel], field: str) -> dict[str, Any]:
+    schema = model.model_json_schema(by_alias=False)["properties"][field]
+    # An optional request field: its bounds are on the non-null branch.
+    branches = schema.get("anyOf", [schema])
+    return {key: value for branch in branches for key, value in branch.items() if key in BOUNDS}
+
+
+@pytest.mark.parametrize(
+    ("request_model", "request_field", "spec_model", "spec_field"),
+    [
+        (CreateExecutionRequest, "timeout_seconds", CodeExecutionSpec, "timeout_seconds"),
+        (CreateExecutionRequest, "max_output_bytes", CodeExecutionSpec, "max_output_bytes"),
+        (CreateExecutionRequest, "args", CodeExecutionSpec, "args"),
+        (CreateExecutionRequest, "files", CodeExecutionSpec, "files"),
+        (CreateSessionRequest, "idle_timeout_seconds", CodeSessionSpec, "idle_timeout_seconds"),
+        (CreateSessionRequest, "max_lifetime_seconds", CodeSessionSpec, "max_lifetime_seconds"),
+    ],
+)
+def test_request_bounds_are_the_resources(
+    request_model: type[BaseModel],
+    request_field: str,
+    spec_model: type[BaseModel],
+    spec_field: str,
+) -> None:
+    assert bounds_of(request_model, request_field) == bounds_of(spec_model, spec_field)
+
+
+def test_session_defaults_described_are_the_resources() -> None:
+    fields = CreateSessionRequest.model_fields
+    assert f"default {DEFAULT_IDLE_TIMEOUT_SECONDS} s" in str(
+        fields["idle_timeout_seconds"].description
+    )
+    assert f"default {DEFAULT_MAX_LIFETIME_SECONDS} s" in str(
+        fields["max_lifetime_seconds"].description
+    )
 
 
 # --- manifests --------------------------------------------------------------------------
