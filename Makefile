@@ -31,7 +31,8 @@ images: $(if $(findstring --no-import,$(IMAGES_FLAGS)),,cluster-up)
 
 # The scratch pad the gateway serves at /pad/ (web/, bundled into api/sandpod_gateway/pad/) for a
 # gateway run from this tree; the gateway image bundles it itself. Node.js and npm from Debian if
-# missing. The browser tests also need Debian's Chromium: `make test` installs it if missing.
+# missing. The browser tests also need Debian's Chromium: `make test` and `make test-unit`
+# install it if missing (hack/web/chromium.sh).
 web:
 	hack/web/build.sh
 
@@ -60,8 +61,10 @@ run: venv cluster-up images
 # Stops what `make run` (or `make cluster-up`) started.
 down: cluster-down
 
-# Only what needs no cluster (Helm is built for the chart's checks).
+# Only what needs no cluster (Helm is built for the chart's checks; Debian's Chromium is
+# installed if missing, for the browser test of /docs).
 test-unit: venv cluster-build
+	hack/web/chromium.sh
 	cd images/runner && go test -count=1 ./...
 	$(VENV)/bin/pytest -rs tests/unit
 

@@ -12,6 +12,7 @@ from sandpod_gateway.admission import AdmissionControl
 from sandpod_gateway.auth import SecretApiKeyStore
 from sandpod_gateway.body_limit import BodySizeLimitMiddleware
 from sandpod_gateway.direct_runs import OperatorDirectRunner
+from sandpod_gateway.docs import install_docs
 from sandpod_gateway.errors import install_error_handlers
 from sandpod_gateway.kube_service import KubernetesExecutionService, KubernetesSessionService
 from sandpod_gateway.languages import load_language_catalog
@@ -19,6 +20,7 @@ from sandpod_gateway.mcp_server import build_mcp_server, new_session_manager
 from sandpod_gateway.metrics import GatewayMetrics, MetricsMiddleware
 from sandpod_gateway.pad import PAD_DIR, install_pad
 from sandpod_gateway.routers import executions, health, languages, mcp, sessions, tenant, tools
+from sandpod_gateway.security_headers import SecurityHeadersMiddleware
 from sandpod_gateway.settings import GatewaySettings
 
 DESCRIPTION = """\
@@ -73,6 +75,9 @@ def create_app(settings: GatewaySettings | None = None, pad_dir: Path = PAD_DIR)
         version=version("sandpod"),
         description=DESCRIPTION,
         lifespan=lifespan,
+        # Served by install_docs, from the gateway's own copies of their scripts.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.catalog = catalog
@@ -82,7 +87,10 @@ def create_app(settings: GatewaySettings | None = None, pad_dir: Path = PAD_DIR)
     install_error_handlers(app)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    # Outermost: every answer carries the headers, the 413s of the body limit included.
+    app.add_middleware(SecurityHeadersMiddleware)
     for module in (executions, sessions, languages, tenant, tools, health, mcp):
         app.include_router(module.router)
     install_pad(app, pad_dir)
+    install_docs(app)
     return app

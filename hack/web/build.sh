@@ -26,7 +26,7 @@ ensure_package() {
 }
 
 if [[ ${1:-} == --chromium ]]; then
-  ensure_package chromium chromium
+  "$REPO_ROOT/hack/web/chromium.sh"
 fi
 ensure_package node nodejs
 ensure_package npm npm

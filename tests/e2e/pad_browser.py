@@ -3,26 +3,10 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
+from playwright.sync_api import ConsoleMessage, Page, expect
 
-CHROMIUM = Path(os.environ.get("PAD_CHROMIUM", "/usr/bin/chromium"))
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-default-apps",
-    "--disable-extensions",
-    "--disable-sync",
-    "--metrics-recording-only",
-    "--no-first-run",
-]
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Where the tests put their screenshots; docs/screenshots holds the ones the docs show.
 SCREENSHOTS = Path(os.environ.get("PAD_SCREENSHOTS", REPO_ROOT / ".build" / "screenshots"))
@@ -30,16 +14,6 @@ LAPTOP = {"width": 1366, "height": 860}
 PHONE = {"width": 390, "height": 844}
 # A cold sandbox start plus the program.
 RUN_MS = 120_000
-
-
-@contextmanager
-def chromium() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
 
 
 class Pad:

@@ -13,8 +13,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from chart_release import DeployedGateway
-from pad_browser import LAPTOP, PHONE, RUN_MS, Pad, chromium
+from pad_browser import LAPTOP, PHONE, RUN_MS, Pad
 from playwright.sync_api import Browser, Response, expect
+from sandpod_testkit.browser import chromium
 
 STREAMING_PROGRAM = """\
 import sys, time

@@ -10,6 +10,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from gateway_fakes import FakeExecutionService, Run, make_app, tenant
+from sandpod_gateway.security_headers import ATTACHMENT_HEADERS
 
 ALICE = "sk-alice-0123456789"
 BOB = "sk-bob-0123456789"
@@ -90,8 +91,9 @@ def test_get_file_answers_the_bytes_with_the_media_type(app: FastAPI) -> None:
     assert response.status_code == 200
     assert response.content == CSV
     assert response.headers["content-type"].startswith("text/csv")
-    assert response.headers["content-disposition"].startswith("attachment")
-    assert response.headers["x-content-type-options"] == "nosniff"
+    assert response.headers["content-disposition"] == "attachment; filename*=UTF-8''t.csv"
+    for name, value in ATTACHMENT_HEADERS.items():
+        assert response.headers[name] == value
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from gateway_fakes import FakeExecutionService, FakeSessionService, Run, make_app, parse_sse, tenant
 from sandpod_contract.names import SESSION_KIND, TENANT_LABEL
 from sandpod_contract.runner import OutputChunk
+from sandpod_gateway.security_headers import ATTACHMENT_HEADERS
 
 ALICE = "sk-alice-0123456789"
 BOB = "sk-bob-0123456789"
@@ -317,6 +318,10 @@ def test_a_file_uploaded_downloads_the_same(
     assert downloaded.status_code == 200
     assert downloaded.content == b"a,b\n1,2\n"
     assert downloaded.headers["content-type"] == "application/octet-stream"
+    # As an execution's output file: an attachment, never rendered on the gateway's origin.
+    assert downloaded.headers["content-disposition"] == "attachment; filename*=UTF-8''in.csv"
+    for name, value in ATTACHMENT_HEADERS.items():
+        assert downloaded.headers[name] == value
     upload, download = service.created
     assert upload["spec"]["files"] == [{"path": "data/in.csv", "content": "a,b\n1,2\n"}]
     assert (upload["spec"]["session"], download["spec"]["session"]) == (sid, sid)

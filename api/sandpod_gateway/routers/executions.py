@@ -3,7 +3,6 @@
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Annotated
-from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Header, Query, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
@@ -34,6 +33,7 @@ from sandpod_gateway.schemas import (
     ExecutionPage,
     ExecutionResult,
 )
+from sandpod_gateway.security_headers import attachment_response
 from sandpod_gateway.streaming import execution_events
 
 # Every route here authenticates (401), validates (422) and talks to the cluster (503).
@@ -172,17 +172,7 @@ async def get_output_file(
     execution: OwnedExecution, path: str, tenant: CurrentTenant, service: ExecutionServiceDep
 ) -> Response:
     content, media_type = await read_output_file(execution, path, tenant, service)
-    filename = path.rsplit("/", 1)[-1]
-    return Response(
-        content,
-        media_type=media_type,
-        headers={
-            # The program chose these bytes: never let a browser run them on this origin.
-            "Content-Disposition": f"attachment; filename*=UTF-8''{quote(filename)}",
-            "X-Content-Type-Options": "nosniff",
-            "Content-Security-Policy": "sandbox; default-src 'none'",
-        },
-    )
+    return attachment_response(content, media_type, path)
 
 
 @router.delete(

@@ -30,6 +30,7 @@ from sandpod_gateway.schemas import (
     SessionPage,
     TrustedName,
 )
+from sandpod_gateway.security_headers import attachment_response
 from sandpod_gateway.service import ExecutionNotFound
 from sandpod_gateway.session_files import FileInfo, download_file, upload_file
 from sandpod_gateway.sessions import close_session, get_owned_session, open_session, run_in_session
@@ -198,7 +199,8 @@ async def put_file(
     "/{session_id}/files/{path:path}",
     response_class=Response,
     summary="Download a file",
-    description="The file's bytes, read by a run in the session (after its earlier runs).",
+    description="The file's bytes, read by a run in the session (after its earlier runs); "
+    "served as an attachment, never rendered.",
     responses={
         200: {"content": {"application/octet-stream": {"schema": {"type": "string"}}}},
         **error_responses(400, 404, 409, 413, 429),
@@ -206,4 +208,4 @@ async def put_file(
 )
 async def get_file(session_id: str, path: FilePath, ctx: SessionContextDep) -> Response:
     data = await download_file(session_id, path, ctx)
-    return Response(data, media_type="application/octet-stream")
+    return attachment_response(data, "application/octet-stream", path)
