@@ -8,4 +8,5 @@ the CRD and namespaces on a cluster, and a private etcd + kube-apiserver.
 - kube: the CRD applied and served, namespaces ready for pods, executions cleaned up
 - apiserver: PrivateApiServer, etcd and kube-apiserver from the local cluster's build
 - expected: the agent tools and catalog languages several suites check for
+- browser: Debian's Chromium through Playwright; the API docs rendered with other origins cut off
 """
