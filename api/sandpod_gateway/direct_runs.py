@@ -6,15 +6,20 @@ write to the API server is waited on; runner credentials stay with the operator.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
 import aiohttp
+from kubernetes_asyncio.client import ApiClient, CoreV1Api
+from kubernetes_asyncio.client.exceptions import ApiException
 from sandpod_contract.names import DIRECT_RUN_PATH
 
 from sandpod_gateway.errors import GatewayError
 from sandpod_gateway.resources import Resource
 from sandpod_gateway.service import SessionNotFound
+from sandpod_gateway.settings import GatewaySettings
 
 # Beyond the run's own timeout: the operator's turn queue and the record of outputs.
 ANSWER_MARGIN_SECONDS = 60
@@ -33,20 +38,51 @@ class DirectRunner(Protocol):
     async def close(self) -> None: ...
 
 
-class OperatorDirectRunner:
-    """Posts runs to the operator's direct endpoint over one pool of kept-alive connections."""
+class ServiceAddress:
+    """The operator's direct path by its Service (`namespace/name:port`), read once through
+    the Kubernetes API: its cluster IP needs no DNS, which a gateway whose egress is confined
+    to the API server and the operator does not have."""
 
-    def __init__(self, url: str, token: str, retry_after_seconds: int) -> None:
-        self._url = url.rstrip("/") + DIRECT_RUN_PATH
+    def __init__(self, api_client: ApiClient, service: str) -> None:
+        reference, _, port = service.rpartition(":")
+        self._namespace, _, self._name = reference.partition("/")
+        self._port = int(port)
+        self._core = CoreV1Api(api_client)
+        self._url: str | None = None
+
+    async def __call__(self) -> str:
+        if self._url is None:
+            found = await self._core.read_namespaced_service(self._name, self._namespace)
+            self._url = f"http://{found.spec.cluster_ip}:{self._port}"
+        return self._url
+
+
+class OperatorDirectRunner:
+    """Posts runs to the operator's direct endpoint over one pool of kept-alive connections.
+    `address` gives its base URL (http://host:port)."""
+
+    def __init__(
+        self, address: Callable[[], Awaitable[str]], token: str, retry_after_seconds: int
+    ) -> None:
+        self._address = address
         self._headers = {"Authorization": f"Bearer {token}"}
         self._retry_after = str(retry_after_seconds)
         self._http = aiohttp.ClientSession()
 
     @classmethod
-    def from_files(
-        cls, url: str, token_file: str, retry_after_seconds: int
-    ) -> OperatorDirectRunner:
-        return cls(url, Path(token_file).read_text().strip(), retry_after_seconds)
+    def of(cls, settings: GatewaySettings, api_client: ApiClient) -> OperatorDirectRunner | None:
+        """The direct path the settings name (its Service, else its URL), or None."""
+        if not settings.direct_token_file:
+            return None
+        address: Callable[[], Awaitable[str]]
+        if settings.direct_service:
+            address = ServiceAddress(api_client, settings.direct_service)
+        elif settings.direct_url:
+            address = partial(_fixed, settings.direct_url)
+        else:
+            return None
+        token = Path(settings.direct_token_file).read_text().strip()
+        return cls(address, token, settings.default_retry_after_seconds)
 
     async def close(self) -> None:
         await self._http.close()
@@ -55,8 +91,12 @@ class OperatorDirectRunner:
         body = {"namespace": namespace, "execution": execution}
         timeout = aiohttp.ClientTimeout(total=timeout_seconds + ANSWER_MARGIN_SECONDS)
         try:
+            url = (await self._address()).rstrip("/") + DIRECT_RUN_PATH
+        except (ApiException, aiohttp.ClientError, OSError) as exc:  # nothing was run
+            raise NotServingNow(f"the operator's address is unknown: {exc}") from exc
+        try:
             async with self._http.post(
-                self._url, json=body, headers=self._headers, timeout=timeout
+                url, json=body, headers=self._headers, timeout=timeout
             ) as response:
                 answer = await response.json(content_type=None)
                 status = response.status
@@ -98,3 +138,7 @@ class OperatorDirectRunner:
             "to get its result without running it again.",
             headers={"Retry-After": self._retry_after},
         )
+
+
+async def _fixed(url: str) -> str:
+    return url

@@ -56,12 +56,7 @@ def create_app(settings: GatewaySettings | None = None, pad_dir: Path = PAD_DIR)
                 api_client, log_follow_limit_bytes=settings.max_log_follow_bytes
             )
             app.state.session_service = KubernetesSessionService(api_client)
-            if settings.direct_url and settings.direct_token_file:
-                app.state.direct_runner = OperatorDirectRunner.from_files(
-                    settings.direct_url,
-                    settings.direct_token_file,
-                    settings.default_retry_after_seconds,
-                )
+            app.state.direct_runner = OperatorDirectRunner.of(settings, api_client)
             app.state.mcp_sessions = new_session_manager(mcp_server, settings)
             async with app.state.mcp_sessions.run():
                 yield

@@ -57,11 +57,17 @@ class GatewaySettings(BaseSettings):
     )
     max_request_bytes: int = Field(default=1024 * 1024, ge=1024)
     default_retry_after_seconds: int = Field(default=5, ge=1)
+    direct_service: str = Field(
+        default="",
+        description="The operator's direct path as its Service, namespace/name:port (its "
+        "cluster IP is read through the API: no DNS needed): runs in live sessions go there "
+        "and answer without waiting on the API server. Empty, and no direct_url: they take the "
+        "record path (a CodeExecution the operator reconciles).",
+    )
     direct_url: str = Field(
         default="",
-        description="The operator's direct path (http://host:port): runs in live sessions go "
-        "there and answer without waiting on the API server. Empty: they take the record path "
-        "(a CodeExecution the operator reconciles).",
+        description="Or the operator's direct path as a URL (http://host:port), e.g. an "
+        "operator on this machine.",
     )
     direct_token_file: str = Field(
         default="",

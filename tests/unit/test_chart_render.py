@@ -76,6 +76,7 @@ CHART_MANAGED_GATEWAY_SETTINGS = {
     "catalog_path",
     "api_keys_secret",
     "api_keys_namespace",
+    "direct_service",
     "direct_url",
     "direct_token_file",
 }
@@ -939,9 +940,7 @@ def test_the_direct_path(rendered: dict[str, list[Manifest]], helm: Path, tmp_pa
     gateway = find(manifests, "Deployment", f"{FULLNAME}-gateway")["spec"]["template"]["spec"]
     operator_env, gateway_env = container_env(operator), container_env(gateway)
     assert operator_env["SANDPOD_DIRECT_PORT"] == "8081"
-    assert gateway_env["SANDPOD_GATEWAY_DIRECT_URL"] == (
-        f"http://{FULLNAME}-operator.{NAMESPACE}.svc:8081"
-    )
+    assert gateway_env["SANDPOD_GATEWAY_DIRECT_SERVICE"] == f"{NAMESPACE}/{FULLNAME}-operator:8081"
     for spec, env in ((operator, operator_env), (gateway, gateway_env)):
         token_file = (
             env.get("SANDPOD_DIRECT_TOKEN_FILE") or env["SANDPOD_GATEWAY_DIRECT_TOKEN_FILE"]
@@ -961,7 +960,7 @@ def test_the_direct_path(rendered: dict[str, list[Manifest]], helm: Path, tmp_pa
     off_operator = find(off, "Deployment", f"{FULLNAME}-operator")["spec"]["template"]["spec"]
     off_gateway = find(off, "Deployment", f"{FULLNAME}-gateway")["spec"]["template"]["spec"]
     assert container_env(off_operator)["SANDPOD_DIRECT_PORT"] == "0"
-    assert "SANDPOD_GATEWAY_DIRECT_URL" not in container_env(off_gateway)
+    assert "SANDPOD_GATEWAY_DIRECT_SERVICE" not in container_env(off_gateway)
 
 
 def test_runtime_class(rendered: dict[str, list[Manifest]]) -> None:

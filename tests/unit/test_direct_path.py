@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import aiohttp
@@ -156,13 +157,21 @@ async def serving(runs: PlayedRuns, port: int) -> AsyncIterator[str]:
         await runner.cleanup()
 
 
+def direct_runner(url: str, token: str = TOKEN) -> OperatorDirectRunner:
+    return OperatorDirectRunner(partial(fixed, url), token, retry_after_seconds=5)
+
+
+async def fixed(url: str) -> str:
+    return url
+
+
 def execution(session: str = "live") -> dict[str, Any]:
     return {"metadata": {"name": "x-1"}, "spec": {"session": session, "source": "print(1)"}}
 
 
 async def test_a_run_comes_back_as_its_record(runs: PlayedRuns, unused_tcp_port: int) -> None:
     async with serving(runs, unused_tcp_port) as endpoint:
-        client = OperatorDirectRunner(endpoint, TOKEN, retry_after_seconds=5)
+        client = direct_runner(endpoint)
         try:
             record = await client.run("team", execution(), timeout_seconds=10)
         finally:
@@ -187,7 +196,7 @@ async def test_refusals_become_the_gateways_answers(
 ) -> None:
     runs.refusal = refusal
     async with serving(runs, unused_tcp_port) as endpoint:
-        client = OperatorDirectRunner(endpoint, TOKEN, retry_after_seconds=5)
+        client = direct_runner(endpoint)
         try:
             with pytest.raises((NotServingNow, GatewayError)) as raised:
                 await client.run("team", execution(), timeout_seconds=10)
@@ -208,8 +217,8 @@ async def test_an_unknown_session_and_a_wrong_token_run_nothing(
     runs: PlayedRuns, unused_tcp_port: int
 ) -> None:
     async with serving(runs, unused_tcp_port) as endpoint:
-        client = OperatorDirectRunner(endpoint, TOKEN, retry_after_seconds=5)
-        intruder = OperatorDirectRunner(endpoint, "x" * 48, retry_after_seconds=5)
+        client = direct_runner(endpoint)
+        intruder = direct_runner(endpoint, "x" * 48)
         try:
             with pytest.raises(SessionNotFound):
                 await client.run("team", execution("gone"), timeout_seconds=10)
@@ -226,7 +235,7 @@ async def test_an_unknown_session_and_a_wrong_token_run_nothing(
 async def test_an_operator_not_listening_sends_the_run_the_record_way(
     unused_tcp_port: int,
 ) -> None:
-    client = OperatorDirectRunner(f"http://127.0.0.1:{unused_tcp_port}", TOKEN, 5)
+    client = direct_runner(f"http://127.0.0.1:{unused_tcp_port}")
     try:
         with pytest.raises(NotServingNow):
             await client.run("team", execution(), timeout_seconds=10)
