@@ -399,6 +399,11 @@ class TenantLimitsInfo(BaseModel):
     max_memory: str
     max_cpu: str
     max_concurrent: int
+    requests_per_second: int = Field(
+        description="Requests per second the tenant may make on average (all replicas "
+        "together); beyond, 429 rate_limited"
+    )
+    request_burst: int = Field(description="Requests it may make at once above that rate")
 
 
 class TenantDefaults(BaseModel):

@@ -57,6 +57,12 @@ class GatewaySettings(BaseSettings):
     )
     max_request_bytes: int = Field(default=1024 * 1024, ge=1024)
     default_retry_after_seconds: int = Field(default=5, ge=1)
+    replicas: int = Field(
+        default=1,
+        ge=1,
+        description="Gateway replicas serving together (the chart sets it from "
+        "gateway.replicas): each takes this share of a tenant's request rate and burst.",
+    )
     max_log_follows: int = Field(
         default=200, ge=1, description="Pod logs this replica follows at once (all tenants)."
     )
