@@ -49,11 +49,26 @@ tenants:
     apiKeys:
       - name: local
         sha256: $key_digest
-    limits: {maxTimeoutSeconds: 60, maxMemory: 1Gi, maxConcurrent: 8}
+    limits: {maxTimeoutSeconds: 60, maxMemory: 1Gi, maxConcurrent: 8, requestsPerSecond: 200,
+             requestBurst: 400}
 EOF
   log "installing the sandpod chart (release $RELEASE in $RELEASE_NAMESPACE)"
   "$HELM" upgrade --install "$RELEASE" "$REPO_ROOT/charts/sandpod" --kubeconfig "$KUBECONFIG_ADMIN" \
     --namespace "$RELEASE_NAMESPACE" --create-namespace --values "$values" --wait --timeout 5m >/dev/null
+}
+
+# The ResourceQuotas of the tenant's namespace that the quota controller has not counted yet
+# (their status does not list what their spec limits); until it has, the API server refuses
+# every create they limit ("status unknown for quota"), kubectl's included.
+UNCOUNTED_QUOTAS='{{range .items}}{{if ne (printf "%v" .spec.hard) (printf "%v" .status.hard)}}{{.metadata.name}} {{end}}{{end}}'
+quotas_counted() {
+  local uncounted
+  uncounted=$(kubectl_admin -n "$TENANT_NAMESPACE" get resourcequotas -o go-template="$UNCOUNTED_QUOTAS") &&
+    [ -z "$uncounted" ]
+}
+
+wait_for_quotas() {
+  wait_for "the ResourceQuotas of $TENANT_NAMESPACE to be counted" 60 "" quotas_counted
 }
 
 gateway_healthy() { curl -fsS "http://$GATEWAY_ADDRESS/readyz" >/dev/null 2>&1; }
@@ -126,6 +141,7 @@ EOF
 main() {
   local started=$SECONDS
   install_chart
+  wait_for_quotas
   serve_gateway
   run_with_kubectl
   run_through_gateway
