@@ -68,7 +68,7 @@ quotas_counted() {
 }
 
 wait_for_quotas() {
-  wait_for "the ResourceQuotas of $TENANT_NAMESPACE to be counted" 60 "" quotas_counted
+  wait_for "the ResourceQuotas of $TENANT_NAMESPACE to be counted" 120 "" quotas_counted
 }
 
 gateway_healthy() { curl -fsS "http://$GATEWAY_ADDRESS/readyz" >/dev/null 2>&1; }
