@@ -36,7 +36,8 @@ from sandpod_gateway.schemas import (
 )
 from sandpod_gateway.streaming import execution_events
 
-# Every route here authenticates (401), validates (422) and talks to the cluster (503).
+# Every route here authenticates (401), validates (422), counts against the tenant's request
+# rate (429) and talks to the cluster (503).
 COMMON_ERRORS = (401, 422, 429, 503)
 router = APIRouter(
     prefix="/v1/executions", tags=["executions"], responses=error_responses(*COMMON_ERRORS)
