@@ -60,7 +60,7 @@ EOF
 # The ResourceQuotas of the tenant's namespace that the quota controller has not counted yet
 # (their status does not list what their spec limits); until it has, the API server refuses
 # every create they limit ("status unknown for quota"), kubectl's included.
-UNCOUNTED_QUOTAS='{{range .items}}{{if ne (printf "%v" .spec.hard) (printf "%v" .status.hard)}}{{.metadata.name}} {{end}}{{end}}'
+UNCOUNTED_QUOTAS='{{range .items}}{{if not .status}}{{.metadata.name}} {{else if ne (printf "%v" .spec.hard) (printf "%v" .status.hard)}}{{.metadata.name}} {{end}}{{end}}'
 quotas_counted() {
   local uncounted
   uncounted=$(kubectl_admin -n "$TENANT_NAMESPACE" get resourcequotas -o go-template="$UNCOUNTED_QUOTAS") &&
