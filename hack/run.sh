@@ -57,18 +57,13 @@ EOF
     --namespace "$RELEASE_NAMESPACE" --create-namespace --values "$values" --wait --timeout 5m >/dev/null
 }
 
-# The ResourceQuotas of the tenant's namespace that the quota controller has not counted yet
-# (their status does not list what their spec limits); until it has, the API server refuses
-# every create they limit ("status unknown for quota"), kubectl's included.
-UNCOUNTED_QUOTAS='{{range .items}}{{if not .status}}{{.metadata.name}} {{else if ne (printf "%v" .spec.hard) (printf "%v" .status.hard)}}{{.metadata.name}} {{end}}{{end}}'
-quotas_counted() {
-  local uncounted
-  uncounted=$(kubectl_admin -n "$TENANT_NAMESPACE" get resourcequotas -o go-template="$UNCOUNTED_QUOTAS") &&
-    [ -z "$uncounted" ]
-}
-
+# Until the quota controller has counted the tenant namespace's ResourceQuotas, the API server
+# refuses every create they limit ("status unknown for quota"), kubectl's included; a quota
+# synced before the controller found the CRD is re-created (tests/support/sandpod_testkit/quotas.py).
 wait_for_quotas() {
-  wait_for "the ResourceQuotas of $TENANT_NAMESPACE to be counted" 120 "" quotas_counted
+  log "waiting for the ResourceQuotas of $TENANT_NAMESPACE to count what they limit"
+  PYTHONPATH="$REPO_ROOT/tests/support" "$VENV/bin/python" -m sandpod_testkit.quotas \
+    --kubeconfig "$KUBECONFIG_ADMIN" "$TENANT_NAMESPACE" || die "the ResourceQuotas of $TENANT_NAMESPACE are not counted"
 }
 
 gateway_healthy() { curl -fsS "http://$GATEWAY_ADDRESS/readyz" >/dev/null 2>&1; }

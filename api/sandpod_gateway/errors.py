@@ -122,7 +122,8 @@ def unavailable(exc: KubernetesUnavailable, retry_after_seconds: int) -> Gateway
     )
 
 
-# The quota controller counts a new ResourceQuota within about a second.
+# The quota controller counts a new ResourceQuota within about a second (one synced before the
+# controller found a new CRD waits for its full resync, 5 minutes by default).
 QUOTA_NOT_COUNTED_RETRY_AFTER_SECONDS = 1
 
 
@@ -145,8 +146,8 @@ def quota_not_counted(exc: QuotaNotCounted) -> GatewayError:
     return GatewayError(
         503,
         "quota_not_counted",
-        f"The tenant namespace's ResourceQuota {exc.quota} is new and not counted yet by the "
-        "cluster; retry in a second.",
+        f"The tenant namespace's ResourceQuota {exc.quota} is not counted yet by the cluster's "
+        "quota controller (a new quota, or a new CRD); retry shortly.",
         [ErrorDetail(message=f"ResourceQuota {exc.quota}", type="resource_quota")],
         headers={"Retry-After": str(QUOTA_NOT_COUNTED_RETRY_AFTER_SECONDS)},
     )

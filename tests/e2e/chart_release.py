@@ -20,8 +20,8 @@ from typing import Any
 import httpx
 import yaml
 from kubernetes import client
-from sandpod_testkit.kube import wait_for_quotas
 from sandpod_testkit.paths import REPO_ROOT
+from sandpod_testkit.quotas import wait_for_quotas
 from sandpod_testkit.waiting import wait_until
 
 CHART = REPO_ROOT / "charts" / "sandpod"
@@ -90,9 +90,7 @@ class ChartRelease:
             "upgrade", "--install", self.name, str(CHART), "--create-namespace",
             "--values", str(values_file), "--wait", "--timeout", HELM_TIMEOUT,
         )  # fmt: skip
-        core = client.CoreV1Api(self.api_client)
-        for namespace in self.tenant_namespaces:
-            wait_for_quotas(core, namespace)
+        wait_for_quotas(client.CoreV1Api(self.api_client), *self.tenant_namespaces)
 
     @property
     def tenant_namespaces(self) -> set[str]:

@@ -23,8 +23,9 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
-from sandpod_testkit.kube import api_server_cidrs, wait_for_quotas
+from sandpod_testkit.kube import api_server_cidrs
 from sandpod_testkit.paths import REPO_ROOT
+from sandpod_testkit.quotas import wait_for_quotas
 from sandpod_testkit.waiting import wait_until
 
 CHART = REPO_ROOT / "charts" / "sandpod"

@@ -21,7 +21,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from sandpod_contract.models import TERMINAL_PHASES
 from sandpod_testkit.expected import AGENT_TOOLS
-from sandpod_testkit.kube import GROUP, PLURAL, VERSION, wait_for_quotas
+from sandpod_testkit.kube import GROUP, PLURAL, VERSION
+from sandpod_testkit.quotas import wait_for_quotas
 from sandpod_testkit.waiting import wait_until
 
 LIVE_PROGRAM = """\

@@ -134,9 +134,10 @@ async def test_create_get_list_and_cancel(api_server: PrivateApiServer, namespac
 
 
 async def test_quota_refusals_are_told_apart(api_server: PrivateApiServer, namespace: str) -> None:
-    """This API server runs no quota controller: a ResourceQuota stays uncounted (every create
-    it limits refused, "status unknown for quota") until the test counts it, as the
-    controller would; then the quota's own limit refuses the second execution."""
+    """This API server runs no quota controller: the test writes the quota's status as the
+    controller does, first its hard limits without their usage (as after a sync before the
+    controller has found the CRD: every create refused, "status unknown for quota"), then
+    the usage; then the quota's own limit refuses the second execution."""
     counted = f"count/{PLURAL}.{GROUP}"
     api_server.apply(
         {
@@ -147,11 +148,14 @@ async def test_quota_refusals_are_told_apart(api_server: PrivateApiServer, names
         }
     )
     async with kube(api_server) as client:
-        service = KubernetesExecutionService(client)
+        core, service = CoreV1Api(client), KubernetesExecutionService(client)
+        await core.patch_namespaced_resource_quota_status(
+            "tiny", namespace, {"status": {"hard": {counted: "1"}}}
+        )
         with pytest.raises(QuotaNotCounted) as not_counted:
             await service.create(namespace, manifest("first"))
-        await CoreV1Api(client).patch_namespaced_resource_quota_status(
-            "tiny", namespace, {"status": {"hard": {counted: "1"}, "used": {counted: "0"}}}
+        await core.patch_namespaced_resource_quota_status(
+            "tiny", namespace, {"status": {"used": {counted: "0"}}}
         )
         await service.create(namespace, manifest("first"))
         with pytest.raises(QuotaExceeded) as exceeded:

@@ -83,26 +83,6 @@ def create_namespace(
     )
 
 
-def quotas_counted(core: client.CoreV1Api, namespace: str) -> bool:
-    """Whether the quota controller has counted every ResourceQuota in `namespace`: its
-    status lists what its spec limits."""
-    listed: Any = core.list_namespaced_resource_quota(namespace)
-    return all(
-        quota.status is not None and quota.status.hard == quota.spec.hard for quota in listed.items
-    )
-
-
-def wait_for_quotas(core: client.CoreV1Api, namespace: str, *, timeout: float = 120) -> None:
-    """Waits until every ResourceQuota in `namespace` is counted. Until then the API server
-    refuses each create a quota limits ("status unknown for quota"): after an install that
-    made one, wait for this before creating anything there."""
-    wait_until(
-        lambda: quotas_counted(core, namespace),
-        timeout=timeout,
-        what=f"the ResourceQuotas in {namespace} to be counted",
-    )
-
-
 def request_deletion(objects: client.CustomObjectsApi, namespace: str) -> None:
     """Asks for every execution in `namespace` to be deleted (the operator releases them)."""
     objects.delete_collection_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
