@@ -282,6 +282,7 @@ MINIMAL_VALUES: dict[str, Any] = {
     "uninstallHook": {"enabled": False},
     "test": {"enabled": False},
     "labelPolicy": {"enabled": False},
+    "tenantNamespaces": {"objectQuota": {"enabled": False}},
     "tenants": [{"name": "solo"}],
 }
 SCENARIOS = {"default": {}, "full": FULL_VALUES, "minimal": MINIMAL_VALUES}
@@ -573,8 +574,8 @@ def test_every_tenant_namespace_has_an_object_quota(rendered: dict[str, list[Man
     for quota in quotas:
         assert quota["spec"] == {"hard": OBJECT_COUNTS}
         assert quota["metadata"]["labels"]["app.kubernetes.io/instance"] == RELEASE
-    assert find(rendered["minimal"], "ResourceQuota", "sandpod-objects", "solo")
     assert of_kind(rendered["default"], "ResourceQuota") == []  # no tenants, no namespaces
+    assert of_kind(rendered["minimal"], "ResourceQuota") == []  # turned off
 
 
 def test_the_object_quota_can_be_changed_or_turned_off(helm: Path, tmp_path: Path) -> None:
