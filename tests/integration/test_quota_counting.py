@@ -27,14 +27,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateApiServ
     server = PrivateApiServer(require_kube_bin_dir(), tmp_path_factory.mktemp("quota"))
     try:
         server.start()
-        server._spawn(
-            "kube-controller-manager",
-            f"--kubeconfig={server.kubeconfig}",
-            "--controllers=resourcequota",
-            "--leader-elect=false",
-            "--bind-address=127.0.0.1",
-            "--secure-port=0",
-        )
+        server.start_controllers("resourcequota")
         yield server
     finally:
         server.stop()
