@@ -49,7 +49,8 @@ tenants:
     apiKeys:
       - name: local
         sha256: $key_digest
-    limits: {maxTimeoutSeconds: 60, maxMemory: 1Gi, maxConcurrent: 32, maxSessions: 16}
+    limits: {maxTimeoutSeconds: 60, maxMemory: 1Gi, maxConcurrent: 32, maxSessions: 16,
+             requestsPerSecond: 200, requestBurst: 400}
     # A first run_code and a first session start warm (a started sandbox each).
     pools:
       - {name: python, language: python, resources: {cpu: "1", memory: 512Mi}, size: 1}
@@ -58,6 +59,15 @@ EOF
   log "installing the sandpod chart (release $RELEASE in $RELEASE_NAMESPACE)"
   "$HELM" upgrade --install "$RELEASE" "$REPO_ROOT/charts/sandpod" --kubeconfig "$KUBECONFIG_ADMIN" \
     --namespace "$RELEASE_NAMESPACE" --create-namespace --values "$values" --wait --timeout 5m >/dev/null
+}
+
+# Until the quota controller has counted the tenant namespace's ResourceQuotas, the API server
+# refuses every create they limit ("status unknown for quota"), kubectl's included; a quota
+# synced before the controller found the CRD is re-created (tests/support/sandpod_testkit/quotas.py).
+wait_for_quotas() {
+  log "waiting for the ResourceQuotas of $TENANT_NAMESPACE to count what they limit"
+  PYTHONPATH="$REPO_ROOT/tests/support" "$VENV/bin/python" -m sandpod_testkit.quotas \
+    --kubeconfig "$KUBECONFIG_ADMIN" "$TENANT_NAMESPACE" || die "the ResourceQuotas of $TENANT_NAMESPACE are not counted"
 }
 
 gateway_healthy() { curl -fsS "http://$GATEWAY_ADDRESS/readyz" >/dev/null 2>&1; }
@@ -130,6 +140,7 @@ EOF
 main() {
   local started=$SECONDS
   install_chart
+  wait_for_quotas
   serve_gateway
   run_with_kubectl
   run_through_gateway

@@ -2,8 +2,10 @@
 another execution now."""
 
 import asyncio
+import math
+import time
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Hashable, Iterator
+from collections.abc import AsyncIterator, Callable, Hashable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -32,15 +34,76 @@ MAX_RETRY_AFTER_SECONDS = 60
 Key = TypeVar("Key", bound=Hashable)
 
 
+@dataclass
+class TokenBucket:
+    """A token bucket: `tokens` as of `updated` (seconds on a monotonic clock)."""
+
+    tokens: float
+    updated: float
+
+    def take(self, now: float, rate: float, burst: float) -> float:
+        """Take one token, refilled at `rate` per second up to `burst`: 0 if one was taken,
+        else the seconds until one will be there."""
+        self.tokens = min(burst, self.tokens + max(0.0, now - self.updated) * rate)
+        self.updated = max(self.updated, now)
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return 0.0
+        return (1 - self.tokens) / rate
+
+
+@dataclass(frozen=True)
+class RateShare:
+    """This replica's share of a tenant's request rate and burst (each replica admits its
+    share, so the replicas together admit the tenant's limits)."""
+
+    rate: float
+    burst: float
+
+    @classmethod
+    def of(cls, limits: TenantLimits, replicas: int) -> "RateShare":
+        # At least one token, or a tenant with a burst below the replica count gets nothing.
+        return cls(
+            rate=limits.requests_per_second / replicas,
+            burst=max(1.0, limits.request_burst / replicas),
+        )
+
+
+def rate_limited(limits: TenantLimits, wait_seconds: float) -> GatewayError:
+    retry_after = max(1, math.ceil(wait_seconds))
+    rate, burst = limits.requests_per_second, limits.request_burst
+    return GatewayError(
+        429,
+        "rate_limited",
+        f"This tenant may make {rate} requests per second (bursts of up to {burst}); "
+        f"retry in {retry_after} s.",
+        [ErrorDetail(message="too many requests", type="requests_per_second", limit=rate)],
+        headers={"Retry-After": str(retry_after)},
+    )
+
+
 class AdmissionControl:
-    """Per-process admission state: serialises count-then-create per tenant (one replica never
+    """Per-process admission state: each tenant's request rate (its share of it, with
+    `replicas` gateway replicas), serialises count-then-create per tenant (one replica never
     overshoots a limit), and counts the open waits and streams of each tenant and execution."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._buckets: dict[str, TokenBucket] = {}
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._waits: Counter[str] = Counter()
         self._waits_on: Counter[tuple[str, str]] = Counter()
         self._follows = 0
+
+    def count_request(self, tenant: Tenant, replicas: int) -> None:
+        """Count one request of `tenant`; 429 ``rate_limited`` with Retry-After when it is
+        beyond the tenant's rate and burst."""
+        share = RateShare.of(tenant.limits, replicas)
+        now = self._clock()
+        bucket = self._buckets.setdefault(tenant.name, TokenBucket(share.burst, now))
+        wait = bucket.take(now, share.rate, share.burst)
+        if wait > 0:
+            raise rate_limited(tenant.limits, wait)
 
     @asynccontextmanager
     async def admitting(self, tenant: str) -> AsyncIterator[None]:

@@ -80,6 +80,17 @@ class TenantLimits(_CamelModel):
         le=MAX_FILE_CHARS,
         description="Largest file uploaded to or downloaded from a session.",
     )
+    requests_per_second: int = Field(
+        default=50,
+        ge=1,
+        description="Requests per second the tenant's API keys may make, on average, across "
+        "the gateway's replicas; beyond, 429 rate_limited.",
+    )
+    request_burst: int = Field(
+        default=100,
+        ge=1,
+        description="Requests the tenant may make at once above that rate (the bucket's size).",
+    )
 
 
 class ApiKeyEntry(_CamelModel):

@@ -60,7 +60,10 @@ async def get_current_tenant(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
     key_store: KeyStoreDep,
     settings: SettingsDep,
+    admission: AdmissionDep,
 ) -> Tenant:
+    """The caller's tenant (401 without a known key), and the request counted against the
+    tenant's rate (429 rate_limited beyond it)."""
     challenge = {"WWW-Authenticate": "Bearer"}
     if credentials is None:
         raise GatewayError(
@@ -80,6 +83,7 @@ async def get_current_tenant(
         ) from exc
     if tenant is None:
         raise GatewayError(401, "unauthorized", "Invalid API key", headers=challenge)
+    admission.count_request(tenant, settings.replicas)
     return tenant
 
 

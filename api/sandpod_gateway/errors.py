@@ -11,7 +11,13 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from sandpod_gateway.service import ExecutionNotFound, KubernetesUnavailable, SessionNotFound
+from sandpod_gateway.service import (
+    ExecutionNotFound,
+    KubernetesUnavailable,
+    QuotaExceeded,
+    QuotaNotCounted,
+    SessionNotFound,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +122,37 @@ def unavailable(exc: KubernetesUnavailable, retry_after_seconds: int) -> Gateway
     )
 
 
+# The quota controller counts a new ResourceQuota within about a second (one synced before the
+# controller found a new CRD waits for its full resync, 5 minutes by default).
+QUOTA_NOT_COUNTED_RETRY_AFTER_SECONDS = 1
+
+
+def quota_exceeded(exc: QuotaExceeded, retry_after_seconds: int) -> GatewayError:
+    return GatewayError(
+        429,
+        "quota_exceeded",
+        f"The tenant's namespace is at its ResourceQuota {exc.quota} ({exc.limited}); "
+        "delete finished executions or close sessions, or retry once they have expired.",
+        [
+            ErrorDetail(
+                message=f"ResourceQuota {exc.quota}", type="resource_quota", limit=exc.limited
+            )
+        ],
+        headers={"Retry-After": str(retry_after_seconds)},
+    )
+
+
+def quota_not_counted(exc: QuotaNotCounted) -> GatewayError:
+    return GatewayError(
+        503,
+        "quota_not_counted",
+        f"The tenant namespace's ResourceQuota {exc.quota} is not counted yet by the cluster's "
+        "quota controller (a new quota, or a new CRD); retry shortly.",
+        [ErrorDetail(message=f"ResourceQuota {exc.quota}", type="resource_quota")],
+        headers={"Retry-After": str(QUOTA_NOT_COUNTED_RETRY_AFTER_SECONDS)},
+    )
+
+
 def as_gateway_error(exc: Exception, retry_after_seconds: int) -> GatewayError | None:
     """The error answer for what the use cases raise (HTTP handlers and the MCP tool)."""
     if isinstance(exc, GatewayError):
@@ -126,6 +163,10 @@ def as_gateway_error(exc: Exception, retry_after_seconds: int) -> GatewayError |
         return not_found(str(exc))
     if isinstance(exc, SessionNotFound):
         return GatewayError(404, "not_found", f"No session {str(exc)!r}")
+    if isinstance(exc, QuotaExceeded):
+        return quota_exceeded(exc, retry_after_seconds)
+    if isinstance(exc, QuotaNotCounted):
+        return quota_not_counted(exc)
     return None
 
 
@@ -163,7 +204,15 @@ async def handle_unexpected_error(request: Request, exc: Exception) -> JSONRespo
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    for error in (GatewayError, KubernetesUnavailable, ExecutionNotFound, SessionNotFound):
+    handled = (
+        GatewayError,
+        KubernetesUnavailable,
+        ExecutionNotFound,
+        SessionNotFound,
+        QuotaExceeded,
+        QuotaNotCounted,
+    )
+    for error in handled:
         app.add_exception_handler(error, handle_gateway_error)
     app.add_exception_handler(RequestValidationError, handle_validation_error)
     app.add_exception_handler(StarletteHTTPException, handle_http_exception)
@@ -180,9 +229,11 @@ ERROR_DESCRIPTIONS: dict[int, str] = {
     413: "Request body, code or file too large",
     415: "An upload that is not UTF-8 text",
     422: "Invalid input, or over a tenant limit (details name the field and the limit)",
-    429: "Too many executions running (concurrency_limit), sessions open (session_limit), or "
-    "requests waiting or streaming (too_many_waits) for this tenant; see Retry-After",
-    503: "The cluster or the API keys are unavailable; see Retry-After",
+    429: "Too many requests per second (rate_limited), executions running (concurrency_limit), "
+    "sessions open (session_limit), requests waiting or streaming (too_many_waits) for this "
+    "tenant, or its namespace's ResourceQuota used up (quota_exceeded); see Retry-After",
+    503: "The cluster or the API keys are unavailable, or the namespace's ResourceQuota is not "
+    "counted yet (quota_not_counted); see Retry-After",
 }
 
 

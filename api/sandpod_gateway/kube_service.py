@@ -5,6 +5,7 @@ import base64
 import json
 import logging
 import math
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, cast
 
@@ -31,6 +32,8 @@ from sandpod_gateway.service import (
     InvalidCursor,
     KubernetesUnavailable,
     PageData,
+    QuotaExceeded,
+    QuotaNotCounted,
     ResourceAlreadyExists,
     ResourceNotFound,
     SessionAlreadyExists,
@@ -60,6 +63,25 @@ def api_error_message(exc: ApiException) -> tuple[str, list[tuple[str | None, st
         if isinstance(cause, dict)
     ]
     return str(status.get("message") or exc.reason or exc), causes
+
+
+# The quota admission plugin's refusals (plugin/pkg/admission/resourcequota), 403 Forbidden:
+# "exceeded quota: <name>, requested: …, used: …, limited: <resource>=<hard>,…" and
+# "status unknown for quota: <name>, resources: …".
+QUOTA_EXCEEDED = re.compile(r"exceeded quota: ([^,\s]+), .*limited: (\S+)")
+QUOTA_NOT_COUNTED = re.compile(r"status unknown for quota: ([^,\s]+)")
+
+
+def quota_refusal(exc: ApiException) -> QuotaExceeded | QuotaNotCounted | None:
+    """What a ResourceQuota's refusal of a create says, or None for any other error."""
+    if exc.status != 403:
+        return None
+    message = api_error_message(exc)[0]
+    if exceeded := QUOTA_EXCEEDED.search(message):
+        return QuotaExceeded(exceeded[1], exceeded[2])
+    if not_counted := QUOTA_NOT_COUNTED.search(message):
+        return QuotaNotCounted(not_counted[1])
+    return None
 
 
 def _unavailable(what: str, exc: Exception) -> KubernetesUnavailable:
@@ -117,7 +139,7 @@ class CustomObjects:
                 raise self._exists(manifest["metadata"]["name"]) from exc
             if exc.status in (400, 422):
                 raise ExecutionRejected(*api_error_message(exc)) from exc
-            raise _unavailable(what, exc) from exc
+            raise quota_refusal(exc) or _unavailable(what, exc) from exc
         except TRANSPORT_ERRORS as exc:
             raise _unavailable(what, exc) from exc
         return created

@@ -439,6 +439,11 @@ class TenantLimitsInfo(BaseModel):
     max_idle_timeout_seconds: int = Field(description="Largest idle timeout a session may ask")
     max_lifetime_seconds: int = Field(description="Largest lifetime a session may ask for")
     max_file_bytes: int = Field(description="Largest file uploaded to or read from a session")
+    requests_per_second: int = Field(
+        description="Requests per second the tenant may make on average (all replicas "
+        "together); beyond, 429 rate_limited"
+    )
+    request_burst: int = Field(description="Requests it may make at once above that rate")
 
 
 class TenantDefaults(BaseModel):

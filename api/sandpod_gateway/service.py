@@ -42,6 +42,24 @@ class ExecutionRejected(Exception):
         self.causes = causes
 
 
+class QuotaExceeded(Exception):
+    """The API server refused a create: a ResourceQuota of the namespace is used up."""
+
+    def __init__(self, quota: str, limited: str) -> None:
+        super().__init__(f"exceeded quota {quota}: {limited}")
+        self.quota = quota
+        self.limited = limited
+
+
+class QuotaNotCounted(Exception):
+    """The API server refused a create: a ResourceQuota of the namespace is new (or has new
+    resources) and the quota controller has not counted its usage yet."""
+
+    def __init__(self, quota: str) -> None:
+        super().__init__(f"status unknown for quota {quota}")
+        self.quota = quota
+
+
 class InvalidCursor(Exception):
     """A list continue token that is malformed or expired."""
 
@@ -58,7 +76,8 @@ class PageData:
 
 class ExecutionService(Protocol):
     async def create(self, namespace: str, manifest: Resource) -> Resource:
-        """Create the CR; ExecutionAlreadyExists on a name clash, ExecutionRejected if invalid."""
+        """Create the CR; ExecutionAlreadyExists on a name clash, ExecutionRejected if invalid,
+        QuotaExceeded or QuotaNotCounted if a ResourceQuota refuses it."""
         ...
 
     async def get(self, namespace: str, name: str) -> Resource:
@@ -108,7 +127,7 @@ class SessionService(Protocol):
 
     async def create(self, namespace: str, manifest: Resource) -> Resource:
         """Create the CodeSession; SessionAlreadyExists on a name clash, ExecutionRejected if
-        invalid."""
+        invalid, QuotaExceeded or QuotaNotCounted if a ResourceQuota refuses it."""
         ...
 
     async def get(self, namespace: str, name: str) -> Resource:

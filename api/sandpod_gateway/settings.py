@@ -73,6 +73,12 @@ class GatewaySettings(BaseSettings):
         default="",
         description="A file holding the token the operator's direct path expects.",
     )
+    replicas: int = Field(
+        default=1,
+        ge=1,
+        description="Gateway replicas serving together (the chart sets it from "
+        "gateway.replicas): each takes this share of a tenant's request rate and burst.",
+    )
     max_log_follows: int = Field(
         default=200, ge=1, description="Pod logs this replica follows at once (all tenants)."
     )

@@ -88,6 +88,8 @@ from sandpod_bench.workloads import (
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 CONTAINERD_SOCKET = REPO_ROOT / ".cluster" / "run" / "containerd.sock"
 KEYS_SECRET = "bench-api-keys"
+# The bench tenants' request rate and burst: far above what the benchmarks send.
+BENCH_REQUESTS_PER_SECOND = 10000
 SECTIONS = (
     "latency",
     "baselines",
@@ -472,7 +474,13 @@ def tenants_secret(tenants: dict[str, tuple[str, str]]) -> client.V1Secret:
         "tenants": {
             name: {
                 "namespace": namespace,
-                "limits": {"maxTimeoutSeconds": 60, "maxConcurrent": 256, "maxSessions": 16},
+                "limits": {
+                    "maxTimeoutSeconds": 60,
+                    "maxConcurrent": 256,
+                    "maxSessions": 16,
+                    "requestsPerSecond": BENCH_REQUESTS_PER_SECOND,
+                    "requestBurst": BENCH_REQUESTS_PER_SECOND,
+                },
                 "apiKeys": [{"name": "bench", "sha256": hashlib.sha256(key.encode()).hexdigest()}],
             }
             for name, (namespace, key) in tenants.items()

@@ -21,6 +21,7 @@ import httpx
 import yaml
 from kubernetes import client
 from sandpod_testkit.paths import REPO_ROOT
+from sandpod_testkit.quotas import wait_for_quotas
 from sandpod_testkit.waiting import wait_until
 
 CHART = REPO_ROOT / "charts" / "sandpod"
@@ -81,13 +82,22 @@ class ChartRelease:
         return completed
 
     def install(self) -> None:
-        """`helm upgrade --install --wait` with `values` (so also an upgrade)."""
+        """`helm upgrade --install --wait` with `values` (so also an upgrade), then until the
+        tenant namespaces' ResourceQuotas are counted (creates there succeed)."""
         values_file = self.workdir / f"values-{self.name}.yaml"
         values_file.write_text(yaml.safe_dump({**self.values, "fullnameOverride": self.name}))
         self.helm_run(
             "upgrade", "--install", self.name, str(CHART), "--create-namespace",
             "--values", str(values_file), "--wait", "--timeout", HELM_TIMEOUT,
         )  # fmt: skip
+        wait_for_quotas(client.CoreV1Api(self.api_client), *self.tenant_namespaces)
+
+    @property
+    def tenant_namespaces(self) -> set[str]:
+        """The namespaces of the chart's tenants (`tenants` in the values)."""
+        return {
+            tenant.get("namespace") or tenant["name"] for tenant in self.values.get("tenants", [])
+        }
 
     def uninstall(self) -> None:
         """`helm uninstall` (its hook releases what the operator served), then the namespace."""

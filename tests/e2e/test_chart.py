@@ -25,6 +25,7 @@ import yaml
 from kubernetes import client
 from sandpod_testkit.kube import api_server_cidrs
 from sandpod_testkit.paths import REPO_ROOT
+from sandpod_testkit.quotas import wait_for_quotas
 from sandpod_testkit.waiting import wait_until
 
 CHART = REPO_ROOT / "charts" / "sandpod"
@@ -197,6 +198,7 @@ def test_install_test_upgrade_uninstall(
         "install", release.name, str(CHART), "--values", str(release.values_file),
         "--wait", "--timeout", HELM_TIMEOUT,
     )  # fmt: skip
+    wait_for_quotas(core_v1, release.tenant_namespace)
     for deployment in (operator, gateway):
         assert deployment_rolled_out(apps, release.namespace, deployment), deployment
     tenant_namespace: Any = core_v1.read_namespace(release.tenant_namespace)
@@ -310,6 +312,7 @@ def test_helm_test_with_hashed_keys_only(
         assert "ok: execution" in tested.stderr, tested.stderr
 
     release.run("install", release.name, str(CHART), *deploy)
+    wait_for_quotas(core_v1, release.tenant_namespace)
     key, digests = generated_test_key(core_v1, release)
     assert digests == {"ci": tenant_digest, "helm-test": hashlib.sha256(key.encode()).hexdigest()}
     helm_test_passes()

@@ -19,7 +19,10 @@ from chart_release import REQUEST_TIMEOUT, DeployedGateway
 from kubernetes import client
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from sandpod_contract.models import TERMINAL_PHASES
 from sandpod_testkit.expected import AGENT_TOOLS
+from sandpod_testkit.kube import GROUP, PLURAL, VERSION
+from sandpod_testkit.quotas import wait_for_quotas
 from sandpod_testkit.waiting import wait_until
 
 LIVE_PROGRAM = """\
@@ -174,6 +177,54 @@ def test_over_the_concurrency_limit_is_429(alice: httpx.Client) -> None:
         assert refused.json()["error"]["code"] == "concurrency_limit"
     finally:
         alice.delete(f"/v1/executions/{running}")
+
+
+def test_a_tenant_at_its_object_quota_gets_429_naming_it(
+    gateway: DeployedGateway,
+    namespace: str,
+    core_v1: client.CoreV1Api,
+    custom_objects: client.CustomObjectsApi,
+) -> None:
+    """A ResourceQuota of two executions (as the chart's sandpod-objects, only tiny): the
+    third create is refused, 429 quota_exceeded naming the quota; the two accepted are kept
+    and finish."""
+    quota = "tiny-objects"
+    core_v1.create_namespaced_resource_quota(
+        namespace,
+        client.V1ResourceQuota(
+            metadata=client.V1ObjectMeta(name=quota),
+            spec=client.V1ResourceQuotaSpec(hard={f"count/{PLURAL}.{GROUP}": "2"}),
+        ),
+    )
+    wait_for_quotas(core_v1, namespace)
+    key = gateway.add_tenant(namespace, namespace, maxConcurrent=5)
+
+    with gateway.client(key) as http:
+        accepted = [start(http, f"print({n})") for n in range(2)]
+        refused = http.post(
+            "/v1/executions", params={"wait": "false"}, json={"language": "python", "code": "3"}
+        )
+        for name in accepted:
+            wait_until(
+                lambda name=name: finished(custom_objects, namespace, name),
+                timeout=REQUEST_TIMEOUT,
+                what=f"{name} to finish",
+            )
+        results = [http.get(f"/v1/executions/{name}").json() for name in accepted]
+
+    assert refused.status_code == 429, refused.text
+    error = refused.json()["error"]
+    assert error["code"] == "quota_exceeded"
+    assert quota in error["message"]
+    assert int(refused.headers["Retry-After"]) >= 1
+    listed = custom_objects.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+    assert sorted(item["metadata"]["name"] for item in listed["items"]) == sorted(accepted)
+    assert [(r["status"], r["stdout"]) for r in results] == [("success", "0\n"), ("success", "1\n")]
+
+
+def finished(objects: client.CustomObjectsApi, namespace: str, name: str) -> bool:
+    execution: Any = objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    return execution.get("status", {}).get("phase") in TERMINAL_PHASES
 
 
 async def test_an_mcp_client_lists_and_runs_run_code(

@@ -1,4 +1,5 @@
-"""One tenant's abuse of the gateway (the chart's, against the cluster): a storm of
+"""One tenant's abuse of the gateway (the chart's, against the cluster): a flood of requests
+from one key is refused beyond the tenant's rate while another tenant is served; a storm of
 waits replaying one Idempotency-Key is refused beyond the bound while the same tenant's
 print(1) still runs; the running count comes from labels (the operator's finished label);
 and no one but the gateway and the operator may set those labels (the chart's admission
@@ -29,6 +30,10 @@ pytestmark = pytest.mark.usefixtures("sandpod_operator")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REPLAYS = 300
 WAITS_PER_EXECUTION = 4
+# The replay storm measures the wait bound, not the rate: its tenant may send it all at once.
+STORM_RATE = {"requestsPerSecond": 2 * REPLAYS, "requestBurst": 2 * REPLAYS}
+FLOOD = 200
+FLOOD_RATE = {"requestsPerSecond": 5, "requestBurst": 10}
 SLOW = "import time\ntime.sleep(20)\nprint('slept')"
 
 
@@ -36,12 +41,47 @@ def abuser(gateway: DeployedGateway, namespace: str, **limits: Any) -> httpx.Asy
     key = gateway.add_tenant(
         "abuser", namespace, maxWaitsPerExecution=WAITS_PER_EXECUTION, **limits
     )
+    return async_client(gateway, key)
+
+
+def async_client(gateway: DeployedGateway, key: str) -> httpx.AsyncClient:
     return httpx.AsyncClient(
         base_url=gateway.url,
         headers={"Authorization": f"Bearer {key}"},
         timeout=REQUEST_TIMEOUT,
         limits=httpx.Limits(max_connections=REPLAYS + 10, max_keepalive_connections=20),
     )
+
+
+def test_a_flood_from_one_key_is_rate_limited_and_another_tenant_is_served(
+    gateway: DeployedGateway, hostile_namespace: str, table_row: Row
+) -> None:
+    table_row.expected = f"most of {FLOOD} 429 rate_limited; the other tenant's print(1) 200"
+    flooder = async_client(gateway, gateway.add_tenant("flooder", hostile_namespace, **FLOOD_RATE))
+    neighbour = async_client(gateway, gateway.add_tenant("neighbour", hostile_namespace))
+
+    async def run() -> tuple[list[httpx.Response], httpx.Response]:
+        async with flooder, neighbour:
+            flood = [asyncio.create_task(flooder.get("/v1/executions")) for _ in range(FLOOD)]
+            quick = await neighbour.post(
+                "/v1/executions", json={"language": "python", "code": "print(1)"}
+            )
+            return list(await asyncio.gather(*flood)), quick
+
+    answered, quick = asyncio.run(run())
+
+    refused = [r for r in answered if r.status_code == 429]
+    served = [r for r in answered if r.status_code == 200]
+    table_row.observed = f"429: {len(refused)}, 200: {len(served)}; print(1) {quick.status_code}"
+    assert len(refused) + len(served) == FLOOD, sorted({r.status_code for r in answered})
+    assert len(refused) > FLOOD // 2
+    for response in refused:
+        error = response.json()["error"]
+        assert error["code"] == "rate_limited"
+        assert error["details"][0]["type"] == "requests_per_second"
+        assert int(response.headers["Retry-After"]) >= 1
+    assert quick.status_code == 200, quick.text
+    assert (quick.json()["status"], quick.json()["stdout"]) == ("success", "1\n")
 
 
 async def until_answered(tasks: list[asyncio.Task[httpx.Response]], count: int) -> None:
@@ -73,7 +113,7 @@ def test_a_replay_storm_is_refused_beyond_the_bound_and_the_tenant_still_runs(
     table_row.expected = f"≥{REPLAYS - WAITS_PER_EXECUTION} of {REPLAYS} 429; print(1) 200"
 
     async def run() -> tuple[list[httpx.Response], httpx.Response, float]:
-        async with abuser(gateway, hostile_namespace) as client:
+        async with abuser(gateway, hostile_namespace, **STORM_RATE) as client:
             return await storm(client)
 
     answered, quick, latency = asyncio.run(run())

@@ -23,7 +23,13 @@ from sandpod_contract.runner import OutputChunk
 from sandpod_gateway.auth import KeyStoreUnavailable, SecretApiKeyStore, hash_api_key
 from sandpod_gateway.kube_service import KubernetesExecutionService
 from sandpod_gateway.main import create_app
-from sandpod_gateway.service import ExecutionAlreadyExists, ExecutionNotFound, InvalidCursor
+from sandpod_gateway.service import (
+    ExecutionAlreadyExists,
+    ExecutionNotFound,
+    InvalidCursor,
+    QuotaExceeded,
+    QuotaNotCounted,
+)
 from sandpod_gateway.settings import GatewaySettings
 from sandpod_testkit.apiserver import PrivateApiServer, require_kube_bin_dir
 from sandpod_testkit.paths import CRD_PATH
@@ -125,6 +131,38 @@ async def test_create_get_list_and_cancel(api_server: PrivateApiServer, namespac
     assert rest.next_cursor is None
     assert len(everything.items) == 3
     assert cancelled["metadata"]["annotations"][CANCEL_ANNOTATION] == "true"
+
+
+async def test_quota_refusals_are_told_apart(api_server: PrivateApiServer, namespace: str) -> None:
+    """This API server runs no quota controller: the test writes the quota's status as the
+    controller does, first its hard limits without their usage (as after a sync before the
+    controller has found the CRD: every create refused, "status unknown for quota"), then
+    the usage; then the quota's own limit refuses the second execution."""
+    counted = f"count/{PLURAL}.{GROUP}"
+    api_server.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "tiny", "namespace": namespace},
+            "spec": {"hard": {counted: "1"}},
+        }
+    )
+    async with kube(api_server) as client:
+        core, service = CoreV1Api(client), KubernetesExecutionService(client)
+        await core.patch_namespaced_resource_quota_status(
+            "tiny", namespace, {"status": {"hard": {counted: "1"}}}
+        )
+        with pytest.raises(QuotaNotCounted) as not_counted:
+            await service.create(namespace, manifest("first"))
+        await core.patch_namespaced_resource_quota_status(
+            "tiny", namespace, {"status": {"used": {counted: "0"}}}
+        )
+        await service.create(namespace, manifest("first"))
+        with pytest.raises(QuotaExceeded) as exceeded:
+            await service.create(namespace, manifest("second"))
+
+    assert not_counted.value.quota == "tiny"
+    assert (exceeded.value.quota, exceeded.value.limited) == ("tiny", f"{counted}=1")
 
 
 async def test_wait_follows_the_status_to_the_end(

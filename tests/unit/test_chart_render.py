@@ -29,6 +29,7 @@ from sandpod_contract.names import (
     ROLE_LABEL,
     RUNNER_PORT,
     SANDBOX_ROLE,
+    SESSION_PLURAL,
     TENANT_LABEL,
 )
 from sandpod_gateway.auth import KeyIndex, parse_tenants_config
@@ -79,6 +80,7 @@ CHART_MANAGED_GATEWAY_SETTINGS = {
     "direct_service",
     "direct_url",
     "direct_token_file",
+    "replicas",
 }
 # A value other than the default for every operator and gateway setting.
 EVERY_OPERATOR_SETTING: dict[str, Any] = {
@@ -156,6 +158,8 @@ TENANTS: list[dict[str, Any]] = [
             "maxLifetimeSeconds": 600,
             "maxFileBytes": 65536,
             "maxInlineFileBytes": 262144,
+            "requestsPerSecond": 20,
+            "requestBurst": 40,
         },
         "resourceQuota": {"pods": "20"},
         "pools": [
@@ -286,6 +290,7 @@ MINIMAL_VALUES: dict[str, Any] = {
     "uninstallHook": {"enabled": False},
     "test": {"enabled": False},
     "labelPolicy": {"enabled": False},
+    "tenantNamespaces": {"objectQuota": {"enabled": False}},
     "tenants": [{"name": "solo"}],
 }
 SCENARIOS = {"default": {}, "full": FULL_VALUES, "minimal": MINIMAL_VALUES}
@@ -555,9 +560,54 @@ def test_tenant_namespaces(rendered: dict[str, list[Manifest]]) -> None:
     assert pools["py"]["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
     quota = find(manifests, "ResourceQuota", "sandpod-tenant-team-a", "team-a")
     assert quota["spec"] == {"hard": {"pods": "20"}}
-    assert len(of_kind(manifests, "ResourceQuota")) == 1
+    tenant_quotas = of_kind(manifests, "ResourceQuota")
+    assert [q for q in tenant_quotas if q["metadata"]["name"] != "sandpod-objects"] == [quota]
     default_labels = find(rendered["minimal"], "Namespace", "solo")["metadata"]["labels"]
     assert default_labels["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+OBJECT_COUNTS = {
+    f"count/{PLURAL}.{GROUP}": "5000",
+    f"count/{SESSION_PLURAL}.{GROUP}": "100",
+}
+
+
+def test_every_tenant_namespace_has_an_object_quota(rendered: dict[str, list[Manifest]]) -> None:
+    quotas = [
+        q
+        for q in of_kind(rendered["full"], "ResourceQuota")
+        if q["metadata"]["name"] == "sandpod-objects"
+    ]
+    # Once per namespace, those the chart creates and those it is given (existing).
+    assert sorted(q["metadata"]["namespace"] for q in quotas) == ["existing", "shared", "team-a"]
+    for quota in quotas:
+        assert quota["spec"] == {"hard": OBJECT_COUNTS}
+        assert quota["metadata"]["labels"]["app.kubernetes.io/instance"] == RELEASE
+    assert of_kind(rendered["default"], "ResourceQuota") == []  # no tenants, no namespaces
+    assert of_kind(rendered["minimal"], "ResourceQuota") == []  # turned off
+
+
+def test_the_object_quota_can_be_changed_or_turned_off(helm: Path, tmp_path: Path) -> None:
+    tenants = {"tenants": [{"name": "solo"}]}
+    smaller = {f"count/{PLURAL}.{GROUP}": "50", "count/configmaps": "60"}
+    changed = render(
+        helm, tmp_path, {**tenants, "tenantNamespaces": {"objectQuota": {"hard": smaller}}}
+    )
+    off = render(
+        helm, tmp_path, {**tenants, "tenantNamespaces": {"objectQuota": {"enabled": False}}}
+    )
+
+    # Helm merges maps: a value given replaces the default's, the other defaults stay.
+    quota = find(changed, "ResourceQuota", "sandpod-objects", "solo")
+    assert quota["spec"]["hard"] == {**OBJECT_COUNTS, **smaller}
+    assert of_kind(off, "ResourceQuota") == []
+
+
+def test_the_gateway_knows_its_replica_count(rendered: dict[str, list[Manifest]]) -> None:
+    for scenario, replicas in [("default", "1"), ("full", "2")]:
+        deployment = find(rendered[scenario], "Deployment", f"{FULLNAME}-gateway", NAMESPACE)
+        env = container_env(deployment["spec"]["template"]["spec"])
+        assert env["SANDPOD_GATEWAY_REPLICAS"] == replicas
 
 
 # --- the operator ---
@@ -730,6 +780,7 @@ def test_every_setting_reaches_the_gateway(rendered: dict[str, list[Manifest]]) 
     )
     assert settings["api_keys_namespace"] == NAMESPACE
     assert settings["api_keys_secret"] == f"{FULLNAME}-api-keys"
+    assert settings["replicas"] == 2
 
 
 # --- the gateway ---
@@ -1146,6 +1197,14 @@ def test_schema_pools_are_the_pool_spec(values_schema: dict[str, Any]) -> None:
             "/tenants/0/apiKeys/0",
         ),
         ({"tenants": [{"name": "team-a", "limits": {"maxCpu": 1}}]}, "/tenants/0/limits/maxCpu"),
+        (
+            {"tenants": [{"name": "a", "limits": {"requestsPerSecond": 0}}]},
+            "/tenants/0/limits/requestsPerSecond",
+        ),
+        (
+            {"tenantNamespaces": {"objectQuota": {"hard": {"pods": 5}}}},
+            "/tenantNamespaces/objectQuota/hard/pods",
+        ),
         ({"tenants": [{"namespace": "x"}]}, "missing property 'name'"),
         (
             {"tenants": [{"name": "a", "pools": [{"name": "p", "language": "python"}]}]},

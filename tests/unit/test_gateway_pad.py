@@ -62,7 +62,14 @@ def test_a_pad_not_built_says_so(tmp_path: Path) -> None:
 
 
 def test_tenant_answers_limits_and_defaults_within_them(tmp_path: Path) -> None:
-    http = client(tmp_path, max_timeout_seconds=5, max_memory="128Mi", max_concurrent=3)
+    http = client(
+        tmp_path,
+        max_timeout_seconds=5,
+        max_memory="128Mi",
+        max_concurrent=3,
+        requests_per_second=7,
+        request_burst=9,
+    )
 
     body = http.get("/v1/tenant").json()
 
@@ -77,6 +84,8 @@ def test_tenant_answers_limits_and_defaults_within_them(tmp_path: Path) -> None:
             "max_idle_timeout_seconds": 1800,
             "max_lifetime_seconds": 7200,
             "max_file_bytes": 256 * 1024,
+            "requests_per_second": 7,
+            "request_burst": 9,
         },
         # the gateway's defaults (10 s, 256Mi, 500m), capped by the tenant's maximums
         "defaults": {"timeout_seconds": 5, "memory": "128Mi", "cpu": "500m"},

@@ -36,8 +36,9 @@ from sandpod_gateway.schemas import (
 from sandpod_gateway.security_headers import attachment_response
 from sandpod_gateway.streaming import execution_events
 
-# Every route here authenticates (401), validates (422) and talks to the cluster (503).
-COMMON_ERRORS = (401, 422, 503)
+# Every route here authenticates (401), validates (422), counts against the tenant's request
+# rate (429) and talks to the cluster (503).
+COMMON_ERRORS = (401, 422, 429, 503)
 router = APIRouter(
     prefix="/v1/executions", tags=["executions"], responses=error_responses(*COMMON_ERRORS)
 )
@@ -203,7 +204,7 @@ async def cancel_execution(
     description='Server-Sent Events: `stdout` and `stderr` ({"data": text}) as the program '
     "writes, then `exit` with the result (an ExecutionResult). `error` "
     '({"code", "message"}) if the stream cannot continue.',
-    responses=error_responses(*COMMON_ERRORS, 404, 429, streaming=True),
+    responses=error_responses(*COMMON_ERRORS, 404, streaming=True),
 )
 async def stream_execution(
     execution: OwnedExecution,

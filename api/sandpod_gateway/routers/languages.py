@@ -6,7 +6,9 @@ from sandpod_gateway.dependencies import CatalogDep, CurrentTenant
 from sandpod_gateway.errors import error_responses
 from sandpod_gateway.schemas import LanguageList
 
-router = APIRouter(prefix="/v1/languages", tags=["languages"], responses=error_responses(401, 503))
+router = APIRouter(
+    prefix="/v1/languages", tags=["languages"], responses=error_responses(401, 429, 503)
+)
 
 
 @router.get("", response_model=LanguageList, summary="List languages")

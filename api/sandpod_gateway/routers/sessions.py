@@ -161,7 +161,7 @@ async def session_stream_slot(
     summary="Stream a run's output",
     description="As GET /v1/executions/{id}/stream. A run in a session shares its pod's log "
     "with the session's other runs, so its output comes once it has finished, then `exit`.",
-    responses=error_responses(*COMMON_ERRORS, 404, 429, streaming=True),
+    responses=error_responses(*COMMON_ERRORS, 404, streaming=True),
 )
 async def stream_session_execution(
     execution: Annotated[Resource, Depends(session_execution)],

@@ -9,7 +9,7 @@ from sandpod_gateway.dependencies import CurrentTenant, SettingsDep
 from sandpod_gateway.errors import error_responses
 from sandpod_gateway.schemas import TenantDefaults, TenantInfo, TenantLimitsInfo
 
-router = APIRouter(prefix="/v1/tenant", tags=["tenant"], responses=error_responses(401, 503))
+router = APIRouter(prefix="/v1/tenant", tags=["tenant"], responses=error_responses(401, 429, 503))
 
 
 @router.get("", response_model=TenantInfo, summary="The caller's tenant")
@@ -28,6 +28,8 @@ async def get_tenant(tenant: CurrentTenant, settings: SettingsDep) -> TenantInfo
             max_idle_timeout_seconds=limits.max_idle_timeout_seconds,
             max_lifetime_seconds=limits.max_lifetime_seconds,
             max_file_bytes=limits.max_file_bytes,
+            requests_per_second=limits.requests_per_second,
+            request_burst=limits.request_burst,
         ),
         defaults=TenantDefaults(**asdict(default_limits(tenant, settings))),
         max_code_bytes=settings.max_code_bytes,

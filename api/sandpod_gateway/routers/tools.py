@@ -6,7 +6,7 @@ from sandpod_gateway.dependencies import CatalogDep, CurrentTenant
 from sandpod_gateway.errors import error_responses
 from sandpod_gateway.tool_definitions import OpenAITool, openai_tools
 
-router = APIRouter(prefix="/v1/tools", tags=["tools"], responses=error_responses(401, 503))
+router = APIRouter(prefix="/v1/tools", tags=["tools"], responses=error_responses(401, 429, 503))
 
 
 @router.get(

@@ -5,7 +5,8 @@ GATEWAY_URL, API_KEY, API_KEYS_REFRESH_SECONDS, LANGUAGE, CODE, EXPECTED_STDOUT,
 
 A key the chart has just added takes each gateway replica up to API_KEYS_REFRESH_SECONDS to
 load, so a 401 is retried until then (plus a margin); the Service may pick another replica
-each time, so the execution's own request is retried too.
+each time, so the execution's own request is retried too. So is a 503 quota_not_counted: the
+tenant namespace's ResourceQuota that the install has just made is not counted yet.
 """
 
 import json
@@ -63,16 +64,28 @@ def wait_ready(base: str, key: str) -> None:
     fail(f"the gateway at {base} is not ready after {READY_DEADLINE_SECONDS}s: {last}")
 
 
+def not_yet(status: int, result: dict[str, Any]) -> str | None:
+    """Why the gateway cannot take the request yet, if that is why it refused it."""
+    if status == 401:
+        return "the gateway has not loaded the key yet"
+    if status == 503 and (result.get("error") or {}).get("code") == "quota_not_counted":
+        return "the tenant namespace's new ResourceQuota is not counted yet"
+    return None
+
+
 def call_accepted(
     method: str, url: str, key: str, body: dict[str, Any] | None, timeout: float
 ) -> tuple[int, dict[str, Any]]:
-    """`call`, again while the gateway does not know the key yet (401), until its deadline."""
+    """`call`, again while the gateway does not know the key yet (401) or the namespace's
+    quota is not counted yet (503 quota_not_counted), until its deadline."""
     deadline = time.monotonic() + float(os.environ["API_KEYS_REFRESH_SECONDS"])
     deadline += KEY_MARGIN_SECONDS
     status, result = call(method, url, key, body, timeout)
-    if status == 401:
-        print("401: the gateway has not loaded the key yet; trying again until it has")
-    while status == 401 and time.monotonic() < deadline:
+    said = None
+    while (reason := not_yet(status, result)) is not None and time.monotonic() < deadline:
+        if reason != said:
+            print(f"{status}: {reason}; trying again until it is")
+            said = reason
         time.sleep(RETRY_SECONDS)
         status, result = call(method, url, key, body, timeout)
     return status, result

@@ -101,6 +101,18 @@ class PrivateApiServer:
             lambda: self.kubectl_ok("get", "--raw", "/readyz"), timeout=60, what="the API server"
         )
 
+    def start_controllers(self, *controllers: str) -> None:
+        """kube-controller-manager running only `controllers` (e.g. resourcequota) against
+        this API server; stopped with it."""
+        self._spawn(
+            "kube-controller-manager",
+            f"--kubeconfig={self.kubeconfig}",
+            f"--controllers={','.join(controllers)}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            "--secure-port=0",
+        )
+
     def _kubeconfig(self) -> dict[str, Any]:
         cluster = {"server": self.url, "insecure-skip-tls-verify": True}
         return {
