@@ -7,6 +7,7 @@ status, or a refusal the gateway maps to its own errors.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -28,6 +29,7 @@ class Runs(Protocol):
 
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
+STARTING_POLL_SECONDS = 0.05
 
 
 def refusal(status: int, reason: str, message: str, **headers: str) -> web.Response:
@@ -50,7 +52,24 @@ def parse_run(body: Any) -> tuple[str, Manifest, str] | None:
     return namespace, execution, session
 
 
-def create_app(runs: Runs, token: str, sessions: SessionLookup) -> web.Application:
+async def once_started(
+    sessions: SessionLookup, namespace: str, name: str, wait_seconds: float
+) -> Manifest | None:
+    """The session, once it is no longer starting (or `wait_seconds` have passed): a run
+    sent right after the session was opened waits for its sandbox, as on the record path."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_seconds
+    while True:
+        session = sessions(namespace, name)
+        phase = ((session or {}).get("status") or {}).get("phase")
+        if session is None or phase not in (None, "Starting") or loop.time() >= deadline:
+            return session
+        await asyncio.sleep(STARTING_POLL_SECONDS)
+
+
+def create_app(
+    runs: Runs, token: str, sessions: SessionLookup, starting_wait_seconds: float
+) -> web.Application:
     expected = f"Bearer {token}".encode()
 
     async def post_run(request: web.Request) -> web.Response:
@@ -64,7 +83,7 @@ def create_app(runs: Runs, token: str, sessions: SessionLookup) -> web.Applicati
         if parsed is None:
             return refusal(400, "BadRequest", "namespace and a named execution in a session")
         namespace, execution, session_name = parsed
-        session = sessions(namespace, session_name)
+        session = await once_started(sessions, namespace, session_name, starting_wait_seconds)
         if session is None:
             return refusal(404, "SessionNotFound", f"no session {session_name!r}")
         try:

@@ -171,9 +171,10 @@ async def start_direct_path(
 
     def session(namespace: str, name: str) -> dict[str, Any] | None:
         found = list(sessions.get((namespace, name), []))
-        return plain(found[0]) if found else None
+        return reconciler.sessions.freshest(plain(found[0])) if found else None
 
-    app = direct_endpoint.create_app(runs, token, session)
+    wait = sandpod.pod_startup_timeout_seconds
+    app = direct_endpoint.create_app(runs, token, session, starting_wait_seconds=wait)
     memo.direct_endpoint = await direct_endpoint.start(app, sandpod.direct_port)
 
 

@@ -18,6 +18,8 @@ from sandpod_testkit.waiting import wait_until
 TERMINAL = {"Succeeded", "Failed", "TimedOut", "Error", "Cancelled"}
 # gVisor starts an interpreter in about a second; image unpack and scheduling add a few more.
 RUN_TIMEOUT = 90
+# A session run's record is written behind its answer: how long a test waits to read it.
+RECORD_TIMEOUT = 30
 
 Execution = dict[str, Any]
 

@@ -12,14 +12,13 @@ import httpx
 import httpx2
 import pytest
 from chart_release import REQUEST_TIMEOUT, ChartRelease, DeployedGateway
+from executions import RECORD_TIMEOUT, wait_for
 from kube_helpers import pod_finished, wait_for_pod
 from kubernetes import client
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from sandpod_contract.catalog import load_catalog
-from sandpod_contract.names import PLURAL, RECORD_DIRECT, RECORD_LABEL
-from sandpod_testkit.kube import GROUP, VERSION
-from sandpod_testkit.waiting import wait_until
+from sandpod_contract.names import RECORD_DIRECT, RECORD_LABEL
 
 
 @pytest.fixture
@@ -111,22 +110,12 @@ def test_a_runs_output_files_come_back_and_the_next_run_starts_without_them(
     assert (second["status"], second["files"]) == ("success", []), second
 
 
-def record_of(objects: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
-    found: Any = objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-    return dict(found)
-
-
 def test_a_run_is_answered_directly_and_recorded_behind(
     alice: httpx.Client, session: str, namespace: str, custom_objects: client.CustomObjectsApi
 ) -> None:
     answer = run_in(alice, session, "print('direct')")
 
-    def recorded() -> bool:
-        status = record_of(custom_objects, namespace, answer["id"]).get("status") or {}
-        return status.get("phase") == "Succeeded"
-
-    wait_until(recorded, timeout=30, what="the run's record", interval=0.2)
-    record = record_of(custom_objects, namespace, answer["id"])
+    record = wait_for(custom_objects, namespace, answer["id"], timeout=RECORD_TIMEOUT)
     assert (answer["status"], answer["stdout"]) == ("success", "direct\n")
     assert record["metadata"]["labels"][RECORD_LABEL] == RECORD_DIRECT
     assert record["metadata"].get("finalizers") is None  # no handler reconciles a record

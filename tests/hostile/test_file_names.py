@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from chart_release import DeployedGateway
-from executions import GROUP, PLURAL, VERSION, get, status
+from executions import GROUP, PLURAL, RECORD_TIMEOUT, VERSION, status, wait_for
 from kubernetes import client
 from results_table import Row
 
@@ -41,8 +41,8 @@ def tenant(gateway: DeployedGateway, hostile_namespace: str) -> Iterator[httpx.C
 
 
 def recorded_outputs(objects: client.CustomObjectsApi, namespace: str, name: str) -> list[str]:
-    execution = get(objects, namespace, name)
-    assert execution is not None, name
+    """The output files its record lists, once written (a session run's: behind its answer)."""
+    execution = wait_for(objects, namespace, name, timeout=RECORD_TIMEOUT)
     return [entry["path"] for entry in status(execution).get("outputs") or []]
 
 

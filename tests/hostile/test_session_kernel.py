@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 from chart_release import DeployedGateway
-from executions import get, status
+from executions import RECORD_TIMEOUT, status, wait_for
 from kubernetes import client
 from results_table import Row
 from sandpod_contract.names import SESSION_PLURAL
@@ -69,9 +69,8 @@ def run_in(http: httpx.Client, session: str, code: str, **options: Any) -> dict[
 
 
 def recorded(objects: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
-    execution = get(objects, namespace, name)
-    assert execution is not None, name
-    return status(execution)
+    """The run's record once written (a session run's is written behind its answer)."""
+    return status(wait_for(objects, namespace, name, timeout=RECORD_TIMEOUT))
 
 
 def ended_session(

@@ -149,7 +149,7 @@ async def serving(runs: PlayedRuns, port: int) -> AsyncIterator[str]:
     def session(namespace: str, name: str) -> Any:
         return {"metadata": {"name": name}} if name == "live" else None
 
-    app = direct_endpoint.create_app(runs, TOKEN, session)
+    app = direct_endpoint.create_app(runs, TOKEN, session, starting_wait_seconds=1)
     runner = await direct_endpoint.start(app, port)
     try:
         yield f"http://127.0.0.1:{port}"
@@ -254,3 +254,14 @@ async def test_the_endpoint_refuses_a_malformed_body(
         response.release()
 
     assert (status, runs.seen) == (400, [])
+
+
+async def test_a_run_waits_for_a_starting_session_to_be_ready() -> None:
+    phases = iter(["Starting", "Starting", "Ready"])
+
+    def session(namespace: str, name: str) -> Any:
+        return {"metadata": {"name": name}, "status": {"phase": next(phases)}}
+
+    found = await direct_endpoint.once_started(session, "team", "s", wait_seconds=30)
+
+    assert found is not None and found["status"]["phase"] == "Ready"

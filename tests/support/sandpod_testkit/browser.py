@@ -54,9 +54,15 @@ def chromium() -> Iterator[Browser]:
             browser.close()
 
 
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
 def origin(url: str) -> str:
+    """scheme://host:port, the port given even when the URL leaves it out (http://h/ and the
+    http://h:80/ a browser may report for it are one origin)."""
     parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}"
+    port = parts.port or DEFAULT_PORTS.get(parts.scheme)
+    return f"{parts.scheme}://{parts.hostname}:{port}"
 
 
 @dataclass
