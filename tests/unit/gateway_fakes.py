@@ -14,6 +14,8 @@ from typing import Any
 
 import httpx2
 from fastapi import FastAPI
+from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.client.exceptions import ApiException
 from sandpod_contract.models import TERMINAL_PHASES
 from sandpod_contract.names import CANCEL_ANNOTATION, FINISHED_LABEL
 from sandpod_contract.runner import OutputChunk
@@ -23,6 +25,7 @@ from sandpod_gateway.dependencies import (
     get_key_store,
     get_session_service,
 )
+from sandpod_gateway.kube_service import KubernetesExecutionService, KubernetesSessionService
 from sandpod_gateway.main import create_app
 from sandpod_gateway.pad import PAD_DIR
 from sandpod_gateway.service import (
@@ -319,3 +322,27 @@ def parse_sse(text: str) -> list[tuple[str, Any]]:
         if data:
             events.append((event, json.loads("\n".join(data))))
     return events
+
+
+class RefusingCustomObjects:
+    """Stands in for CustomObjectsApi: every create is refused with `status` (the body the
+    API server sends)."""
+
+    def __init__(self, status: dict[str, Any]) -> None:
+        self.status = status
+
+    async def create_namespaced_custom_object(self, *args: Any) -> dict[str, Any]:
+        error = ApiException(status=self.status["code"], reason=self.status["reason"])
+        error.body = json.dumps(self.status)
+        raise error
+
+
+def refusing_services(
+    api_client: ApiClient, status: dict[str, Any]
+) -> tuple[KubernetesExecutionService, KubernetesSessionService]:
+    """The real execution and session services over an API that refuses every create."""
+    executions = KubernetesExecutionService(api_client)
+    sessions = KubernetesSessionService(api_client)
+    executions._objects._custom = RefusingCustomObjects(status)  # type: ignore[assignment]
+    sessions._custom = RefusingCustomObjects(status)  # type: ignore[assignment]
+    return executions, sessions

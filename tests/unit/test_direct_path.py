@@ -29,7 +29,9 @@ def at(seconds_ago: float) -> str:
     return (NOW - timedelta(seconds=seconds_ago)).isoformat()
 
 
-def entry(name: str, created_ago: float, finished_ago: float | None, ttl: int | None = None) -> Any:
+def entry(
+    name: str, created_ago: float, finished_ago: float | None, ttl: int | None = None
+) -> RecordEntry:
     finished = "" if finished_ago is None else at(finished_ago)
     return RecordEntry(name, f"uid-{name}", at(created_ago), finished, ttl)
 

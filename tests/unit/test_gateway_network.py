@@ -2,7 +2,6 @@
 the run_code and open_session tools), what the proxy refused in the result, and refusals by
 the API server or the operator, with the Kubernetes side replaced by in-memory fakes."""
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +14,12 @@ from gateway_fakes import (
     Run,
     http_client,
     make_app,
+    refusing_services,
     tenant,
 )
 from kubernetes_asyncio.client import ApiClient
-from kubernetes_asyncio.client.exceptions import ApiException
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from sandpod_gateway.kube_service import KubernetesExecutionService, KubernetesSessionService
 from sandpod_gateway.service import ExecutionRejected
 
 KEY = "sk-net-0123456789"
@@ -249,25 +247,10 @@ def test_a_spec_the_api_server_refuses_is_422_with_its_message() -> None:
     assert error["details"] == [{"field": "spec.network.allow", "message": "outside the bounds"}]
 
 
-class Refusing:
-    """Stands in for CustomObjectsApi: every create is refused with `status`."""
-
-    def __init__(self, status: dict[str, Any]) -> None:
-        self.status = status
-
-    async def create_namespaced_custom_object(self, *args: Any) -> dict[str, Any]:
-        error = ApiException(status=self.status["code"], reason=self.status["reason"])
-        error.body = json.dumps(self.status)
-        raise error
-
-
 @pytest.mark.parametrize("status", [POLICY_REFUSAL, SCHEMA_REFUSAL])
 async def test_an_api_server_refusal_becomes_execution_rejected(status: dict[str, Any]) -> None:
     async with ApiClient() as api_client:
-        executions = KubernetesExecutionService(api_client)
-        sessions = KubernetesSessionService(api_client)
-        executions._objects._custom = Refusing(status)  # type: ignore[assignment]
-        sessions._custom = Refusing(status)  # type: ignore[assignment]
+        executions, sessions = refusing_services(api_client, status)
         for service in (executions, sessions):
             with pytest.raises(ExecutionRejected) as refused:
                 await service.create("ns", {"metadata": {"name": "cx-1"}})

@@ -4,18 +4,21 @@ of the API server mapped to answers that say what happened: a quota used up is 4
 quota_exceeded naming it, a quota not counted yet (just after an install) is 503 with
 Retry-After: 1, never a 500."""
 
-import json
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from gateway_fakes import FakeExecutionService, FakeSessionService, make_app, tenant
+from gateway_fakes import (
+    FakeExecutionService,
+    FakeSessionService,
+    make_app,
+    refusing_services,
+    tenant,
+)
 from kubernetes_asyncio.client import ApiClient
-from kubernetes_asyncio.client.exceptions import ApiException
 from sandpod_gateway.admission import AdmissionControl, RateShare, TokenBucket
 from sandpod_gateway.auth import Tenant, TenantLimits
 from sandpod_gateway.errors import GatewayError, as_gateway_error
-from sandpod_gateway.kube_service import KubernetesExecutionService, KubernetesSessionService
 from sandpod_gateway.service import KubernetesUnavailable, QuotaExceeded, QuotaNotCounted
 
 ALICE = "sk-alice-0123456789"
@@ -257,26 +260,11 @@ RBAC_FORBIDDEN = {
 }
 
 
-class Refusing:
-    """Stands in for CustomObjectsApi: every create is refused with `status`."""
-
-    def __init__(self, status: dict[str, Any]) -> None:
-        self.status = status
-
-    async def create_namespaced_custom_object(self, *args: Any) -> dict[str, Any]:
-        error = ApiException(status=self.status["code"], reason=self.status["reason"])
-        error.body = json.dumps(self.status)
-        raise error
-
-
 async def refusal_of(status: dict[str, Any]) -> list[Exception]:
     """What the execution and the session services raise for a create refused with `status`."""
     raised: list[Exception] = []
     async with ApiClient() as api_client:
-        executions = KubernetesExecutionService(api_client)
-        sessions = KubernetesSessionService(api_client)
-        executions._objects._custom = Refusing(status)  # type: ignore[assignment]
-        sessions._custom = Refusing(status)  # type: ignore[assignment]
+        executions, sessions = refusing_services(api_client, status)
         for service in (executions, sessions):
             try:
                 await service.create("ns", {"metadata": {"name": "cx-1"}})
