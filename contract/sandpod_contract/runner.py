@@ -98,6 +98,8 @@ class RunnerResult(_ProcessOutcome):
     # Session mode only: the run went through the session's Python kernel, so its result is
     # the kernel's word (which earlier runs of the session can have changed).
     kernel: bool = False
+    # Serve and session mode: a cancel (POST /v1/cancel) stopped the run before it ended.
+    cancelled: bool = False
     compile: CompileResult | None = None
 
     # Absent from runners older than the outputs directory.

@@ -140,6 +140,11 @@ class DirectRuns:
         # A caller that goes away does not stop the run: it ends and is recorded.
         return await asyncio.shield(task)
 
+    async def cancel(self, namespace: str, name: str) -> None:
+        """Stop the direct run of that record if it runs here (its record ends Cancelled)."""
+        if (namespace, name) in self.running:
+            await self.sessions.cancel(f"{namespace}/{name}")
+
     def _ended(self, key: Key, task: asyncio.Task[Manifest]) -> None:
         self.running.pop(key, None)
         if task.cancelled() or task.exception() is not None:

@@ -72,6 +72,7 @@ from sandpod_operator.status import (
     NodeRoom,
     Verdict,
     accepted_summary,
+    cancelled_on_request,
     next_status,
     observe_pod,
     observe_served,
@@ -702,17 +703,13 @@ class Reconciler:
         if is_terminal(status.get("phase")):
             return
         meta = execution["metadata"]
+        # A run on its session's runner is stopped there; its session records the answer.
+        if status.get("session") and await self.sessions.cancel(meta["uid"]):
+            return
         finished = now()
         started = parse_time(status.get("startedAt"))
         duration = int((finished - started).total_seconds() * 1000) if started else None
-        verdict = Verdict(
-            "Cancelled",
-            "Cancelled",
-            f"cancelled on request ({CANCEL_ANNOTATION})",
-            retryable=False,
-            finished_at=finished,
-            duration_ms=duration,
-        )
+        verdict = cancelled_on_request(finished_at=finished, duration_ms=duration)
         await self.record(execution, verdict)
         if status.get("podName") and not status.get("session"):
             await self.kube.delete_pod(meta["namespace"], status["podName"], uid=meta["uid"])

@@ -16,7 +16,7 @@ each of its runs reports what the proxy refused the session while it ran.
 
 import asyncio
 import logging
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
@@ -71,6 +71,7 @@ from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import (
     WAITING_FOR_SESSION,
     Verdict,
+    cancelled_on_request,
     clip_message,
     observe_served,
     parse_time,
@@ -102,6 +103,8 @@ STARTING_POLL_SECONDS = 1.0
 DEADLINE_SLACK_SECONDS = 0.05
 # Direct runs that end within this of each other are counted in one session status write.
 ACTIVITY_WRITE_SECONDS = 1.0
+# Cancels of runs that were not on a runner yet, kept until their turn (or forgotten).
+CANCELS_REMEMBERED = 1024
 
 
 def now() -> datetime:
@@ -331,6 +334,9 @@ class SessionController:
     unwritten_runs: Counter[str] = field(default_factory=Counter)
     last_run_end: dict[str, datetime] = field(default_factory=dict)
     activity_writers: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    # Per run id: the pod of a run on its runner now; runs asked to stop before their turn.
+    serving: dict[str, Manifest] = field(default_factory=dict)
+    cancel_requested: OrderedDict[str, None] = field(default_factory=OrderedDict)
 
     # --- waking -------------------------------------------------------------------------
 
@@ -595,10 +601,15 @@ class SessionController:
         the caller's turn: the runner's verified verdict, or the platform's when it did not
         answer (then the sandbox is lost)."""
         name = session["metadata"]["name"]
+        if run_id in self.cancel_requested:
+            del self.cancel_requested[run_id]
+            cancelled = cancelled_on_request(session=name, started_at=started, finished_at=now())
+            return Served(cancelled, None, lost=False)
         _, proxy_variables = await self._proxy_for(session, session_spec)
         before = await self._refused_before(session, session_spec)
         deadline = run_deadline(started, plan.timeout_seconds, self.settings)
         request = run_request(run_id, spec, plan, self.settings, proxy_variables)
+        self.serving[run_id] = pod
         try:
             log = await self.warm.run(pod, request, seconds_left=(deadline - now()).total_seconds())
         except (TimeoutError, RunnerUnavailable) as error:
@@ -609,11 +620,25 @@ class SessionController:
             )
             blocked = await self._blocked_since(session, before)
             return Served(replace(verdict, session=name), blocked, lost=True)
+        finally:
+            self.serving.pop(run_id, None)
         verdict = observe_served(
             pod, log, mode=spec.mode, started_at=started, now=now(), settings=self.settings
         )
         verdict = served_verdict(verdict, log, name, self.settings.status_output_bytes)
         return Served(verdict, await self._blocked_since(session, before), lost=False)
+
+    async def cancel(self, run_id: str) -> bool:
+        """Stop a run: on its session's runner if it runs now (Python: interrupted, its
+        state kept unless it does not stop; other languages: killed), then True; one still
+        waiting for its turn ends Cancelled when the turn comes, without running."""
+        pod = self.serving.get(run_id)
+        if pod is not None and await self.warm.cancel(pod, run_id):
+            return True
+        self.cancel_requested[run_id] = None
+        while len(self.cancel_requested) > CANCELS_REMEMBERED:
+            self.cancel_requested.popitem(last=False)
+        return False
 
     async def run_direct(
         self, session: Manifest, execution: Manifest, on_start: Callable[[], None]

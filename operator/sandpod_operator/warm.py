@@ -36,7 +36,7 @@ from sandpod_contract.runner import LogSummary
 from sandpod_operator.builders import InvalidSpecError, Plan, Sandbox, build_runner_config
 from sandpod_operator.kube import KubeApi, KubeError, Manifest
 from sandpod_operator.pool_builders import plan_pool
-from sandpod_operator.runner_client import RunnerAddress, RunnerUnavailable, run
+from sandpod_operator.runner_client import RunnerAddress, RunnerUnavailable, cancel, run
 from sandpod_operator.settings import OperatorSettings
 
 logger = logging.getLogger(__name__)
@@ -452,6 +452,19 @@ class WarmPath:
             RUNNER_FAILURES.labels(why=error.why).inc()
             logger.warning("runner of pod %s: %s", pod["metadata"]["name"], error.why)
             raise
+
+    async def cancel(self, pod: Manifest, execution_id: str) -> bool:
+        """Stop the run of `execution_id` on the pod's runner (runner_client.cancel); False
+        when it has none in progress or cannot be reached."""
+        address = runner_address(pod)
+        credential = await self.credential(pod)
+        if address is None or credential is None:
+            return False
+        try:
+            return await cancel(self._client(), address, credential, execution_id)
+        except RunnerUnavailable as error:
+            logger.warning("cancel on pod %s: %s", pod["metadata"]["name"], error.why)
+            return False
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:

@@ -48,6 +48,9 @@ type Result struct {
 	Value     *sessionValue `json:"value,omitempty"`
 	StateLost *bool         `json:"stateLost,omitempty"`
 	Kernel    *bool         `json:"kernel,omitempty"`
+	// Cancelled (serve and session mode): POST /v1/cancel stopped the run
+	// before it had ended by itself; omitted otherwise.
+	Cancelled bool `json:"cancelled,omitempty"`
 	// Compile is the compile step's outcome when the language has one; when it
 	// failed the program did not run (ExitCode and Signal are null).
 	Compile *CompileResult `json:"compile,omitempty"`
