@@ -110,7 +110,8 @@ class ChartRelease:
         return Deployed(self, component, replicas)
 
     def gateway(self) -> DeployedGateway:
-        replicas = int(self.values.get("gateway", {}).get("replicas", 1))
+        default = yaml.safe_load((CHART / "values.yaml").read_text())["gateway"]["replicas"]
+        replicas = int(self.values.get("gateway", {}).get("replicas", default))
         return DeployedGateway(self, "gateway", replicas)
 
     @property
