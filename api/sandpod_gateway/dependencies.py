@@ -96,18 +96,23 @@ def get_execution_context(
     catalog: CatalogDep,
     settings: SettingsDep,
     admission: AdmissionDep,
+    direct: DirectRunnerDep,
 ) -> ExecutionContext:
-    return ExecutionContext(tenant, executions, catalog, settings, admission)
+    return ExecutionContext(tenant, executions, catalog, settings, admission, direct)
 
 
 ExecutionContextDep = Annotated[ExecutionContext, Depends(get_execution_context)]
 
 
-def get_session_context(
-    ctx: ExecutionContextDep, sessions: SessionServiceDep, direct: DirectRunnerDep
-) -> SessionContext:
+def get_session_context(ctx: ExecutionContextDep, sessions: SessionServiceDep) -> SessionContext:
     return SessionContext(
-        ctx.tenant, ctx.executions, ctx.catalog, ctx.settings, ctx.admission, sessions, direct
+        ctx.tenant,
+        ctx.executions,
+        ctx.catalog,
+        ctx.settings,
+        ctx.admission,
+        ctx.direct,
+        sessions=sessions,
     )
 
 

@@ -68,6 +68,8 @@ class ExecutionContext:
     catalog: LanguageCatalog
     settings: GatewaySettings
     admission: AdmissionControl
+    # The direct path to live sandboxes (sessions' and pools'), when the gateway has one.
+    direct: DirectRunner | None = None
 
 
 async def create_execution(
@@ -78,8 +80,13 @@ async def create_execution(
     wait: bool,
     session: str | None = None,
 ) -> CreateOutcome:
-    """Create (or replay) an execution, in `session` when given, and wait for it if asked."""
+    """Create (or replay) an execution, in `session` when given, and wait for it if asked.
+    A one-off run that waits tries a ready pool sandbox through the direct path first."""
     tenant, service, settings, admission = ctx.tenant, ctx.executions, ctx.settings, ctx.admission
+    if ctx.direct is not None and wait and session is None and request.mode == "run":
+        outcome = await run_directly(request, ctx, ctx.direct, idempotency_key=idempotency_key)
+        if outcome is not None:
+            return outcome
     check_request(request, tenant, ctx.catalog, settings)
     name = execution_name(tenant.name, idempotency_key)
     fingerprint = request_fingerprint(request, session)
@@ -158,12 +165,13 @@ async def run_directly(
     ctx: ExecutionContext,
     runner: DirectRunner,
     *,
-    session: str,
+    session: str | None = None,
     idempotency_key: str | None,
 ) -> CreateOutcome | None:
-    """A run in a live session through the direct path (direct_runs.py): answered by its
-    runner, recorded behind. A retry with the same Idempotency-Key gets the same run. None
-    when the direct path cannot take it now (the caller takes the record path)."""
+    """A run in a live session, or in a ready sandbox of a pool, through the direct path
+    (direct_runs.py): answered by its runner, recorded behind. A retry with the same
+    Idempotency-Key gets the same run. None when the direct path cannot take it now (the
+    session is starting, no pool sandbox fits or is free): the caller takes the record path."""
     tenant, service, settings = ctx.tenant, ctx.executions, ctx.settings
     check_request(request, tenant, ctx.catalog, settings)
     name = execution_name(tenant.name, idempotency_key)

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 from sandpod_gateway.admission import check_session_count, resolved_session_spec
 from sandpod_gateway.auth import Tenant
-from sandpod_gateway.direct_runs import DirectRunner
 from sandpod_gateway.errors import ErrorDetail, GatewayError
 from sandpod_gateway.executions import (
     CreateOutcome,
@@ -48,13 +47,11 @@ class SessionOutcome:
     created: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SessionContext(ExecutionContext):
     """What the session use cases need, resolved per request."""
 
     sessions: SessionService
-    # The direct path to live sessions' runners, when the gateway has one.
-    direct: DirectRunner | None = None
 
 
 async def open_session(

@@ -30,6 +30,7 @@ RECORD_LABEL = f"{GROUP}/record"
 RECORD_DIRECT = "direct"
 # The operator's endpoint of the direct path, which the gateway posts a session's run to.
 DIRECT_RUN_PATH = "/v1/session-runs"
+DIRECT_POOL_RUN_PATH = "/v1/pool-runs"
 # Set by the operator on an execution it has seen without a status for a while (resync.py):
 # the change makes its watch deliver the execution again.
 RESYNC_ANNOTATION = f"{GROUP}/resync-at"

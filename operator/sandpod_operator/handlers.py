@@ -174,8 +174,14 @@ async def start_direct_path(
         found = list(sessions.get((namespace, name), []))
         return reconciler.sessions.freshest(plain(found[0])) if found else None
 
+    pools_index = index_of(handler_kwargs, "sandbox_pools")
+    pods_index = index_of(handler_kwargs, "pool_pods")
+
+    def pools(namespace: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        return list(pools_index.get(namespace, [])), list(pods_index.get(namespace, []))
+
     wait = sandpod.pod_startup_timeout_seconds
-    app = direct_endpoint.create_app(runs, token, session, starting_wait_seconds=wait)
+    app = direct_endpoint.create_app(runs, token, session, pools, starting_wait_seconds=wait)
     memo.direct_endpoint = await direct_endpoint.start(app, sandpod.direct_port)
 
 

@@ -65,7 +65,7 @@ from sandpod_operator.kube import (
     Manifest,
 )
 from sandpod_operator.owners import as_body, owned_by
-from sandpod_operator.runner_client import RunnerUnavailable
+from sandpod_operator.serving import serve_once
 from sandpod_operator.sessions import SessionController
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import (
@@ -75,18 +75,16 @@ from sandpod_operator.status import (
     cancelled_on_request,
     next_status,
     observe_pod,
-    observe_served,
     parse_time,
     past_deadline,
     pod_finished,
     pod_state_key,
     run_deadline,
-    runner_unavailable,
     status_patch,
     supersedes,
     terminated_state,
 )
-from sandpod_operator.warm import WarmPath, count_start, execution_wants, run_request, wait_ms
+from sandpod_operator.warm import WarmPath, count_start, execution_wants, wait_ms
 
 logger = logging.getLogger(__name__)
 
@@ -661,22 +659,8 @@ class Reconciler:
         spec = CodeExecutionSpec.model_validate(execution.get("spec") or {})
         plan = plan_execution(spec, self.catalog, self.settings)
         started = parse_time(status.get("startedAt")) or now()
-        deadline = run_deadline(started, plan.timeout_seconds, self.settings)
-        try:
-            log = await self.warm.run(
-                pod,
-                run_request(meta["uid"], spec, plan, self.settings),
-                seconds_left=(deadline - now()).total_seconds(),
-            )
-        except TimeoutError:
-            verdict = past_deadline(started, plan.timeout_seconds, now())
-        except RunnerUnavailable:
-            verdict = runner_unavailable(started, now())
-        else:
-            verdict = observe_served(
-                pod, log, mode=spec.mode, started_at=started, now=now(), settings=self.settings
-            )
-            verdict = await self.store_outputs(execution, verdict)
+        answer = await serve_once(self.warm, pod, meta["uid"], spec, plan, started, self.settings)
+        verdict = await self.store_outputs(execution, answer.verdict)
         await self.record(execution, verdict)
         self.warm.mark(meta["uid"], "recorded")
         await self.kube.delete_pod(meta["namespace"], pod["metadata"]["name"], uid=meta["uid"])

@@ -66,24 +66,20 @@ from sandpod_operator.pool_builders import (
     build_session_configmap,
     build_session_pod,
 )
-from sandpod_operator.runner_client import RunnerUnavailable
+from sandpod_operator.serving import InvalidRun, NotServing, serve_once
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import (
     WAITING_FOR_SESSION,
     Verdict,
     cancelled_on_request,
     clip_message,
-    observe_served,
     parse_time,
-    past_deadline,
     pod_finished,
-    run_deadline,
-    runner_unavailable,
     set_condition,
     status_patch,
 )
 from sandpod_operator.wakeups import Wakeups
-from sandpod_operator.warm import Wanted, WarmPath, pod_ready, run_request, wait_ms
+from sandpod_operator.warm import Wanted, WarmPath, pod_ready, wait_ms
 
 logger = logging.getLogger(__name__)
 
@@ -269,14 +265,6 @@ class Served:
     verdict: Verdict
     blocked: list[BlockedEgress] | None
     lost: bool
-
-
-class NotServing(Exception):
-    """The session cannot take a direct run now (starting, ended, sandbox gone)."""
-
-
-class InvalidRun(Exception):
-    """The run does not fit the session (language, limits, an invalid spec)."""
 
 
 class SessionBusy(Exception):
@@ -607,26 +595,19 @@ class SessionController:
             return Served(cancelled, None, lost=False)
         _, proxy_variables = await self._proxy_for(session, session_spec)
         before = await self._refused_before(session, session_spec)
-        deadline = run_deadline(started, plan.timeout_seconds, self.settings)
-        request = run_request(run_id, spec, plan, self.settings, proxy_variables)
         self.serving[run_id] = pod
         try:
-            log = await self.warm.run(pod, request, seconds_left=(deadline - now()).total_seconds())
-        except (TimeoutError, RunnerUnavailable) as error:
-            verdict = (
-                past_deadline(started, plan.timeout_seconds, now())
-                if isinstance(error, TimeoutError)
-                else runner_unavailable(started, now())
+            answer = await serve_once(
+                self.warm, pod, run_id, spec, plan, started, self.settings, proxy_variables
             )
-            blocked = await self._blocked_since(session, before)
-            return Served(replace(verdict, session=name), blocked, lost=True)
         finally:
             self.serving.pop(run_id, None)
-        verdict = observe_served(
-            pod, log, mode=spec.mode, started_at=started, now=now(), settings=self.settings
-        )
-        verdict = served_verdict(verdict, log, name, self.settings.status_output_bytes)
-        return Served(verdict, await self._blocked_since(session, before), lost=False)
+        blocked = await self._blocked_since(session, before)
+        if answer.log is None:
+            return Served(replace(answer.verdict, session=name), blocked, lost=True)
+        tail_chars = self.settings.status_output_bytes
+        verdict = served_verdict(answer.verdict, answer.log, name, tail_chars)
+        return Served(verdict, blocked, lost=False)
 
     async def cancel(self, run_id: str) -> bool:
         """Stop a run: on its session's runner if it runs now (Python: interrupted, its

@@ -310,6 +310,8 @@ class WarmPath:
     unsure: set[str] = field(default_factory=set)
     # Per execution uid: wall-clock times of its warm run's milestones in this process.
     marks: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Pool pods (uid) the direct path took in this process, claimed in the API behind.
+    reserved: set[str] = field(default_factory=set)
     _session: aiohttp.ClientSession | None = None
 
     async def close(self) -> None:
@@ -353,10 +355,24 @@ class WarmPath:
         self.marks.pop(uid, None)
         return None
 
+    def reserve(
+        self, wanted: Wanted | None, pools: list[Manifest], pods: list[Manifest]
+    ) -> Manifest | None:
+        """The direct path's claim: a free ready pod that fits, taken in this process at once
+        (no API write; the claim and every other claimer of this process respect it)."""
+        fitting = fitting_pools(wanted, pools, self.catalog, self.settings)
+        for pod in candidates(pods, fitting):
+            uid = str(pod["metadata"].get("uid"))
+            if uid not in self.reserved and uid in self.credentials:
+                self.reserved.add(uid)
+                return pod
+        return None
+
     async def _claim_one(
         self, owner: Manifest, owner_label: str, pods: list[Manifest]
     ) -> Manifest | None:
         meta = owner["metadata"]
+        pods = [pod for pod in pods if str(pod["metadata"].get("uid")) not in self.reserved]
         for pod in pods:
             try:
                 claimed = await self.kube.patch_pod(
@@ -414,7 +430,9 @@ class WarmPath:
     def forget_if_gone(self, event_type: str | None, pod: Manifest) -> bool:
         """Forget a pod's credential with the pod; whether it is gone."""
         if event_type == "DELETED" or (pod.get("metadata") or {}).get("deletionTimestamp"):
-            self.credentials.pop(str((pod.get("metadata") or {}).get("uid")), None)
+            uid = str((pod.get("metadata") or {}).get("uid"))
+            self.credentials.pop(uid, None)
+            self.reserved.discard(uid)
             return True
         return False
 
