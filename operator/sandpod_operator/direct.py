@@ -32,7 +32,14 @@ from sandpod_contract.names import (
     VERSION,
 )
 
-from sandpod_operator.kube import API_ERRORS, Key, KubeApi, Manifest
+from sandpod_operator.kube import (
+    API_ERRORS,
+    TRANSIENT_ERRORS,
+    Key,
+    KubeApi,
+    KubeError,
+    Manifest,
+)
 from sandpod_operator.serving import NotServing, planned, serve_once
 from sandpod_operator.sessions import SessionController, StoringOutputs, now
 from sandpod_operator.settings import OperatorSettings
@@ -258,18 +265,34 @@ class DirectRuns:
             logger.error("the record of a direct run was not written: %s", error)
 
     async def _write_status(self, created: Manifest, status: Manifest) -> None:
+        """The record's one status write, at the version last read: a record changed since
+        (the cancel annotation, a label) is read again; one with a status already is left."""
         meta = created["metadata"]
+        version = meta["resourceVersion"]
         for attempt in range(STATUS_WRITE_ATTEMPTS):
             try:
                 await self.kube.patch_execution_status(
                     meta["namespace"],
                     meta["name"],
                     uid=meta["uid"],
-                    resource_version=meta["resourceVersion"],
+                    resource_version=version,
                     status=status,
                 )
                 return
-            except API_ERRORS:
+            except KubeError as error:
+                last = attempt + 1 == STATUS_WRITE_ATTEMPTS
+                if last or not (error.status == 409 or error.transient):
+                    raise
+                if error.status == 409:
+                    current = await self.kube.get_execution(
+                        meta["namespace"], meta["name"], uid=meta["uid"]
+                    )
+                    if current is None or current.get("status"):
+                        return
+                    version = current["metadata"]["resourceVersion"]
+                    continue
+                await asyncio.sleep(0.5 * 2**attempt)
+            except TRANSIENT_ERRORS:
                 if attempt + 1 == STATUS_WRITE_ATTEMPTS:
                     raise
                 await asyncio.sleep(0.5 * 2**attempt)

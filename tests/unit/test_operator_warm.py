@@ -682,3 +682,17 @@ async def test_a_pod_the_direct_path_took_is_not_claimed_by_the_record_path(
     assert reconciler.warm.reserve(wanted, [pool()], [pod]) is None
     assert status_of(kube)["startMode"] == "cold"
     await reconciler.close()
+
+
+async def test_a_record_changed_since_its_creation_still_gets_its_status(kube: FakeKube) -> None:
+    reconciler = new_reconciler(kube)
+    runs = DirectRuns(reconciler.sessions, kube, reconciler.store_outputs)
+    created = submit(kube, "direct-1")
+    stored = kube.executions[(NAMESPACE, "direct-1")]
+    stored["metadata"]["annotations"] = {"sandpod.dev/cancel": "true"}  # the gateway's DELETE
+    kube._bump(stored)
+
+    await runs._write_status(created, {"phase": "Cancelled"})
+
+    assert status_of(kube, "direct-1") == {"phase": "Cancelled"}
+    await reconciler.close()
