@@ -1,18 +1,20 @@
 """The egress proxy's binder: which sandbox pod holds a client address, for the grant helper.
 
-    sandpod-proxy-binder --port 9182 [--kubeconfig PATH]
+    sandpod-proxy-binder --port 9182 [--host 0.0.0.0] [--kubeconfig PATH]
 
 A grant is signed before its pod exists, so the proxy learns the pod from the cluster: the
 binder lists and watches sandbox pods (label sandpod.dev/role=sandbox, every namespace) and
 keeps, per pod address, the owner the operator made the pod for (its controller: a
 CodeExecution or a CodeSession, by uid) while the pod lives (an address, not yet finished,
-not being deleted, not the node's). The grant helper asks it on loopback, so no request
+not being deleted, not the node's). The grant helper asks it over loopback, so no request
 waits on the API server:
 
     GET /owners/<address>?wait=<seconds>  200 {"namespace", "uid"}, else 404 after waiting
                                           up to `wait` (a pod's first request may come
-                                          before its address reached the API server)
-    GET /healthz                          200 once in step with the cluster, else 503
+                                          before its address reached the API server);
+                                          403 to any client but loopback (the pod's own)
+    GET /healthz                          200 once in step with the cluster, else 503 (the
+                                          kubelet's readiness probe)
 
 No single live pod at an address (none, two: the binder refuses to guess) or a binder out
 of step with the cluster (starting, or re-listing after a broken watch) is a 404: the helper
@@ -231,6 +233,9 @@ class Binder:
 
 def application(binder: Binder) -> web.Application:
     async def owners(request: web.Request) -> web.Response:
+        peer = normal_address(request.remote or "")
+        if peer is None or not ipaddress.ip_address(peer).is_loopback:
+            return web.json_response({}, status=403)
         address = normal_address(request.match_info["address"])
         try:
             wait = float(request.query.get("wait", "0"))

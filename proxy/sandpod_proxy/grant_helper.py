@@ -100,10 +100,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--server-name", action="store_true")
     parser.add_argument("--binder", required=True, help="the binder's base URL")
+    parser.add_argument("--binding-wait", type=float, default=BINDING_WAIT_SECONDS)
     parser.add_argument("key", type=Path)
     args = parser.parse_args()
     key = args.key.read_bytes().strip()
-    owner_of = binder_lookup(args.binder.rstrip("/"))
+    owner_of = binder_lookup(args.binder.rstrip("/"), args.binding_wait)
     answering = threading.Lock()
 
     def answer(channel: str, request: str) -> None:

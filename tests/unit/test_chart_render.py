@@ -1383,3 +1383,37 @@ def test_the_egress_proxy(helm: Path, tmp_path: Path) -> None:
     assert settings["egress_proxy_service"] == f"{NAMESPACE}/{FULLNAME}-egress-proxy"
     unknown = {"tenants": [{"name": "t", "egress": {"hostPresets": ["cran"]}}]}
     assert "egressProxy.presets does not define" in helm_template(helm, tmp_path, unknown).stderr
+
+
+def test_the_egress_proxy_binds_grants_to_their_pods(helm: Path, tmp_path: Path) -> None:
+    """The grant helper is given the client's address and asks the binder, the one container
+    with an API token (list and watch pods, nothing else), which reaches the API server alone."""
+    api = {"enabled": True, "cidrs": ["192.0.2.10/32"], "ports": [6443]}
+    manifests = render(helm, tmp_path, {"networkPolicies": {"apiServerEgress": api}})
+    name = f"{FULLNAME}-egress-proxy"
+    lines = find(manifests, "ConfigMap", name)["data"]["squid.conf"].splitlines()
+    helpers = [line for line in lines if line.startswith("external_acl_type")]
+    assert len(helpers) == 2
+    for helper in helpers:
+        assert "%>rd %>rP %>a " in helper, helper
+        assert "--binder=http://127.0.0.1:9182 " in helper, helper
+    pod = find(manifests, "Deployment", name)["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == name and pod["automountServiceAccountToken"] is False
+    mounts = {c["name"]: [m["name"] for m in c.get("volumeMounts", [])] for c in pod["containers"]}
+    assert [c for c, names in mounts.items() if "api-token" in names] == ["binder"]
+    binder = next(c for c in pod["containers"] if c["name"] == "binder")
+    assert binder["command"] == ["sandpod-proxy-binder", "--host=0.0.0.0", "--port=9182"]
+    assert binder["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "binder"}
+    token = next(v for v in pod["volumes"] if v["name"] == "api-token")["projected"]["sources"]
+    assert token[0]["serviceAccountToken"]["path"] == "token"
+    role = find(manifests, "ClusterRole", f"{NAMESPACE}-{FULLNAME}-egress-proxy")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]
+    binding = find(manifests, "ClusterRoleBinding", f"{NAMESPACE}-{FULLNAME}-egress-proxy")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}]
+    policy = find(manifests, "NetworkPolicy", name, NAMESPACE)["spec"]
+    assert {"to": [{"ipBlock": {"cidr": "192.0.2.10/32"}}],
+            "ports": [{"protocol": "TCP", "port": 6443}]} in policy["egress"]  # fmt: skip
+    # Without the API server's addresses (helm template: no cluster to look them up in), the
+    # binder reaches nothing, so the proxy refuses every grant: no wider rule is made up.
+    default = find(render(helm, tmp_path, {}), "NetworkPolicy", name, NAMESPACE)["spec"]
+    assert len(default["egress"]) == 1
