@@ -39,7 +39,7 @@ from sandpod_contract.egress_grant import from_proxy_authorization
 
 SPLICED_TAG = "sandpod-server-name-granted"
 # How long a request waits for the binder to learn its client's pod.
-BINDING_WAIT_SECONDS = 5.0
+BINDING_WAIT_SECONDS = 8.0
 # As many lines at once as Squid's `concurrency=` sends.
 WORKERS = 100
 
