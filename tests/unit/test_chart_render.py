@@ -1357,7 +1357,8 @@ def test_the_egress_proxy(helm: Path, tmp_path: Path) -> None:
         "ssl_bump terminate all",
     ]
     helper = next(line for line in lines if line.startswith("external_acl_type sandpod_server_"))
-    assert "%>ha{Proxy-Authorization} %>rd %>rP %ssl::>sni" in helper and "--server-name" in helper
+    assert "%>ha{Proxy-Authorization} %>rd %>rP %>a %ssl::>sni" in helper
+    assert "--server-name" in helper
     assert "on_unsupported_protocol respond all" in lines
     pod = find(manifests, "Deployment", f"{FULLNAME}-egress-proxy")["spec"]["template"]["spec"]
     (init,) = pod["initContainers"]
