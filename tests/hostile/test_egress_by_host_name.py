@@ -672,11 +672,11 @@ def test_a_grant_works_only_from_the_sandbox_it_was_issued_to(
 
 @pytest.mark.usefixtures("proxy_operator")
 def test_a_sessions_grant_is_refused_once_the_session_has_ended(
-    custom_objects: client.CustomObjectsApi, tenants: dict[str, str]
+    custom_objects: client.CustomObjectsApi, core_v1: client.CoreV1Api, tenants: dict[str, str]
 ) -> None:
-    """Ended by the platform (its idle timeout), not deleted: the session's grant, still
-    within its signed expiry (lifetime + the longest run), is refused from the pod of a later
-    execution of the same tenant."""
+    """Ended by the platform (its idle timeout), not deleted: its pod is gone, and the
+    session's grant, still within its signed expiry (lifetime + the longest run), is refused
+    from the pod of a later execution of the same tenant."""
     namespace = tenants["a"]
     hosts = [{"host": "allowed.fake", "ports": [{"port": HTTP_PORT}]}]
     url = f"http://allowed.fake:{HTTP_PORT}/whoami"
@@ -688,6 +688,12 @@ def test_a_sessions_grant_is_refused_once_the_session_has_ended(
             lambda: session_of(custom_objects, namespace, session).get("phase") == "Ended",
             timeout=120,
             what=f"session {session} to end when idle",
+        )
+        pod = session_of(custom_objects, namespace, session)["podName"]
+        wait_until(
+            lambda: is_gone(functools.partial(core_v1.read_namespaced_pod, pod, namespace)),
+            timeout=60,
+            what=f"the ended session's pod {pod} to be deleted",
         )
         theft = steal(custom_objects, namespace, grant, hosts[0], [url])
     assert theft["seen"][url] == [403, ""], theft
