@@ -1,5 +1,5 @@
 """The egress proxy's binder: which live sandbox pod holds an address, and whom it was made for
-(pure; against a real API server: tests/integration/test_proxy_binder.py)."""
+(pure; against a real API server: tests/integration/test_grant_binding.py)."""
 
 import asyncio
 from typing import Any

@@ -1,7 +1,8 @@
 """Grants bound to their sandbox: the egress proxy's binder and grant helper, as the chart runs
 them (two processes, the helper spoken to as Squid speaks to it), against a real, private
 etcd + kube-apiserver. The test plays the operator (executions, sessions and their pods) and
-the kubelet (pod addresses); Squid itself is exercised by tests/hostile/test_egress_grants.py.
+the kubelet (pod addresses); Squid itself is exercised by the grant tests at the end of
+tests/hostile/test_egress_by_host_name.py.
 """
 
 from __future__ import annotations
