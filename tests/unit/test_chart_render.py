@@ -260,7 +260,7 @@ FULL_VALUES: dict[str, Any] = {
         "priorityClassName": "system-cluster-critical",
     },
     "gateway": {
-        "replicas": 2,
+        "replicas": 3,
         "port": 9000,
         "service": {"type": "LoadBalancer", "port": 443, "annotations": {"example.com/lb": "x"}},
         "config": EVERY_GATEWAY_SETTING,
@@ -604,7 +604,7 @@ def test_the_object_quota_can_be_changed_or_turned_off(helm: Path, tmp_path: Pat
 
 
 def test_the_gateway_knows_its_replica_count(rendered: dict[str, list[Manifest]]) -> None:
-    for scenario, replicas in [("default", "1"), ("full", "2")]:
+    for scenario, replicas in [("default", "2"), ("full", "3")]:
         deployment = find(rendered[scenario], "Deployment", f"{FULLNAME}-gateway", NAMESPACE)
         env = container_env(deployment["spec"]["template"]["spec"])
         assert env["SANDPOD_GATEWAY_REPLICAS"] == replicas
@@ -780,7 +780,7 @@ def test_every_setting_reaches_the_gateway(rendered: dict[str, list[Manifest]]) 
     )
     assert settings["api_keys_namespace"] == NAMESPACE
     assert settings["api_keys_secret"] == f"{FULLNAME}-api-keys"
-    assert settings["replicas"] == 2
+    assert settings["replicas"] == 3
 
 
 # --- the gateway ---
@@ -789,7 +789,7 @@ def test_every_setting_reaches_the_gateway(rendered: dict[str, list[Manifest]]) 
 def test_gateway_deployment_and_service(rendered: dict[str, list[Manifest]]) -> None:
     manifests = rendered["full"]
     deployment = find(manifests, "Deployment", f"{FULLNAME}-gateway", NAMESPACE)
-    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["replicas"] == 3
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert "--port=9000" in container["command"]
     assert container["ports"] == [{"name": "http", "containerPort": 9000}]
