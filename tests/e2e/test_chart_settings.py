@@ -28,8 +28,9 @@ from chart_release import (
     new_api_key,
 )
 from cluster_fixtures import ReleaseFactory
+from executions import RECORD_TIMEOUT, wait_for
 from kubernetes import client
-from sandpod_testkit.kube import GROUP, PLURAL, VERSION, api_server_cidrs
+from sandpod_testkit.kube import api_server_cidrs
 from sandpod_testkit.waiting import wait_until
 from test_pools import pool_counts
 
@@ -100,9 +101,9 @@ def run(http: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def start_mode(custom_objects: client.CustomObjectsApi, namespace: str, name: str) -> str:
-    execution: Any = custom_objects.get_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, name
-    )
+    """How the execution started, once it has its final status (a run on the direct path is
+    recorded behind its answer)."""
+    execution = wait_for(custom_objects, namespace, name, timeout=RECORD_TIMEOUT)
     return str(execution["status"].get("startMode"))
 
 
