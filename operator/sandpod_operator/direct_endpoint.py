@@ -37,6 +37,7 @@ class Runs(Protocol):
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 STARTING_POLL_SECONDS = 0.05
+UNSEEN_WAIT_SECONDS = 5.0
 
 
 def refusal(status: int, reason: str, message: str, **headers: str) -> web.Response:
@@ -60,16 +61,25 @@ def parse_run(body: Any) -> tuple[str, Manifest, str | None] | None:
 
 
 async def once_started(
-    sessions: SessionLookup, namespace: str, name: str, wait_seconds: float
+    sessions: SessionLookup,
+    namespace: str,
+    name: str,
+    wait_seconds: float,
+    unseen_wait_seconds: float = UNSEEN_WAIT_SECONDS,
 ) -> Manifest | None:
     """The session, once it is no longer starting (or `wait_seconds` have passed): a run
-    sent right after the session was opened waits for its sandbox, as on the record path."""
+    sent right after the session was opened waits for its sandbox, as on the record path.
+    One this process has not seen yet (the gateway just read it from the API; the watch
+    may lag) is waited for `unseen_wait_seconds`, then None."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait_seconds
+    started = loop.time()
     while True:
         session = sessions(namespace, name)
         phase = ((session or {}).get("status") or {}).get("phase")
-        if session is None or phase not in (None, "Starting") or loop.time() >= deadline:
+        waited = loop.time() - started
+        if session is None and waited >= unseen_wait_seconds:
+            return None
+        if session is not None and (phase not in (None, "Starting") or waited >= wait_seconds):
             return session
         await asyncio.sleep(STARTING_POLL_SECONDS)
 
@@ -80,6 +90,7 @@ def create_app(
     sessions: SessionLookup,
     pools: PoolLookup,
     starting_wait_seconds: float,
+    unseen_wait_seconds: float = UNSEEN_WAIT_SECONDS,
 ) -> web.Application:
     """POST /v1/session-runs (a run in a session) and /v1/pool-runs (a one-off run in a free
     pool pod): the record with its final status, or a refusal."""
@@ -109,7 +120,9 @@ def create_app(
         if parsed is None or parsed[2] is None:
             return refusal(400, "BadRequest", "namespace and a named execution in a session")
         namespace, execution, session_name = parsed[0], parsed[1], parsed[2]
-        session = await once_started(sessions, namespace, session_name, starting_wait_seconds)
+        session = await once_started(
+            sessions, namespace, session_name, starting_wait_seconds, unseen_wait_seconds
+        )
         if session is None:
             return refusal(404, "SessionNotFound", f"no session {session_name!r}")
         return await answer(runs.run(namespace, execution, session))

@@ -163,7 +163,9 @@ async def serving(runs: PlayedRuns, port: int) -> AsyncIterator[str]:
     def pools(namespace: str) -> Any:
         return [{"pool": namespace}], [{"pod": namespace}]
 
-    app = direct_endpoint.create_app(runs, TOKEN, session, pools, starting_wait_seconds=1)
+    app = direct_endpoint.create_app(
+        runs, TOKEN, session, pools, starting_wait_seconds=1, unseen_wait_seconds=0.2
+    )
     runner = await direct_endpoint.start(app, port)
     try:
         yield f"http://127.0.0.1:{port}"
@@ -296,5 +298,16 @@ async def test_a_run_waits_for_a_starting_session_to_be_ready() -> None:
         return {"metadata": {"name": name}, "status": {"phase": next(phases)}}
 
     found = await direct_endpoint.once_started(session, "team", "s", wait_seconds=30)
+
+    assert found is not None and found["status"]["phase"] == "Ready"
+
+
+async def test_a_session_the_operator_has_not_seen_yet_is_waited_for() -> None:
+    """The gateway read it from the API; the operator's watch brings it a moment later."""
+    seen = iter([None, None, {"metadata": {"name": "s"}, "status": {"phase": "Ready"}}])
+
+    found = await direct_endpoint.once_started(
+        lambda namespace, name: next(seen), "team", "s", wait_seconds=30
+    )
 
     assert found is not None and found["status"]["phase"] == "Ready"
