@@ -315,8 +315,9 @@ class ExecutionResult(BaseModel):
     session: str | None = Field(default=None, description="The session it ran in, if any")
     result: str | None = Field(
         default=None,
-        description="In a session: the repr of the trailing expression's value (Python), "
-        "null when there is none",
+        description="Python: the repr of the trailing expression's value (the last line, when "
+        "it is an expression), as the program's interpreter reported it; null when there is "
+        "none, its value is None, or the program failed",
     )
     state_lost: bool = Field(
         default=False,

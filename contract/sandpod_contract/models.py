@@ -568,8 +568,10 @@ class CodeExecutionStatus(_Model):
     )
     result: str | None = Field(
         default=None,
-        description="In a session: the repr of the program's trailing expression, as text "
-        "(Python, like a notebook cell); absent when there is none.",
+        description="Python: the repr of the program's trailing expression, as text (like a "
+        "notebook cell), when its value is not None and the program then exited 0; absent "
+        "otherwise. The program's interpreter reports it, so it is the program's word, like "
+        "its output.",
     )
     state_lost: bool | None = Field(
         default=None,
