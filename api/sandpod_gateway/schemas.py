@@ -286,7 +286,13 @@ class ExecutionResult(BaseModel):
     exit_code: int | None = None
     signal: int | None = None
     execution_time_ms: int | None = None
-    error_message: str | None = None
+    error_message: str | None = Field(
+        default=None,
+        description="What went wrong, in the platform's words. A Python program that exited "
+        "with code 1 after a traceback also gets its exception, quoted: '; the last traceback "
+        "on its stderr reads \"NameError: name 'x' is not defined\"' (the program's words: "
+        "it could have printed any traceback)",
+    )
     reason: str | None = None
     retryable: bool | None = None
     stdout_truncated: bool = False
