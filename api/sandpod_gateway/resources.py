@@ -38,6 +38,7 @@ from sandpod_gateway.schemas import (
     ExecutionStatus,
     FileInput,
     FileOutput,
+    LintDiagnostic,
     SessionInfo,
     SessionStatus,
 )
@@ -310,7 +311,9 @@ def execution_result(
         retryable=st.retryable,
         stdout_truncated=st.stdout_truncated is True,
         stderr_truncated=st.stderr_truncated is True,
-        diagnostics=st.diagnostics,
+        diagnostics=None
+        if st.diagnostics is None
+        else [LintDiagnostic.of(found) for found in st.diagnostics],
         compile_output=st.compile_output,
         compile_output_truncated=st.compile_output_truncated is True,
         files=output_files(st, contents or {}, inline_bytes),

@@ -245,6 +245,14 @@ class ProgramFields(BaseModel):
     )
 
 
+Mode = Literal["run", "lint"]
+MODE_DESCRIPTION = (
+    "run (default): execute. lint: check the code for errors instead of running it "
+    "(languages with a linter, see GET /v1/languages; python: ruff); the result's "
+    "diagnostics list the findings"
+)
+
+
 class CreateExecutionRequest(ProgramFields, NetworkFields):
     model_config = ConfigDict(
         extra="forbid",
@@ -254,9 +262,7 @@ class CreateExecutionRequest(ProgramFields, NetworkFields):
     language: str = Field(
         min_length=1, max_length=MAX_NAME_LENGTH, description="See GET /v1/languages"
     )
-    mode: Literal["run", "lint"] = Field(
-        default="run", description="run: execute; lint: static checks only (diagnostics)"
-    )
+    mode: Mode = Field(default="run", description=MODE_DESCRIPTION)
     memory: Memory | None = Field(default=None, description="Memory limit, e.g. 256Mi")
     cpu: Cpu | None = Field(default=None, description="CPU limit, e.g. 500m")
 
@@ -274,6 +280,36 @@ class SessionExecutionRequest(ProgramFields):
         max_length=MAX_NAME_LENGTH,
         description="The session's language (optional; another one is refused)",
     )
+    mode: Mode = Field(
+        default="run",
+        description=MODE_DESCRIPTION + ". A lint checks the code in a sandbox of its own, "
+        "beside the session: the session's state is neither used nor changed",
+    )
+
+
+class DiagnosticLocation(BaseModel):
+    line: int | None = Field(default=None, description="1-based line")
+    column: int | None = Field(default=None, description="1-based column")
+
+
+class LintDiagnostic(BaseModel):
+    """One finding of the linter (mode lint): its rule, what it found, and where."""
+
+    code: str | None = Field(default=None, description="Rule code, e.g. F401")
+    message: str = Field(description="What the linter found")
+    line: int | None = Field(default=None, description="1-based line (also in location)")
+    column: int | None = Field(default=None, description="1-based column (also in location)")
+    location: DiagnosticLocation
+
+    @classmethod
+    def of(cls, found: Diagnostic) -> "LintDiagnostic":
+        return cls(
+            code=found.code,
+            message=found.message,
+            line=found.line,
+            column=found.column,
+            location=DiagnosticLocation(line=found.line, column=found.column),
+        )
 
 
 class ExecutionResult(BaseModel):
@@ -297,7 +333,11 @@ class ExecutionResult(BaseModel):
     retryable: bool | None = None
     stdout_truncated: bool = False
     stderr_truncated: bool = False
-    diagnostics: list[Diagnostic] | None = None
+    diagnostics: list[LintDiagnostic] | None = Field(
+        default=None,
+        description="mode lint: the linter's findings, each {code, message, location: {line, "
+        "column}} (line and column also at the top level); [] when the code is clean",
+    )
     compile_output: str | None = Field(
         default=None,
         description="What the compiler wrote (compiled languages: go, csharp), apart from the "
