@@ -18,6 +18,7 @@ from sandpod_contract.models import (
     CodeExecutionStatus,
     CodeSessionSpec,
     CodeSessionStatus,
+    LintRules,
     OutputFileStatus,
     Resources,
     SourceFile,
@@ -122,6 +123,7 @@ def build_code_execution(
     cpu: str | None,
     ttl_seconds_after_finished: int,
     session: str | None = None,
+    lint: LintRules | None = None,
 ) -> Resource:
     """The CodeExecution manifest for a request with its limits resolved (in a session:
     memory and cpu None, the session's apply).
@@ -137,6 +139,7 @@ def build_code_execution(
             stdin=request.stdin,
             args=request.args,
             mode=request.mode,
+            lint=lint,
             timeout_seconds=timeout_seconds,
             resources=Resources(memory=memory, cpu=cpu),
             network=request.network_spec(),

@@ -39,6 +39,7 @@ from sandpod_contract.models import (
     BlockedEgress,
     Diagnostic,
     EgressRule,
+    LintRules,
     Network,
     PortRule,
     ReportedBy,
@@ -407,6 +408,11 @@ class LanguageInfo(BaseModel):
     version: str | None = None
     description: str | None = None
     lint: bool = Field(default=False, description="Whether mode=lint is available")
+    lint_rules: LintRules | None = Field(
+        default=None,
+        description="The rules a lint checks by default (select, ignore: the linter's codes "
+        "or prefixes); a tenant may have its own",
+    )
     compiled: bool = Field(
         default=False,
         description="Whether the program is compiled before it runs (a build failure is "
