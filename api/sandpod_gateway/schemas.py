@@ -512,3 +512,8 @@ class TenantInfo(BaseModel):
     limits: TenantLimitsInfo
     defaults: TenantDefaults = Field(description="What a request that names no value gets")
     max_code_bytes: int = Field(description="code + files + stdin + args, UTF-8 bytes")
+    lint_rules: LintRules | None = Field(
+        default=None,
+        description="The rules this tenant's lints check, when it has its own (else each "
+        "language's lint_rules, GET /v1/languages)",
+    )

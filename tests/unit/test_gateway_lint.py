@@ -129,6 +129,12 @@ def test_a_tenants_lint_rules_go_into_its_lints(
     assert "lint" not in run
 
 
+def test_the_tenant_says_whether_its_lints_have_rules_of_their_own(app: FastAPI) -> None:
+    assert client_for(app).get("/v1/tenant").json()["lint_rules"] is None
+    strict = client_for(app, STRICT).get("/v1/tenant").json()["lint_rules"]
+    assert strict == {"select": ["E", "F"], "ignore": ["E501"]}
+
+
 def test_the_languages_say_which_rules_a_lint_checks(app: FastAPI) -> None:
     languages = {
         language["name"]: language
