@@ -16,6 +16,7 @@ from sandpod_operator.status import (
     accepted_summary,
     next_status,
     observe_pod,
+    observe_served,
     pod_finished,
     pod_state_key,
     status_patch,
@@ -266,6 +267,12 @@ def test_a_python_programs_trailing_value_is_its_result(settings: OperatorSettin
     assert observe(pod, settings, log=log).result == "42"
     pod, log = reported(runner_wire.result())
     assert observe(pod, settings, log=log).result is None
+
+
+def test_a_pool_runs_trailing_value_is_its_result(settings: OperatorSettings) -> None:
+    pod, log = reported(runner_wire.result(value="'ab'"))
+    verdict = observe_served(pod, log, mode="run", started_at=CREATED, now=NOW, settings=settings)
+    assert (verdict.phase, verdict.result) == ("Succeeded", "'ab'")
 
 
 def test_a_long_value_is_bounded_as_stored(settings: OperatorSettings) -> None:
