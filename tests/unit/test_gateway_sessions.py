@@ -277,7 +277,7 @@ def test_a_lint_in_a_session_runs_beside_it_as_a_one_off_lint(
     assert (spec["mode"], spec["language"], spec.get("session")) == ("lint", "python", None)
 
 
-def test_a_lint_in_an_ended_or_foreign_session_is_refused(app: FastAPI, client: TestClient) -> None:
+def test_a_lint_in_another_tenants_session_is_404(app: FastAPI, client: TestClient) -> None:
     sid = session_id(client)
 
     foreign = client_for(app, BOB).post(
