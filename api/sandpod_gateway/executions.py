@@ -101,9 +101,7 @@ async def create_execution(
                 resource = await replay(service.get, tenant, name, fingerprint)
             created = resource is None
             if resource is None:
-                resource, created = await _admit(
-                    request, name, tenant, service, settings, admission, fingerprint, session
-                )
+                resource, created = await _admit(request, name, ctx, fingerprint, session)
             if wait:
                 resource = await finished(resource, tenant.namespace, service, settings)
         except ExecutionNotFound as exc:
@@ -116,15 +114,13 @@ async def create_execution(
 async def _admit(
     request: CreateExecutionRequest,
     name: str,
-    tenant: Tenant,
-    service: ExecutionService,
-    settings: GatewaySettings,
-    admission: AdmissionControl,
+    ctx: ExecutionContext,
     fingerprint: str,
     session: str | None,
 ) -> tuple[Resource, bool]:
     """Create the execution if the tenant may run another: (the execution, created?)."""
-    manifest = _manifest(request, name, tenant, settings, session)
+    tenant, service, settings, admission = ctx.tenant, ctx.executions, ctx.settings, ctx.admission
+    manifest = _manifest(request, name, ctx, session)
     async with admission.admitting(tenant.name):
         await check_concurrency(service, tenant, settings)
         try:
@@ -143,11 +139,14 @@ async def _admit(
 def _manifest(
     request: CreateExecutionRequest,
     name: str,
-    tenant: Tenant,
-    settings: GatewaySettings,
+    ctx: ExecutionContext,
     session: str | None,
 ) -> Resource:
+    tenant, settings = ctx.tenant, ctx.settings
     limits = resolved_limits(request, tenant, settings)
+    language = ctx.catalog.get(request.language)
+    # The tenant's lint rules, for a linter that takes rules.
+    takes_rules = language is not None and language.lint_rules is not None
     return build_code_execution(
         name=name,
         tenant=tenant.name,
@@ -157,6 +156,7 @@ def _manifest(
         cpu=None if session else limits.cpu,
         ttl_seconds_after_finished=settings.ttl_seconds_after_finished,
         session=session,
+        lint=tenant.lint if request.mode == "lint" and takes_rules else None,
     )
 
 
@@ -181,7 +181,7 @@ async def run_directly(
         if existing is not None:
             resource = await finished(existing, tenant.namespace, service, settings)
             return CreateOutcome(await result_with_files(resource, tenant, service), False)
-    manifest = _manifest(request, name, tenant, settings, session)
+    manifest = _manifest(request, name, ctx, session)
     timeout = int((manifest.get("spec") or {}).get("timeoutSeconds") or 0)
     try:
         record = await runner.run(tenant.namespace, manifest, timeout)

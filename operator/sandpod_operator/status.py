@@ -329,6 +329,9 @@ def _output_fields(
     log: LogSummary | None, result: RunnerResult, settings: OperatorSettings
 ) -> dict[str, Any]:
     fields = _compile_fields(result.compile, settings.status_output_bytes)
+    if result.value is not None:
+        # The trailing expression's repr, as the program's interpreter reported it.
+        fields["result"] = head_within(result.value, settings.status_output_bytes)
     listed = bool(result.outputs)
     if log is None:
         return {

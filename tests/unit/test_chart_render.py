@@ -179,6 +179,7 @@ TENANTS: list[dict[str, Any]] = [
         "namespace": "shared",
         "apiKeys": [{"key": "sk-dev-b"}],
         "egress": {"allowedCidrs": ["1.1.1.0/24"]},
+        "lint": {"select": ["E", "F"], "ignore": ["E501"]},
     },
     # Without egress: the namespace it shares with team-b is not narrowed.
     {"name": "team-c", "namespace": "shared", "createNamespace": False},
@@ -502,6 +503,9 @@ def test_api_keys_secret_holds_digests_only(rendered: dict[str, list[Manifest]])
     ]
     assert team_a.limits.model_dump(by_alias=True) == TENANTS[0]["limits"]
     assert config.tenants["team-c"].namespace == "shared"
+    assert team_a.lint is None
+    lint = config.tenants["team-b"].lint
+    assert lint is not None and (lint.select, lint.ignore) == (["E", "F"], ["E501"])
     index = KeyIndex(config)
     for key, tenant in [("sk-ci-a", "team-a"), ("sk-dev-a", "team-a"), ("sk-dev-b", "team-b")]:
         resolved = index.resolve(key)
@@ -510,6 +514,13 @@ def test_api_keys_secret_holds_digests_only(rendered: dict[str, list[Manifest]])
     empty = find(rendered["default"], "Secret", f"{FULLNAME}-api-keys", NAMESPACE)
     empty_text = base64.b64decode(empty["data"]["tenants.yaml"]).decode()
     assert parse_tenants_config(empty_text).tenants == {}
+
+
+def test_a_tenants_lint_rules_must_be_rule_codes(helm: Path, tmp_path: Path) -> None:
+    tenant = {"name": "t", "lint": {"select": ["--config=x.toml"]}}
+    completed = helm_template(helm, tmp_path, {"tenants": [tenant]})
+    assert completed.returncode != 0
+    assert "lint" in completed.stderr
 
 
 def test_existing_keys_secret_is_used_instead(helm: Path, tmp_path: Path) -> None:
