@@ -13,15 +13,13 @@ from typing import Any
 
 from kubernetes import client
 from sandpod_contract.models import TERMINAL_PHASES
-from sandpod_contract.names import GROUP, PLURAL, VERSION
+from sandpod_contract.names import EXECUTION_LABEL, FINALIZER, GROUP, PLURAL, VERSION
 
 from sandpod_bench.containerd import ContainerdEvents
 from sandpod_bench.kube import list_raw, watch_events
 
 logger = logging.getLogger(__name__)
 
-FINALIZER = f"{GROUP}/operator"
-EXECUTION_LABEL = "sandpod.dev/execution"
 WATCH_SECONDS = 60
 
 Manifest = dict[str, Any]

@@ -105,8 +105,8 @@ def test_a_session_run_slices_from_submit_to_the_client() -> None:
 def test_session_options_have_full_and_quick_defaults() -> None:
     full = parse_options([])
     quick = parse_options(["--quick"])
-    assert (full.session_runs, full.session_clients) == (200, 8)
-    assert (quick.session_runs, quick.session_clients) == (30, 8)
+    assert (full.session_runs, full.session_clients) == (200, 16)
+    assert (quick.session_runs, quick.session_clients) == (30, 4)
     assert "session" in full.sections and "session-throughput" in full.sections
 
 

@@ -1,0 +1,102 @@
+"""API writes as the API server itself counts them: `apiserver_request_total` from its
+/metrics (read through the kube API, as kubectl get --raw /metrics does), by verb and
+resource, before and after a measurement; the writes per run are the difference divided by
+the runs. The counter is the whole cluster's: what else runs there is counted too (the
+report says so)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
+
+REQUESTS_METRIC = "apiserver_request"  # the parser drops the counter's _total
+# The verbs that change state; the API server names them in capitals.
+WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"})
+# (verb, group/resource, e.g. "sandpod.dev/codeexecutions/status" or "pods") -> requests.
+Writes = Counter[tuple[str, str]]
+SANDPOD_GROUP = "sandpod.dev"
+
+
+def parse_writes(text: str) -> Writes:
+    """The API server's write requests so far, by verb and resource (pure), from its metrics
+    text; dry runs and requests it refused with a 4xx/5xx count too (they cost a round
+    trip all the same)."""
+    writes: Writes = Counter()
+    for family in text_string_to_metric_families(text):
+        if family.name != REQUESTS_METRIC:
+            continue
+        for sample in family.samples:
+            if not sample.name.endswith("_total"):
+                continue
+            labels = sample.labels
+            verb = labels.get("verb", "")
+            if verb not in WRITE_VERBS:
+                continue
+            resource = labels.get("resource") or "-"
+            if labels.get("group"):
+                resource = f"{labels['group']}/{resource}"
+            if labels.get("subresource"):
+                resource = f"{resource}/{labels['subresource']}"
+            writes[(verb, resource)] += int(sample.value)
+    return writes
+
+
+@dataclass(frozen=True)
+class WritesPerRun:
+    runs: int
+    writes: int
+    per_run: float
+    # Of them, writes of sandpod's own resources (CodeExecutions, sessions, pools).
+    sandpod_per_run: float
+    # "VERB group/resource" -> writes per run, largest first (at most `top`).
+    by_kind: dict[str, float]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "runs": self.runs,
+            "writes": self.writes,
+            "per_run": self.per_run,
+            "sandpod_per_run": self.sandpod_per_run,
+            "by_kind": self.by_kind,
+        }
+
+
+def writes_per_run(
+    before: Mapping[tuple[str, str], int],
+    after: Mapping[tuple[str, str], int],
+    runs: int,
+    top: int = 8,
+) -> WritesPerRun | None:
+    """The writes between two readings, per run (pure); None without runs. A counter that
+    went down (the API server restarted in between) counts from zero."""
+    if runs <= 0:
+        return None
+    delta: Counter[str] = Counter()
+    for key, value in after.items():
+        grown = value - before.get(key, 0)
+        if grown < 0:
+            grown = value
+        if grown:
+            delta[f"{key[0]} {key[1]}"] += grown
+    total = sum(delta.values())
+    sandpod = sum(n for kind, n in delta.items() if kind.split()[1].startswith(SANDPOD_GROUP + "/"))
+    return WritesPerRun(
+        runs=runs,
+        writes=total,
+        per_run=total / runs,
+        sandpod_per_run=sandpod / runs,
+        by_kind={kind: count / runs for kind, count in delta.most_common(top)},
+    )
+
+
+def read_writes(api: client.ApiClient) -> Writes:
+    """The API server's write counts now (GET /metrics through the kube API)."""
+    request = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
+    response = api.call_api(*request, _request_timeout=30)
+    body: bytes = response.read()  # type: ignore[no-untyped-call]
+    return parse_writes(body.decode())
