@@ -20,6 +20,8 @@ WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLE
 # (verb, group/resource, e.g. "sandpod.dev/codeexecutions/status" or "pods") -> requests.
 Writes = Counter[tuple[str, str]]
 SANDPOD_GROUP = "sandpod.dev"
+# The runs' records: CodeExecutions and their status.
+RECORDS = f"{SANDPOD_GROUP}/codeexecutions"
 
 
 def parse_writes(text: str) -> Writes:
@@ -53,6 +55,8 @@ class WritesPerRun:
     per_run: float
     # Of them, writes of sandpod's own resources (CodeExecutions, sessions, pools).
     sandpod_per_run: float
+    # Of those, writes of CodeExecutions (the runs' records, their status included).
+    records_per_run: float
     # "VERB group/resource" -> writes per run, largest first (at most `top`).
     by_kind: dict[str, float]
 
@@ -62,6 +66,7 @@ class WritesPerRun:
             "writes": self.writes,
             "per_run": self.per_run,
             "sandpod_per_run": self.sandpod_per_run,
+            "records_per_run": self.records_per_run,
             "by_kind": self.by_kind,
         }
 
@@ -84,14 +89,23 @@ def writes_per_run(
         if grown:
             delta[f"{key[0]} {key[1]}"] += grown
     total = sum(delta.values())
-    sandpod = sum(n for kind, n in delta.items() if kind.split()[1].startswith(SANDPOD_GROUP + "/"))
+    sandpod = sum(n for kind, n in delta.items() if _resource(kind).startswith(SANDPOD_GROUP + "/"))
+    records = sum(
+        n for kind, n in delta.items() if _resource(kind).split("/")[:2] == RECORDS.split("/")
+    )
     return WritesPerRun(
         runs=runs,
         writes=total,
         per_run=total / runs,
         sandpod_per_run=sandpod / runs,
+        records_per_run=records / runs,
         by_kind={kind: count / runs for kind, count in delta.most_common(top)},
     )
+
+
+def _resource(kind: str) -> str:
+    """The group/resource of a "VERB group/resource" kind."""
+    return kind.split(" ", 1)[1]
 
 
 def read_writes(api: client.ApiClient) -> Writes:

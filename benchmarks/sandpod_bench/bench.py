@@ -271,7 +271,8 @@ class Bench:
         entry = latency_entry(label, path, concurrency, attempts)
         summary = entry["summary"]
         progress(
-            f"  p50 {summary['p50']:.2f}s p95 {summary['p95']:.2f}s, {entry['failures']} failed"
+            f"  p50 {summary['p50']:.3f}s p95 {summary['p95']:.3f}s p99 {summary['p99']:.3f}s, "
+            f"{entry['failures']} failed"
             if summary
             else f"  every run failed: {entry['error']}"
         )

@@ -16,7 +16,7 @@ SESSION_P99_TARGET_SECONDS = 0.050
 SESSION_THROUGHPUT_TARGET = 100.0
 POOL_P50_TARGET_SECONDS = 0.060
 COLD_OVER_BARE_POD_TARGET = 1.1
-WRITES_PER_RUN_TARGET = 2.0
+WRITES_PER_RUN_TARGET = 2.0  # of the records (CodeExecutions), for a direct run
 
 
 def table(
@@ -227,10 +227,11 @@ def targets(results: Mapping[str, Any]) -> list[str]:
         )
     for key, writes in all_writes(results).items():
         if not key.startswith("session_kubectl"):  # the record path: not a direct run
-            per_run = float(writes["sandpod_per_run"])
+            per_run = float(writes["records_per_run"])
             lines.append(
-                f"target: <= {WRITES_PER_RUN_TARGET:.0f} API writes of sandpod's resources per "
-                f"run ({key}): {per_run:.2f}, {verdict(per_run <= WRITES_PER_RUN_TARGET)}"
+                f"target: <= {WRITES_PER_RUN_TARGET:.0f} API writes of the records "
+                f"(CodeExecutions) per run ({key}): {per_run:.2f}, "
+                f"{verdict(per_run <= WRITES_PER_RUN_TARGET)}"
             )
     return lines
 
@@ -249,11 +250,23 @@ def writes_table(writes: Mapping[str, Mapping[str, Any]]) -> str:
     rows = []
     for key, entry in writes.items():
         rows.append(
-            [key, str(entry["runs"]), f"{entry['per_run']:.2f}", f"{entry['sandpod_per_run']:.2f}"]
+            [
+                key,
+                str(entry["runs"]),
+                f"{entry['per_run']:.2f}",
+                f"{entry['sandpod_per_run']:.2f}",
+                f"{entry['records_per_run']:.2f}",
+            ]
         )
         for kind, per_run in entry["by_kind"].items():
-            rows.append([f"  {kind}", "", f"{per_run:.2f}", ""])
-    headers = ["API writes per run (apiserver_request_total)", "runs", "all", "sandpod.dev"]
+            rows.append([f"  {kind}", "", f"{per_run:.2f}", "", ""])
+    headers = [
+        "API writes per run (apiserver_request_total)",
+        "runs",
+        "all",
+        "sandpod.dev",
+        "records",
+    ]
     return table(headers, rows)
 
 

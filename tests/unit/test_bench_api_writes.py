@@ -50,18 +50,30 @@ def test_writes_per_run_is_the_difference_divided_by_the_runs() -> None:
     after = {
         ("POST", "sandpod.dev/codeexecutions"): 30,
         ("PATCH", "sandpod.dev/codeexecutions/status"): 20,
+        ("PATCH", "sandpod.dev/codesessions/status"): 2,
+        ("POST", "sandpod.dev/codeexecutionsx"): 2,  # not the records, for all its name
         ("PUT", "coordination.k8s.io/leases"): 9,
         ("DELETE", "pods"): 0,
     }
     writes = writes_per_run(before, after, runs=20)
     assert writes is not None
-    assert (writes.writes, writes.per_run, writes.sandpod_per_run) == (42, 2.1, 2.0)
+    assert (writes.writes, writes.per_run) == (46, 2.3)
+    assert (writes.sandpod_per_run, writes.records_per_run) == (2.2, 2.0)
     assert writes.by_kind == {
         "POST sandpod.dev/codeexecutions": 1.0,
         "PATCH sandpod.dev/codeexecutions/status": 1.0,
+        "PATCH sandpod.dev/codesessions/status": 0.1,
+        "POST sandpod.dev/codeexecutionsx": 0.1,
         "PUT coordination.k8s.io/leases": 0.1,
     }
-    assert list(writes.as_dict()) == ["runs", "writes", "per_run", "sandpod_per_run", "by_kind"]
+    assert set(writes.as_dict()) == {
+        "runs",
+        "writes",
+        "per_run",
+        "sandpod_per_run",
+        "records_per_run",
+        "by_kind",
+    }
 
 
 def test_the_largest_kinds_are_kept() -> None:
