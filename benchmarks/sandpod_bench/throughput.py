@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -92,14 +92,15 @@ def run_closed_loop(
     return results, time.perf_counter() - opened
 
 
-def settle(recorder: Recorder, timeout: float) -> None:
-    """Wait (bounded) until every execution the namespace saw has a terminal status."""
+def settle(recorder: Recorder, timeout: float, names: Iterable[str] = ()) -> None:
+    """Wait (bounded) until every execution the namespace saw, and each of `names` (a record
+    written behind its answer may not have been seen yet), has a terminal status."""
     deadline = time.monotonic() + timeout
-    for observation in recorder.all():
+    for name in [*names, *(observation.name for observation in recorder.all())]:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return
-        recorder.wait_terminal(observation.name, remaining)
+        recorder.wait_terminal(name, remaining)
 
 
 def measure(

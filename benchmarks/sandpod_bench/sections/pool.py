@@ -65,8 +65,9 @@ def run_latency(bench: Bench, http: httpx.Client, recorder: Recorder) -> None:
         attempts = bench.measure(
             key, label, f"sandpod-pool-{path}", workload, runs=options.runs, concurrency=1
         )
-        settle(recorder, RECORDS_SETTLE_SECONDS)  # a direct run's record comes behind it
-        modes = start_modes(recorder, [a.name for a in attempts if a.name])
+        names = [a.name for a in attempts if a.name]
+        settle(recorder, RECORDS_SETTLE_SECONDS, names)  # a direct run's record comes behind
+        modes = start_modes(recorder, names)
         warm = summarize([a.seconds for a in attempts if a.ok and ran_warm(recorder, a.name)])
         entry = bench.results["latency"][key]
         entry["start_modes"] = modes

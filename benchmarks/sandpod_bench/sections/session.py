@@ -56,15 +56,16 @@ def run(bench: Bench, clients: GatewayClients, recorder: Recorder, model: Record
 
 
 def counted_writes(
-    bench: Bench, recorder: Recorder, sessions: Sequence[str], measure: Callable[[], int]
+    bench: Bench, recorder: Recorder, sessions: Sequence[str], measure: Callable[[], list[str]]
 ) -> dict[str, Any] | None:
-    """The API server's writes while `measure` ran its runs (it answers how many), once
-    their records and the sessions' counts are written, per run."""
+    """The API server's writes while `measure` ran its runs (it answers their names, "" for
+    a run that got none), once their records and the sessions' counts are written, per
+    run."""
     before = read_writes(bench.api)
-    runs = measure()
-    settle(recorder, RECORDS_SETTLE_SECONDS)
+    names = measure()
+    settle(recorder, RECORDS_SETTLE_SECONDS, [name for name in names if name])
     session_count_mismatches(bench, recorder, sessions)
-    writes = writes_per_run(before, read_writes(bench.api), runs)
+    writes = writes_per_run(before, read_writes(bench.api), len(names))
     if writes is None:
         return None
     progress(f"  API writes per run {writes.per_run:.2f} (sandpod's {writes.sandpod_per_run:.2f})")
@@ -102,7 +103,9 @@ def run_latency(bench: Bench, clients: GatewayClients, recorder: Recorder) -> No
         ):
             key = f"session_{path}_sequential"
 
-            def measure(path: str = path, workload: Workload = workload, key: str = key) -> int:
+            def measure(
+                path: str = path, workload: Workload = workload, key: str = key
+            ) -> list[str]:
                 measured[path] = bench.measure(
                     key,
                     f"print(1) in a session via {path}, sequential",
@@ -113,7 +116,7 @@ def run_latency(bench: Bench, clients: GatewayClients, recorder: Recorder) -> No
                     group="session_latency",
                     think_seconds=0,
                 )
-                return len(measured[path])
+                return [attempt.name for attempt in measured[path]]
 
             writes[key] = counted_writes(bench, recorder, [session], measure)
     finally:
@@ -195,7 +198,8 @@ def run_throughput(bench: Bench, clients: GatewayClients, recorder: Recorder) ->
     )
     throughput: dict[str, Any] = {}
 
-    def measure() -> int:
+    def measure() -> list[str]:
+        earlier = {observation.name for observation in recorder.all()}
         throughput.update(
             measure_throughput(
                 PerClient(workloads),
@@ -205,7 +209,7 @@ def run_throughput(bench: Bench, clients: GatewayClients, recorder: Recorder) ->
                 duration_seconds=options.duration,
             )
         )
-        return int(throughput["requests"])
+        return [o.name for o in recorder.all() if o.name not in earlier]
 
     throughput["api_writes"] = counted_writes(bench, recorder, names, measure)
     mismatches = session_count_mismatches(bench, recorder, names)
