@@ -146,6 +146,8 @@ def throughput_table(throughput: Mapping[str, Any], title: str = "throughput") -
             f"{seconds(latency.get('p99'), 3)} s",
         ],
     ]
+    if throughput.get("unrecorded"):
+        rows.append(["  of the lost, answered but never recorded", str(throughput["unrecorded"])])
     if throughput.get("start_modes"):
         rows.append(["started", start_modes(throughput["start_modes"])])
     return table(headers, rows)

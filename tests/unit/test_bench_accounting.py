@@ -57,7 +57,21 @@ def test_audit_counts_success_failure_loss_and_duplicates() -> None:
     assert result.failed == 2  # c (answered Error) and the 429
     assert result.orphaned == 1
     assert result.lost == 3  # d, the read timeout, and the orphan
+    assert result.unrecorded == 0
     assert result.duplicated == 1
+
+
+def test_an_answered_run_whose_record_never_ends_is_lost() -> None:
+    """A direct run is answered first and recorded behind: a record that never came, or never
+    got its status, is a lost record."""
+    finished = [
+        Finished(Attempt(True, 0.04, "recorded"), 1.0),
+        Finished(Attempt(True, 0.04, "never-written"), 2.0),
+        Finished(Attempt(True, 0.04, "no-status"), 3.0),
+    ]
+    seen = [observation("recorded", "Succeeded"), observation("no-status", None)]
+    result = audit(finished, seen, 10.0)
+    assert (result.succeeded, result.unrecorded, result.lost) == (3, 2, 2)
 
 
 def test_the_same_execution_returned_to_two_requests_is_a_duplicate() -> None:

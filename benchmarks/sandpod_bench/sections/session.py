@@ -197,21 +197,28 @@ def run_throughput(bench: Bench, clients: GatewayClients, recorder: Recorder) ->
         f"via the gateway for {options.duration:.0f}s"
     )
     throughput: dict[str, Any] = {}
+    attempts: list[Attempt] = []
 
     def measure() -> list[str]:
         earlier = {observation.name for observation in recorder.all()}
-        throughput.update(
-            measure_throughput(
-                PerClient(workloads),
-                recorder,
-                path="gateway, a session per client",
-                concurrency=options.session_clients,
-                duration_seconds=options.duration,
-            )
+        summary, finished = measure_throughput(
+            PerClient(workloads),
+            recorder,
+            path="gateway, a session per client",
+            concurrency=options.session_clients,
+            duration_seconds=options.duration,
         )
+        throughput.update(summary)
+        attempts.extend(finished)
         return [o.name for o in recorder.all() if o.name not in earlier]
 
     throughput["api_writes"] = counted_writes(bench, recorder, names, measure)
+    # Where the time of a run goes under that load.
+    entry = breakdown_entry(
+        recorder, attempts, "direct", direct_marks(bench.log_dir / "operator.log")
+    )
+    if entry:
+        bench.results.setdefault("direct_breakdown", {})["session throughput"] = entry
     mismatches = session_count_mismatches(bench, recorder, names)
     throughput["session_count_mismatches"] = {k: list(v) for k, v in mismatches.items()}
     progress(

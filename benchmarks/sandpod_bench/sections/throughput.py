@@ -33,7 +33,7 @@ def run(
         f"throughput ({what}): {options.throughput_concurrency} clients via "
         f"{options.throughput_path} for {options.duration:.0f}s"
     )
-    throughput = measure_throughput(
+    throughput, _ = measure_throughput(
         workload,
         recorder,
         path=options.throughput_path,
