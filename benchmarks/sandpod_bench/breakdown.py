@@ -99,7 +99,7 @@ DIRECT_MILESTONES: tuple[tuple[str, str], ...] = (
 )
 DIRECT_MILESTONE_NAMES = tuple(name for name, _ in DIRECT_MILESTONES)
 DIRECT_SLICE_NAMES = {
-    "op_received": "gateway: auth, admission, post to the operator",
+    "op_received": "client sends; gateway: auth, admission, post to the operator",
     "op_turn": "operator: session queue / take a pool pod",
     "op_posted": "operator: run request to the runner",
     "op_first_frame": "runner: start the program, first frame",

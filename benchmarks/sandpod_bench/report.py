@@ -248,7 +248,8 @@ def all_writes(results: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
 
 
 def writes_table(writes: Mapping[str, Mapping[str, Any]]) -> str:
-    """API writes per run, as the API server counted them, per measurement."""
+    """API writes per run, as the API server counted them, per measurement; the reads (GET,
+    LIST) per run beside them, with those of sandpod's resources."""
     rows = []
     for key, entry in writes.items():
         rows.append(
@@ -258,16 +259,20 @@ def writes_table(writes: Mapping[str, Mapping[str, Any]]) -> str:
                 f"{entry['per_run']:.2f}",
                 f"{entry['sandpod_per_run']:.2f}",
                 f"{entry['records_per_run']:.2f}",
+                f"{entry['reads_per_run']:.2f}",
             ]
         )
         for kind, per_run in entry["by_kind"].items():
-            rows.append([f"  {kind}", "", f"{per_run:.2f}", "", ""])
+            rows.append([f"  {kind}", "", f"{per_run:.2f}", "", "", ""])
+        for kind, per_run in entry["sandpod_reads_by_kind"].items():
+            rows.append([f"  {kind}", "", "", "", "", f"{per_run:.2f}"])
     headers = [
-        "API writes per run (apiserver_request_total)",
+        "API requests per run (apiserver_request_total)",
         "runs",
-        "all",
+        "writes",
         "sandpod.dev",
         "records",
+        "reads",
     ]
     return table(headers, rows)
 

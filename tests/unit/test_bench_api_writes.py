@@ -1,8 +1,8 @@
 """The bench's API writes per run: the API server's apiserver_request_total parsed from its
-metrics text, and the writes between two readings divided by the runs."""
+metrics text, and the writes (and reads) between two readings divided by the runs."""
 
 import pytest
-from sandpod_bench.apiserver import parse_writes, writes_per_run
+from sandpod_bench.apiserver import parse_requests, writes_per_run
 
 # As kube-apiserver 1.34 writes it (labels trimmed to those the parser reads, plus some it
 # ignores), with reads and another metric around.
@@ -32,17 +32,18 @@ apiserver_request_duration_seconds_bucket{verb="POST",resource="pods",le="0.1"} 
 """
 
 
-def test_writes_are_counted_by_verb_and_resource_reads_left_out() -> None:
-    assert parse_writes(METRICS) == {
+def test_requests_are_counted_by_verb_and_resource_watches_left_out() -> None:
+    assert parse_requests(METRICS) == {
         ("POST", "sandpod.dev/codeexecutions"): 40,
         ("PATCH", "sandpod.dev/codeexecutions/status"): 40,  # refused ones cost a trip too
+        ("LIST", "pods"): 900,
         ("PUT", "coordination.k8s.io/leases"): 7,
         ("DELETE", "pods"): 3,
     }
 
 
 def test_no_requests_metric_no_writes() -> None:
-    assert parse_writes("# TYPE up gauge\nup 1\n") == {}
+    assert parse_requests("# TYPE up gauge\nup 1\n") == {}
 
 
 def test_writes_per_run_is_the_difference_divided_by_the_runs() -> None:
@@ -54,6 +55,9 @@ def test_writes_per_run_is_the_difference_divided_by_the_runs() -> None:
         ("POST", "sandpod.dev/codeexecutionsx"): 2,  # not the records, for all its name
         ("PUT", "coordination.k8s.io/leases"): 9,
         ("DELETE", "pods"): 0,
+        ("GET", "sandpod.dev/codesessions"): 20,
+        ("GET", "sandpod.dev/codeexecutions"): 20,
+        ("LIST", "pods"): 4,
     }
     writes = writes_per_run(before, after, runs=20)
     assert writes is not None
@@ -66,6 +70,11 @@ def test_writes_per_run_is_the_difference_divided_by_the_runs() -> None:
         "POST sandpod.dev/codeexecutionsx": 0.1,
         "PUT coordination.k8s.io/leases": 0.1,
     }
+    assert writes.reads_per_run == pytest.approx(2.2)
+    assert writes.sandpod_reads_by_kind == {
+        "GET sandpod.dev/codesessions": 1.0,
+        "GET sandpod.dev/codeexecutions": 1.0,
+    }
     assert set(writes.as_dict()) == {
         "runs",
         "writes",
@@ -73,6 +82,8 @@ def test_writes_per_run_is_the_difference_divided_by_the_runs() -> None:
         "sandpod_per_run",
         "records_per_run",
         "by_kind",
+        "reads_per_run",
+        "sandpod_reads_by_kind",
     }
 
 

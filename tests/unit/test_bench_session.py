@@ -178,6 +178,8 @@ def writes(records_per_run: float) -> dict[str, object]:
         "sandpod_per_run": records_per_run + 0.1,
         "records_per_run": records_per_run,
         "by_kind": {"POST sandpod.dev/codeexecutions": 1.0, "PUT leases": 0.5},
+        "reads_per_run": 2.5,
+        "sandpod_reads_by_kind": {"GET sandpod.dev/codesessions": 1.0},
     }
 
 
@@ -210,8 +212,9 @@ def test_render_shows_the_session_sections() -> None:
         "0.020 (50%)",
         "25.00",
         "40 ms, not met",
-        "session_gateway_sequential                     200  2.60         2.10     2.00",
-        "  POST sandpod.dev/codeexecutions                   1.00",
+        "session_gateway_sequential                       200    2.60         2.10     2.00   2.50",
+        "  POST sandpod.dev/codeexecutions                       1.00",
+        "  GET sandpod.dev/codesessions                                                       1.00",
         "other activity is included",
     ):
         assert expected in text

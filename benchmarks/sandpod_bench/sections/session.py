@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sandpod_bench.apiserver import read_writes, writes_per_run
+from sandpod_bench.apiserver import read_requests, writes_per_run
 from sandpod_bench.bench import Bench, GatewayClients, breakdown_entry
 from sandpod_bench.cluster import progress
 from sandpod_bench.recorder import Recorder
@@ -61,11 +61,11 @@ def counted_writes(
     """The API server's writes while `measure` ran its runs (it answers their names, "" for
     a run that got none), once their records and the sessions' counts are written, per
     run."""
-    before = read_writes(bench.api)
+    before = read_requests(bench.api)
     names = measure()
     settle(recorder, RECORDS_SETTLE_SECONDS, [name for name in names if name])
     session_count_mismatches(bench, recorder, sessions)
-    writes = writes_per_run(before, read_writes(bench.api), len(names))
+    writes = writes_per_run(before, read_requests(bench.api), len(names))
     if writes is None:
         return None
     progress(f"  API writes per run {writes.per_run:.2f} (sandpod's {writes.sandpod_per_run:.2f})")
