@@ -35,6 +35,8 @@ class Observation:
     execution: Manifest | None = None
     pod: Manifest | None = None  # the last state seen (the operator deletes finished pods)
     pod_names: set[str] = field(default_factory=set)
+    # Every resourceVersion of the execution seen: one per write that changed it.
+    versions: set[str] = field(default_factory=set)
 
     def mark(self, milestone: str, at: float) -> None:
         self.milestones.setdefault(milestone, at)
@@ -200,6 +202,7 @@ class Recorder:
         with self._changed:
             observation = self._observation(metadata.get("name", ""))
             observation.mark("created", at)
+            observation.versions.add(str(metadata.get("resourceVersion") or ""))
             if FINALIZER in (metadata.get("finalizers") or []) or item.get("status"):
                 observation.mark("operator_seen", at)
             observation.execution = item

@@ -229,7 +229,10 @@ def targets(results: Mapping[str, Any]) -> list[str]:
         )
     for key, writes in all_writes(results).items():
         if not key.startswith("session_kubectl"):  # the record path: not a direct run
-            per_run = float(writes["records_per_run"])
+            # The bench's own watch of its namespace, if it counted them: the API server's
+            # counter has the whole cluster's CodeExecutions in it.
+            seen = writes.get("records_seen_per_run")
+            per_run = float(writes["records_per_run"] if seen is None else seen)
             lines.append(
                 f"target: <= {WRITES_PER_RUN_TARGET:.0f} API writes of the records "
                 f"(CodeExecutions) per run ({key}): {per_run:.2f}, "
@@ -259,19 +262,21 @@ def writes_table(writes: Mapping[str, Mapping[str, Any]]) -> str:
                 f"{entry['per_run']:.2f}",
                 f"{entry['sandpod_per_run']:.2f}",
                 f"{entry['records_per_run']:.2f}",
+                seconds(entry.get("records_seen_per_run")),
                 f"{entry['reads_per_run']:.2f}",
             ]
         )
         for kind, per_run in entry["by_kind"].items():
-            rows.append([f"  {kind}", "", f"{per_run:.2f}", "", "", ""])
+            rows.append([f"  {kind}", "", f"{per_run:.2f}", "", "", "", ""])
         for kind, per_run in entry["sandpod_reads_by_kind"].items():
-            rows.append([f"  {kind}", "", "", "", "", f"{per_run:.2f}"])
+            rows.append([f"  {kind}", "", "", "", "", "", f"{per_run:.2f}"])
     headers = [
         "API requests per run (apiserver_request_total)",
         "runs",
         "writes",
         "sandpod.dev",
         "records",
+        "seen",
         "reads",
     ]
     return table(headers, rows)
@@ -333,7 +338,8 @@ def render(results: Mapping[str, Any]) -> str:
         parts += [
             "",
             writes_table(writes),
-            "the API server counts the whole cluster's writes: other activity is included",
+            "the API server counts the whole cluster's requests, other activity included; "
+            "seen: the records' writes as the bench's watch of its namespace saw them",
         ]
     if results.get("session_breakdown"):
         parts += ["", breakdown_table(results["session_breakdown"], "where a session run goes")]

@@ -9,7 +9,12 @@ from sandpod_bench.main import parse_options
 from sandpod_bench.manifests import code_execution, code_session
 from sandpod_bench.recorder import Observation
 from sandpod_bench.report import render, targets
-from sandpod_bench.session import PerClient, count_mismatches, executions_by_session
+from sandpod_bench.session import (
+    PerClient,
+    count_mismatches,
+    executions_by_session,
+    versions_seen,
+)
 from sandpod_bench.workloads import Attempt, Workload
 from sandpod_contract.models import CodeExecutionSpec, CodeSessionSpec
 
@@ -166,6 +171,28 @@ def test_targets_say_what_was_met() -> None:
     assert targets({}) == []
 
 
+def test_the_writes_target_reads_the_watch_when_it_counted() -> None:
+    """The API server's counter has the whole cluster's CodeExecutions in it; the bench's
+    watch only those of its namespace."""
+    noisy = {**writes(2.4), "records_seen_per_run": 2.0}
+    assert targets({"session_writes": {"session_mcp_sequential": noisy}}) == [
+        "target: <= 2 API writes of the records (CodeExecutions) per run "
+        "(session_mcp_sequential): 2.00, met"
+    ]
+
+
+def test_the_writes_a_watch_saw_are_the_versions_of_the_named_runs() -> None:
+    created, finished, other = (
+        Observation("ns", "a"),
+        Observation("ns", "b"),
+        Observation("ns", "c"),
+    )
+    created.versions = {"10"}
+    finished.versions = {"11", "12"}
+    other.versions = {"13", "14", "15"}  # not one of the runs
+    assert versions_seen([created, finished, other], ["a", "b", ""]) == 3
+
+
 def test_the_record_path_has_no_writes_target() -> None:
     assert targets({"session_writes": {"session_kubectl_sequential": writes(12.0)}}) == []
 
@@ -212,9 +239,10 @@ def test_render_shows_the_session_sections() -> None:
         "0.020 (50%)",
         "25.00",
         "40 ms, not met",
-        "session_gateway_sequential                       200    2.60         2.10     2.00   2.50",
+        "session_gateway_sequential                       200    2.60         2.10     2.00     -"
+        "   2.50",
         "  POST sandpod.dev/codeexecutions                       1.00",
-        "  GET sandpod.dev/codesessions                                                       1.00",
-        "other activity is included",
+        "  GET sandpod.dev/codesessions" + " " * 61 + "1.00",
+        "other activity included; seen: the records' writes as the bench's watch",
     ):
         assert expected in text

@@ -25,6 +25,7 @@ from sandpod_bench.session import (
     execution_counts,
     executions_by_session,
     open_through_gateway,
+    versions_seen,
     wait_ready,
 )
 from sandpod_bench.throughput import measure as measure_throughput
@@ -68,8 +69,12 @@ def counted_writes(
     writes = writes_per_run(before, read_requests(bench.api), len(names))
     if writes is None:
         return None
-    progress(f"  API writes per run {writes.per_run:.2f} (sandpod's {writes.sandpod_per_run:.2f})")
-    return writes.as_dict()
+    seen = versions_seen(recorder.all(), names) / len(names)
+    progress(
+        f"  API writes per run {writes.per_run:.2f} (sandpod's {writes.sandpod_per_run:.2f}, "
+        f"the records' as the watch saw them {seen:.2f})"
+    )
+    return {**writes.as_dict(), "records_seen_per_run": seen}
 
 
 def run_latency(bench: Bench, clients: GatewayClients, recorder: Recorder) -> None:
