@@ -94,7 +94,7 @@ DIRECT_MILESTONES: tuple[tuple[str, str], ...] = (
     ("op_posted", "the operator sends POST /v1/run to the runner"),
     ("op_first_frame", "the first bytes of the runner's answer arrive"),
     ("op_summary", "the runner's summary arrives"),
-    ("op_done", "the operator has verified the answer and made the verdict"),
+    ("op_done", "the operator has its answer: verified, the verdict made (outputs stored)"),
     ("client_returned", "the client has the result (HTTP response, MCP tool result)"),
 )
 DIRECT_MILESTONE_NAMES = tuple(name for name, _ in DIRECT_MILESTONES)

@@ -186,10 +186,13 @@ class DirectRuns:
         warm = self.sessions.warm
         warm.begin_marks(run_id, "received")
         try:
-            return await self._run_in_session(namespace, record, session, run_id)
-        finally:
-            warm.mark(run_id, "done")
-            warm.log_direct_marks(run_id)
+            answered = await self._run_in_session(namespace, record, session, run_id)
+        except BaseException:  # refused (the gateway takes the record path) or failed: untimed
+            warm.marks.pop(run_id, None)
+            raise
+        warm.mark(run_id, "done")
+        warm.log_direct_marks(run_id)
+        return answered
 
     async def _run_in_session(
         self, namespace: str, record: Manifest, session: Manifest, run_id: str
@@ -233,10 +236,13 @@ class DirectRuns:
         started = now()
         try:
             answer = await serve_once(warm, pod, run_id, spec, plan, started, settings)
+        except BaseException:
+            warm.marks.pop(run_id, None)
+            raise
         finally:
             ran.set()
-            warm.mark(run_id, "done")
-            warm.log_direct_marks(run_id)
+        warm.mark(run_id, "done")
+        warm.log_direct_marks(run_id)
         verdict = answer.verdict
         pod_name = pod["metadata"]["name"]
         verdict = replace(verdict, start_mode="warm", wait_ms=0)
