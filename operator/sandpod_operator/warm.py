@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from sandpod_contract import names
 from sandpod_contract.catalog import Catalog
 from sandpod_contract.models import CodeExecutionSpec, SandboxPoolSpec
+from sandpod_contract.names import DIRECT_TIMINGS_LOG, TIMINGS_LOG
 from sandpod_contract.quantities import parse_quantity
 from sandpod_contract.runner import LogSummary
 
@@ -40,10 +41,6 @@ from sandpod_operator.runner_client import RunnerAddress, RunnerUnavailable, can
 from sandpod_operator.settings import OperatorSettings
 
 logger = logging.getLogger(__name__)
-
-# The operator's log line with one warm run's milestones (wall-clock seconds, JSON), read by
-# the bench's breakdown: `warm timings <namespace>/<name> {"claiming": ..., ...}`.
-TIMINGS_LOG = "warm timings"
 
 # The runner's first log line is short; more than this is not it.
 CREDENTIAL_LINE_BYTES = 4096
@@ -395,9 +392,10 @@ class WarmPath:
             return claimed
         return None
 
-    def begin_marks(self, execution_uid: str) -> None:
-        """Time this execution's warm run (a session's runs are not timed)."""
-        self.marks[execution_uid] = {"claiming": time.time()}
+    def begin_marks(self, execution_uid: str, first: str = "claiming") -> None:
+        """Time this execution's warm run (a record-path session run is not timed); a
+        direct run is timed by its run id."""
+        self.marks[execution_uid] = {first: time.time()}
 
     def mark(self, execution_uid: str, milestone: str) -> None:
         if execution_uid in self.marks:
@@ -411,6 +409,12 @@ class WarmPath:
             logger.info(
                 "%s %s/%s %s", TIMINGS_LOG, meta["namespace"], meta["name"], json.dumps(marks)
             )
+
+    def log_direct_marks(self, run_id: str) -> None:
+        """One log line with the milestones of a direct run (`run_id`: namespace/name)."""
+        marks = self.marks.pop(run_id, None)
+        if marks:
+            logger.info("%s %s %s", DIRECT_TIMINGS_LOG, run_id, json.dumps(marks))
 
     async def credential(self, pod: Manifest) -> str | None:
         pod_uid = str(pod["metadata"].get("uid"))

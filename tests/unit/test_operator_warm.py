@@ -18,6 +18,7 @@ from sandpod_contract.catalog import load_catalog
 from sandpod_contract.models import CodeExecutionSpec
 from sandpod_contract.names import (
     CLAIMED_BY_LABEL,
+    DIRECT_TIMINGS_LOG,
     EXECUTION_LABEL,
     POOL_CLAIMED,
     POOL_STATE_LABEL,
@@ -661,6 +662,37 @@ async def test_a_direct_pool_run_is_answered_by_the_runner_and_recorded_behind(
         await runs.run_from_pool(
             NAMESPACE, {**one_off, "metadata": {"name": "direct-2"}}, [pool()], [pod]
         )
+    await reconciler.close()
+
+
+async def test_a_direct_run_logs_its_milestones_once_and_keeps_none_when_refused(
+    kube: FakeKube, runners: list[ServeDouble], caplog: pytest.LogCaptureFixture
+) -> None:
+    await pool_with(kube, runners, Script(outputs=[("stdout", "hi\n")]))
+    reconciler = new_reconciler(kube)
+    pod = copy.deepcopy(kube.pods[(NAMESPACE, "py-0")])
+    await reconciler.warm.pool_pod_changed("ADDED", pod)
+    runs = DirectRuns(reconciler.sessions, kube, reconciler.store_outputs)
+    one_off = {"metadata": {"name": "direct-1"}, "spec": {"language": "python", "source": "1"}}
+    caplog.set_level("INFO", logger="sandpod_operator.warm")
+
+    await runs.run_from_pool(NAMESPACE, one_off, [pool()], [pod])
+    with pytest.raises(NotServing):  # no free pod left
+        await runs.run_from_pool(
+            NAMESPACE, {**one_off, "metadata": {"name": "direct-2"}}, [pool()], [pod]
+        )
+    await asyncio.gather(*runs.writers)
+
+    lines = [
+        r.getMessage() for r in caplog.records if r.getMessage().startswith(DIRECT_TIMINGS_LOG)
+    ]
+    (line,) = lines
+    assert line.split(" ")[2] == f"{NAMESPACE}/direct-1"
+    marks = json.loads(line.split(" ", 3)[3])
+    order = ["received", "turn", "posted", "answered", "first_frame", "summary", "done"]
+    assert list(marks) == order
+    assert list(marks.values()) == sorted(marks.values())
+    assert reconciler.warm.marks == {}
     await reconciler.close()
 
 
