@@ -16,7 +16,7 @@ from sandpod_gateway.executions import ExecutionContext
 from sandpod_gateway.languages import LanguageCatalog
 from sandpod_gateway.metrics import GatewayMetrics
 from sandpod_gateway.service import ExecutionService, SessionService
-from sandpod_gateway.sessions import SessionContext
+from sandpod_gateway.sessions import KnownSessions, SessionContext
 from sandpod_gateway.settings import GatewaySettings
 
 
@@ -38,6 +38,7 @@ get_key_store: Callable[[Request], ApiKeyStore] = _from_app_state("key_store")
 get_execution_service: Callable[[Request], ExecutionService] = _from_app_state("execution_service")
 get_session_service: Callable[[Request], SessionService] = _from_app_state("session_service")
 get_direct_runner: Callable[[Request], DirectRunner | None] = _from_app_state("direct_runner")
+get_known_sessions: Callable[[Request], KnownSessions] = _from_app_state("known_sessions")
 
 
 SettingsDep = Annotated[GatewaySettings, Depends(get_settings)]
@@ -48,6 +49,7 @@ KeyStoreDep = Annotated[ApiKeyStore, Depends(get_key_store)]
 ExecutionServiceDep = Annotated[ExecutionService, Depends(get_execution_service)]
 SessionServiceDep = Annotated[SessionService, Depends(get_session_service)]
 DirectRunnerDep = Annotated[DirectRunner | None, Depends(get_direct_runner)]
+KnownSessionsDep = Annotated[KnownSessions, Depends(get_known_sessions)]
 
 bearer_scheme = HTTPBearer(
     auto_error=False,
@@ -104,7 +106,9 @@ def get_execution_context(
 ExecutionContextDep = Annotated[ExecutionContext, Depends(get_execution_context)]
 
 
-def get_session_context(ctx: ExecutionContextDep, sessions: SessionServiceDep) -> SessionContext:
+def get_session_context(
+    ctx: ExecutionContextDep, sessions: SessionServiceDep, known: KnownSessionsDep
+) -> SessionContext:
     return SessionContext(
         ctx.tenant,
         ctx.executions,
@@ -113,6 +117,7 @@ def get_session_context(ctx: ExecutionContextDep, sessions: SessionServiceDep) -
         ctx.admission,
         ctx.direct,
         sessions=sessions,
+        known=known,
     )
 
 

@@ -21,6 +21,7 @@ from sandpod_gateway.metrics import GatewayMetrics, MetricsMiddleware
 from sandpod_gateway.pad import PAD_DIR, install_pad
 from sandpod_gateway.routers import executions, health, languages, mcp, sessions, tenant, tools
 from sandpod_gateway.security_headers import SecurityHeadersMiddleware
+from sandpod_gateway.sessions import KnownSessions
 from sandpod_gateway.settings import GatewaySettings
 
 DESCRIPTION = """\
@@ -78,6 +79,7 @@ def create_app(settings: GatewaySettings | None = None, pad_dir: Path = PAD_DIR)
     app.state.catalog = catalog
     app.state.metrics = metrics
     app.state.admission = AdmissionControl()
+    app.state.known_sessions = KnownSessions()
     app.state.direct_runner = None
     install_error_handlers(app)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)

@@ -6,6 +6,7 @@ Routers and the MCP tools both call these. A run in a session is a CodeExecution
 session's other runs and are audited like them.
 """
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from sandpod_gateway.admission import check_session_count, resolved_session_spec
@@ -47,11 +48,34 @@ class SessionOutcome:
     created: bool
 
 
+class KnownSessions:
+    """Sessions this replica has read, by tenant and name, as first read: what never changes
+    of one (its tenant, language, uid), so that a run through the direct path reads nothing
+    first; whether the session still serves is the operator's word there. Bounded, oldest
+    first out."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._seen: OrderedDict[tuple[str, str], Resource] = OrderedDict()
+
+    def get(self, tenant: str, name: str) -> Resource | None:
+        return self._seen.get((tenant, name))
+
+    def remember(self, tenant: str, name: str, session: Resource) -> None:
+        self._seen[(tenant, name)] = session
+        while len(self._seen) > self._size:
+            self._seen.popitem(last=False)
+
+    def forget(self, tenant: str, name: str) -> None:
+        self._seen.pop((tenant, name), None)
+
+
 @dataclass(frozen=True, kw_only=True)
 class SessionContext(ExecutionContext):
     """What the session use cases need, resolved per request."""
 
     sessions: SessionService
+    known: KnownSessions
 
 
 async def open_session(
@@ -94,6 +118,7 @@ async def close_session(session_id: str, ctx: SessionContext) -> tuple[SessionIn
     if is_ended(resource):
         return session_info(resource), False
     await ctx.sessions.delete(ctx.tenant.namespace, session_id)
+    ctx.known.forget(ctx.tenant.name, session_id)
     return session_info(resource), True
 
 
@@ -133,17 +158,29 @@ async def run_in_session(
     """An execution in the session (same limits and answers as any other): through the
     direct path when the gateway has one and the caller waits, else created and reconciled.
     A lint needs none of the session's state: it runs beside it, as a one-off execution."""
-    session = await live_session(session_id, ctx)
+    direct = ctx.direct is not None and wait
+    tenant = ctx.tenant.name
+    session = ctx.known.get(tenant, session_id) if direct else None
+    read_now = session is None
+    if session is None:
+        session = await live_session(session_id, ctx)
+        ctx.known.remember(tenant, session_id, session)
     fields = body.model_dump(exclude_unset=True, exclude={"language"})
     request = CreateExecutionRequest(language=_session_language(body, session), **fields)
     if request.mode == "lint":
         return await create_execution(request, ctx, idempotency_key=idempotency_key, wait=wait)
-    if ctx.direct is not None and wait:
-        outcome = await run_directly(
-            request, ctx, ctx.direct, session=session_id, idempotency_key=idempotency_key
-        )
+    if direct and ctx.direct is not None:
+        try:
+            outcome = await run_directly(
+                request, ctx, ctx.direct, session=session_id, idempotency_key=idempotency_key
+            )
+        except SessionNotFound:
+            ctx.known.forget(tenant, session_id)
+            raise
         if outcome is not None:
             return outcome
+        if not read_now:  # the record path answers a session that has ended with 409
+            await live_session(session_id, ctx)
     return await create_execution(
         request, ctx, idempotency_key=idempotency_key, wait=wait, session=session_id
     )

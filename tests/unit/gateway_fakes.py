@@ -216,6 +216,7 @@ class FakeSessionService:
         self.phase = phase
         self.objects: dict[tuple[str, str], Resource] = {}
         self.deleted: list[tuple[str, str]] = []
+        self.reads = 0
 
     async def create(self, namespace: str, manifest: Resource) -> Resource:
         name = manifest["metadata"]["name"]
@@ -227,6 +228,7 @@ class FakeSessionService:
         return copy.deepcopy(resource)
 
     async def get(self, namespace: str, name: str) -> Resource:
+        self.reads += 1
         try:
             return copy.deepcopy(self.objects[(namespace, name)])
         except KeyError:

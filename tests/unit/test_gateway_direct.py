@@ -16,6 +16,7 @@ from gateway_fakes import FakeExecutionService, FakeSessionService, created_from
 from sandpod_gateway.dependencies import get_direct_runner
 from sandpod_gateway.direct_runs import NotServingNow
 from sandpod_gateway.errors import GatewayError
+from sandpod_gateway.service import SessionNotFound
 
 ALICE = "sk-alice-0123456789"
 
@@ -54,12 +55,22 @@ def direct(service: FakeExecutionService) -> FakeDirectRunner:
 
 
 @pytest.fixture
-def app(tmp_path: Path, service: FakeExecutionService, direct: FakeDirectRunner) -> FastAPI:
+def sessions() -> FakeSessionService:
+    return FakeSessionService()
+
+
+@pytest.fixture
+def app(
+    tmp_path: Path,
+    service: FakeExecutionService,
+    direct: FakeDirectRunner,
+    sessions: FakeSessionService,
+) -> FastAPI:
     app = make_app(
         service,
         {ALICE: tenant("alice", max_sessions=2)},
         kubeconfig_dir=tmp_path,
-        sessions=FakeSessionService(),
+        sessions=sessions,
     )
     app.dependency_overrides[get_direct_runner] = lambda: direct
     return app
@@ -92,6 +103,31 @@ def test_a_run_is_answered_by_the_direct_path_and_not_created_by_the_gateway(
     [sent] = direct.runs
     assert sent["spec"]["session"] == session
     assert sent["metadata"]["labels"]["sandpod.dev/tenant"] == "alice"
+
+
+def test_runs_after_the_first_read_nothing_before_the_direct_path(
+    client: TestClient, session: str, sessions: FakeSessionService, direct: FakeDirectRunner
+) -> None:
+    reads = sessions.reads
+    answers = [run(client, session) for _ in range(3)]
+
+    assert [answer.status_code for answer in answers] == [200] * 3
+    assert sessions.reads == reads + 1
+    assert len(direct.runs) == 3
+
+
+def test_a_session_the_operator_no_longer_has_is_read_again_next_time(
+    client: TestClient, session: str, sessions: FakeSessionService, direct: FakeDirectRunner
+) -> None:
+    run(client, session)
+    direct.refusal = SessionNotFound(session)
+    gone = run(client, session)
+    direct.refusal = None
+    reads = sessions.reads
+    again = run(client, session)
+
+    assert (gone.status_code, again.status_code) == (404, 200)
+    assert sessions.reads == reads + 1
 
 
 def test_a_retry_with_the_same_key_gets_the_same_run(
