@@ -56,24 +56,20 @@ bearer_scheme = HTTPBearer(
 )
 
 
-async def get_current_tenant(
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
-    key_store: KeyStoreDep,
-    settings: SettingsDep,
-    admission: AdmissionDep,
+async def authenticate(
+    key: str | None,
+    key_store: ApiKeyStore,
+    settings: GatewaySettings,
+    admission: AdmissionControl,
+    how: str = "Authorization: Bearer <key>",
 ) -> Tenant:
-    """The caller's tenant (401 without a known key), and the request counted against the
-    tenant's rate (429 rate_limited beyond it)."""
+    """The tenant of API key `key` (401 without a known key; `how` tells how to send one), and
+    the request counted against the tenant's rate (429 rate_limited beyond it)."""
     challenge = {"WWW-Authenticate": "Bearer"}
-    if credentials is None:
-        raise GatewayError(
-            401,
-            "unauthorized",
-            "Missing API key: send Authorization: Bearer <key>",
-            headers=challenge,
-        )
+    if key is None:
+        raise GatewayError(401, "unauthorized", f"Missing API key: send {how}", headers=challenge)
     try:
-        tenant = await key_store.authenticate(credentials.credentials)
+        tenant = await key_store.authenticate(key)
     except KeyStoreUnavailable as exc:
         raise GatewayError(
             503,
@@ -85,6 +81,17 @@ async def get_current_tenant(
         raise GatewayError(401, "unauthorized", "Invalid API key", headers=challenge)
     admission.count_request(tenant, settings.replicas)
     return tenant
+
+
+async def get_current_tenant(
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+    key_store: KeyStoreDep,
+    settings: SettingsDep,
+    admission: AdmissionDep,
+) -> Tenant:
+    """The caller's tenant, by its bearer key."""
+    key = credentials.credentials if credentials is not None else None
+    return await authenticate(key, key_store, settings, admission)
 
 
 CurrentTenant = Annotated[Tenant, Depends(get_current_tenant)]

@@ -6,6 +6,7 @@ handlers (errors.py).
 """
 
 import hashlib
+from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Protocol
@@ -57,6 +58,7 @@ class Lister(Protocol):
 class CreateOutcome:
     result: ExecutionResult
     created: bool
+    resource: Resource
 
 
 @dataclass(frozen=True)
@@ -77,11 +79,15 @@ async def create_execution(
     idempotency_key: str | None,
     wait: bool,
     session: str | None = None,
+    name: str | None = None,
+    annotations: Mapping[str, str] | None = None,
 ) -> CreateOutcome:
-    """Create (or replay) an execution, in `session` when given, and wait for it if asked."""
+    """Create (or replay) an execution, in `session` when given, and wait for it if asked.
+    `name` and `annotations`: a compatibility API's own identity for it (a Judge0 token) and
+    what that API keeps on it."""
     tenant, service, settings, admission = ctx.tenant, ctx.executions, ctx.settings, ctx.admission
     check_request(request, tenant, ctx.catalog, settings)
-    name = execution_name(tenant.name, idempotency_key)
+    name = name or execution_name(tenant.name, idempotency_key)
     fingerprint = request_fingerprint(request, session)
     # A waiting request holds a wait slot from the start: refused replays cost no API call.
     slot: AbstractContextManager[None] = (
@@ -94,8 +100,10 @@ async def create_execution(
                 resource = await replay(service.get, tenant, name, fingerprint)
             created = resource is None
             if resource is None:
+                manifest = _manifest(request, name, tenant, settings, session)
+                manifest["metadata"]["annotations"].update(annotations or {})
                 resource, created = await _admit(
-                    request, name, tenant, service, settings, admission, fingerprint, session
+                    manifest, name, tenant, service, admission, settings, fingerprint
                 )
             if wait:
                 resource = await finished(resource, tenant.namespace, service, settings)
@@ -103,21 +111,19 @@ async def create_execution(
             raise GatewayError(
                 409, "execution_deleted", f"Execution {name!r} was deleted while in use"
             ) from exc
-    return CreateOutcome(await result_with_files(resource, tenant, service), created)
+    return CreateOutcome(await result_with_files(resource, tenant, service), created, resource)
 
 
 async def _admit(
-    request: CreateExecutionRequest,
+    manifest: Resource,
     name: str,
     tenant: Tenant,
     service: ExecutionService,
-    settings: GatewaySettings,
     admission: AdmissionControl,
+    settings: GatewaySettings,
     fingerprint: str,
-    session: str | None,
 ) -> tuple[Resource, bool]:
     """Create the execution if the tenant may run another: (the execution, created?)."""
-    manifest = _manifest(request, name, tenant, settings, session)
     async with admission.admitting(tenant.name):
         await check_concurrency(service, tenant, settings)
         try:
@@ -172,14 +178,15 @@ async def run_directly(
         existing = await replay(service.get, tenant, name, fingerprint)
         if existing is not None:
             resource = await finished(existing, tenant.namespace, service, settings)
-            return CreateOutcome(await result_with_files(resource, tenant, service), False)
+            result = await result_with_files(resource, tenant, service)
+            return CreateOutcome(result, False, resource)
     manifest = _manifest(request, name, tenant, settings, session)
     timeout = int((manifest.get("spec") or {}).get("timeoutSeconds") or 0)
     try:
         record = await runner.run(tenant.namespace, manifest, timeout)
     except NotServingNow:
         return None
-    return CreateOutcome(await result_with_files(record, tenant, service), True)
+    return CreateOutcome(await result_with_files(record, tenant, service), True, record)
 
 
 def refused_by_cluster(exc: ExecutionRejected, what: str) -> GatewayError:

@@ -19,7 +19,16 @@ from sandpod_gateway.languages import load_language_catalog
 from sandpod_gateway.mcp_server import build_mcp_server, new_session_manager
 from sandpod_gateway.metrics import GatewayMetrics, MetricsMiddleware
 from sandpod_gateway.pad import PAD_DIR, install_pad
-from sandpod_gateway.routers import executions, health, languages, mcp, sessions, tenant, tools
+from sandpod_gateway.routers import (
+    executions,
+    health,
+    judge0,
+    languages,
+    mcp,
+    sessions,
+    tenant,
+    tools,
+)
 from sandpod_gateway.security_headers import SecurityHeadersMiddleware
 from sandpod_gateway.settings import GatewaySettings
 
@@ -84,7 +93,7 @@ def create_app(settings: GatewaySettings | None = None, pad_dir: Path = PAD_DIR)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     # Outermost: every answer carries the headers, the 413s of the body limit included.
     app.add_middleware(SecurityHeadersMiddleware)
-    for module in (executions, sessions, languages, tenant, tools, health, mcp):
+    for module in (executions, sessions, languages, tenant, tools, health, mcp, judge0):
         app.include_router(module.router)
     install_pad(app, pad_dir)
     install_docs(app)
