@@ -342,6 +342,18 @@ def test_arguments_and_stdin_reach_the_program(client: judge0.Client) -> None:
     assert submission.stdout == "in:a b c"
 
 
+def test_additional_files_from_the_clients_filesystem_become_the_executions_files(
+    client: judge0.Client, gateway: tuple[str, FakeExecutionService]
+) -> None:
+    files = judge0.Filesystem(content=[judge0.File(name="data/in.txt", content="1 2\n")])
+    submission = judge0.run(
+        client=client, source_code="print(1)", language=judge0.PYTHON, additional_files=files
+    )
+    assert submission.status == judge0.Status.ACCEPTED
+    spec = gateway[1].objects[("ns-alice", str(submission.token))]["spec"]
+    assert spec["files"] == [{"path": "data/in.txt", "content": "MSAyCg==", "encoding": "base64"}]
+
+
 def test_a_batch_larger_than_judge0s_batch_size_is_split_by_the_client(
     client: judge0.Client, gateway: tuple[str, FakeExecutionService]
 ) -> None:
@@ -430,3 +442,24 @@ def test_base64_answers_are_encoded_as_judge0_encodes_them(
     assert created["stdout"] == "w6kK\n"
     assert created["source_code"] == "eA==\n"
     assert created["status"] == {"id": 3, "description": "Accepted"}
+
+
+def test_a_full_queue_is_judge0s_503(tmp_path: Path) -> None:
+    """The tenant's concurrency is Judge0's queue: beyond it, 503 "queue is full", Retry-After;
+    in a batch, the submissions beyond it say so and the others get tokens."""
+    service = FakeExecutionService(runner=None)
+    with served(make_app(service, {KEY: tenant("alice", max_concurrent=2)}, tmp_path)) as url:
+        headers = {"X-Auth-Token": KEY}
+        submission = {"source_code": "x", "language_id": 71}
+        batch = httpx.post(
+            f"{url}/judge0/submissions/batch",
+            json={"submissions": [submission] * 3},
+            headers=headers,
+        )
+        assert batch.status_code == 201
+        assert ["token" in answer for answer in batch.json()] == [True, True, False]
+        assert batch.json()[2]["error"].startswith("queue is full (2 executions are already")
+        full = httpx.post(f"{url}/judge0/submissions", json=submission, headers=headers)
+    assert full.status_code == 503
+    assert full.json()["error"].startswith("queue is full")
+    assert int(full.headers["Retry-After"]) >= 1

@@ -36,12 +36,17 @@ PREFIX = "/judge0"
 AUTH_HEADER = "X-Auth-Token"
 
 
-def judge0_error(error: GatewayError) -> JSONResponse:
-    """A gateway error as Judge0 answers: {"error": message}. The tenant's concurrency is
-    Judge0's queue, so its limit answers as a full queue does."""
-    status, message = error.status_code, error.message
+def judge0_status(error: GatewayError) -> tuple[int, str]:
+    """A gateway error's status and message as Judge0's. The tenant's concurrency is Judge0's
+    queue, so its limit answers as a full queue does."""
     if error.code == "concurrency_limit":
-        status, message = 503, f"queue is full ({message})"
+        return 503, f"queue is full ({error.message})"
+    return error.status_code, error.message
+
+
+def judge0_error(error: GatewayError) -> JSONResponse:
+    """{"error": message}, with the error's headers (Retry-After)."""
+    status, message = judge0_status(error)
     return JSONResponse({"error": message}, status_code=status, headers=error.headers or None)
 
 
@@ -218,7 +223,7 @@ async def create_submission_batch(
             error = as_gateway_error(exc, ctx.settings.default_retry_after_seconds)
             if error is None:
                 raise
-            answers.append({"error": error.message})
+            answers.append({"error": judge0_status(error)[1]})
             continue
         answers.append({"token": resource["metadata"]["name"]})
     if not any("token" in answer for answer in answers):
