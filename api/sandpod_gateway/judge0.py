@@ -618,7 +618,8 @@ def verdict(result: ExecutionResult, expected_output: str | None) -> Status:
         return Status.INTERNAL_ERROR
     if result.stdout_truncated or result.stderr_truncated:
         # Judge0's file size limit stops the program (SIGXFSZ); sandpod's runner keeps running
-        # it and drops what is over max_file_size.
+        # it and drops what is over max_file_size (and the status keeps a tail), so there is
+        # no whole output to judge.
         return Status.SIGXFSZ
     if status == ExecutionStatus.timeout:
         return Status.TIME_LIMIT_EXCEEDED
@@ -694,7 +695,7 @@ def submission_view(
         "created_at": rails_time(result.created_at),
         "finished_at": rails_time(result.finished_at),
         "time": _seconds(result.execution_time_ms) if runtime else None,
-        "memory": None,
+        "memory": _kilobytes(result.peak_memory_bytes) if runtime else None,
         "stderr": (result.stderr or None) if ran else None,
         "token": result.id,
         "number_of_runs": 1,
@@ -735,9 +736,16 @@ def _language_id(language: str) -> int | None:
     return next((i for i, name in LANGUAGE_IDS.items() if name == language), None)
 
 
+def _kilobytes(size: int | None) -> int | None:
+    return None if size is None else -(-size // KIB)
+
+
 def _message(result: ExecutionResult, status: Status) -> str | None:
     if status == Status.SIGXFSZ:
-        return "Output exceeded max_file_size; the rest was dropped"
+        return (
+            "Output exceeded max_file_size or what the execution's status keeps; "
+            "the rest was dropped"
+        )
     quiet = (Status.IN_QUEUE, Status.PROCESSING, Status.ACCEPTED, Status.WRONG_ANSWER)
     if status in quiet or status == Status.COMPILATION_ERROR:
         return None

@@ -286,6 +286,11 @@ class ExecutionResult(BaseModel):
     exit_code: int | None = None
     signal: int | None = None
     execution_time_ms: int | None = None
+    peak_memory_bytes: int | None = Field(
+        default=None,
+        description="The program's peak resident memory in bytes, as the sandbox's runner "
+        "measured it",
+    )
     error_message: str | None = None
     reason: str | None = None
     retryable: bool | None = None

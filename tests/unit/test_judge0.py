@@ -22,7 +22,12 @@ from sandpod_gateway.settings import GatewaySettings
 
 KEY = "sk-judge0-alice-0123456789"
 OTHER_KEY = "sk-judge0-bob-0123456789"
-FINISHED = {"startedAt": "2026-11-26T10:00:00Z", "finishedAt": "2026-11-26T10:00:01Z"}
+RAN = {
+    "startedAt": "2026-11-26T10:00:00Z",
+    "finishedAt": "2026-11-26T10:00:01Z",
+    "durationMs": 42,
+    "peakMemoryBytes": 3_000_000,
+}
 # A program's fate, by a word in its source (the stand-in for the operator's verdicts).
 FATES: dict[str, dict[str, Any]] = {
     "exit3": {"phase": "Failed", "reason": "NonZeroExit", "exitCode": 3, "stderr": "no\n"},
@@ -48,11 +53,9 @@ def fated(spec: dict[str, Any]) -> Run:
     source = spec["source"]
     for word, status in FATES.items():
         if word in source:
-            return Run({"durationMs": 42, **FINISHED, **status})
+            return Run({**RAN, **status})
     stdout = (spec.get("stdin") or "") + " ".join(spec.get("args") or [])
-    return Run(
-        {"phase": "Succeeded", "exitCode": 0, "stdout": stdout, "durationMs": 42, **FINISHED}
-    )
+    return Run({"phase": "Succeeded", "exitCode": 0, "stdout": stdout, **RAN})
 
 
 class PromptOperator(FakeExecutionService):
@@ -300,6 +303,7 @@ def test_a_run_with_test_cases_gets_judge0s_verdicts(client: judge0.Client) -> N
     ]
     first = submissions[0]
     assert (first.stdout, first.time, first.wall_time, first.exit_code) == ("4\n", 0.042, 0.042, 0)
+    assert first.memory == 2930  # KB, from the runner's peak resident memory
 
 
 def test_each_runtime_verdict_with_its_exit_code_and_signal(client: judge0.Client) -> None:
@@ -328,7 +332,7 @@ def test_a_compilation_error_carries_compile_output(client: judge0.Client) -> No
     submission = judge0.run(client=client, source_code="broken", language=judge0.GO)
     assert submission.status == judge0.Status.COMPILATION_ERROR
     assert submission.compile_output == "main.go:1:1: expected 'package'\n"
-    assert (submission.stdout, submission.time) == (None, None)
+    assert (submission.stdout, submission.time, submission.memory) == (None, None, None)
 
 
 def test_arguments_and_stdin_reach_the_program(client: judge0.Client) -> None:
