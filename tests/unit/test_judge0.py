@@ -449,21 +449,32 @@ def test_base64_answers_are_encoded_as_judge0_encodes_them(
 
 
 def test_a_full_queue_is_judge0s_503(tmp_path: Path) -> None:
-    """The tenant's concurrency is Judge0's queue: beyond it, 503 "queue is full", Retry-After;
-    in a batch, the submissions beyond it say so and the others get tokens."""
+    """The tenant's concurrency is Judge0's queue: beyond it, 503 "queue is full", Retry-After.
+    A batch fits as a whole, or none of it is created."""
     service = FakeExecutionService(runner=None)
-    with served(make_app(service, {KEY: tenant("alice", max_concurrent=2)}, tmp_path)) as url:
+    with served(make_app(service, {KEY: tenant("alice", max_concurrent=3)}, tmp_path)) as url:
         headers = {"X-Auth-Token": KEY}
         submission = {"source_code": "x", "language_id": 71}
+        first = httpx.post(f"{url}/judge0/submissions", json=submission, headers=headers)
+        assert first.status_code == 201
         batch = httpx.post(
             f"{url}/judge0/submissions/batch",
             json={"submissions": [submission] * 3},
             headers=headers,
         )
-        assert batch.status_code == 201
-        assert ["token" in answer for answer in batch.json()] == [True, True, False]
-        assert batch.json()[2]["error"].startswith("queue is full (2 executions are already")
+        assert batch.status_code == 503
+        assert batch.json()["error"] == (
+            "queue is full (1 executions are already running and 3 more were asked for; "
+            "this tenant may run 3 at once.)"
+        )
+        assert len(service.created) == 1
+        fits = httpx.post(
+            f"{url}/judge0/submissions/batch",
+            json={"submissions": [submission] * 2},
+            headers=headers,
+        )
+        assert [list(answer) for answer in fits.json()] == [["token"], ["token"]]
         full = httpx.post(f"{url}/judge0/submissions", json=submission, headers=headers)
     assert full.status_code == 503
-    assert full.json()["error"].startswith("queue is full")
+    assert full.json()["error"].startswith("queue is full (3 executions are already running;")
     assert int(full.headers["Retry-After"]) >= 1

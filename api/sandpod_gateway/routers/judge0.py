@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
 from sandpod_gateway import judge0
+from sandpod_gateway.admission import check_concurrency
 from sandpod_gateway.auth import Tenant
 from sandpod_gateway.dependencies import (
     AdmissionDep,
@@ -210,6 +211,8 @@ async def create_submission_batch(
     problem = _batch_size_problem(len(items))
     if problem is not None:
         raise GatewayError(400, "bad_request", problem)
+    # As Judge0 checks its queue: the whole batch fits, or none of it is created.
+    await check_concurrency(ctx.executions, ctx.tenant, ctx.settings, wanted=len(items))
     answers: list[dict[str, Any]] = []
     for item in items:
         try:
