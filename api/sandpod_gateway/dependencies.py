@@ -13,6 +13,7 @@ from sandpod_gateway.auth import ApiKeyStore, KeyStoreUnavailable, Tenant
 from sandpod_gateway.direct_runs import DirectRunner
 from sandpod_gateway.errors import GatewayError
 from sandpod_gateway.executions import ExecutionContext
+from sandpod_gateway.judge0_callbacks import Judge0Callbacks
 from sandpod_gateway.languages import LanguageCatalog
 from sandpod_gateway.metrics import GatewayMetrics
 from sandpod_gateway.service import ExecutionService, SessionService
@@ -38,6 +39,7 @@ get_key_store: Callable[[Request], ApiKeyStore] = _from_app_state("key_store")
 get_execution_service: Callable[[Request], ExecutionService] = _from_app_state("execution_service")
 get_session_service: Callable[[Request], SessionService] = _from_app_state("session_service")
 get_direct_runner: Callable[[Request], DirectRunner | None] = _from_app_state("direct_runner")
+get_judge0_callbacks: Callable[[Request], Judge0Callbacks] = _from_app_state("judge0_callbacks")
 
 
 SettingsDep = Annotated[GatewaySettings, Depends(get_settings)]
@@ -48,6 +50,7 @@ KeyStoreDep = Annotated[ApiKeyStore, Depends(get_key_store)]
 ExecutionServiceDep = Annotated[ExecutionService, Depends(get_execution_service)]
 SessionServiceDep = Annotated[SessionService, Depends(get_session_service)]
 DirectRunnerDep = Annotated[DirectRunner | None, Depends(get_direct_runner)]
+Judge0CallbacksDep = Annotated[Judge0Callbacks, Depends(get_judge0_callbacks)]
 
 bearer_scheme = HTTPBearer(
     auto_error=False,

@@ -14,11 +14,12 @@ import json
 import math
 import shlex
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import IntEnum
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from sandpod_contract.models import (
@@ -110,6 +111,10 @@ SIGNAL_STATUSES = {11: Status.SIGSEGV, 25: Status.SIGXFSZ, 8: Status.SIGFPE, 6: 
 STACK_LIMIT_KB = 8192
 PROCESS_LIMIT = 128
 MAX_BATCH_SIZE = 20
+# Judge0's defaults: a callback is tried this often (again only when no answer came).
+CALLBACK_TRIES = 3
+CALLBACK_TIMEOUT_SECONDS = 5.0
+MAX_CALLBACK_URL_CHARS = 2048
 MAX_OPTION_CHARS = 512
 MAX_EXPECTED_OUTPUT_CHARS = 64 * KIB
 # Characters Judge0 removes from command_line_arguments before its shell reads them.
@@ -195,8 +200,8 @@ class Judge0Config(BaseModel):
     enable_command_line_arguments: bool = True
     enable_submission_delete: bool = False
     enable_callbacks: bool = False
-    callbacks_max_tries: int = 0
-    callbacks_timeout: float = 0.0
+    callbacks_max_tries: int = CALLBACK_TRIES
+    callbacks_timeout: float = CALLBACK_TIMEOUT_SECONDS
     enable_additional_files: bool = True
     max_queue_size: int
     cpu_time_limit: float
@@ -235,6 +240,7 @@ def config_for(tenant: Tenant, settings: GatewaySettings) -> Judge0Config:
     defaults = default_limits(tenant, settings)
     max_seconds = float(tenant.limits.max_timeout_seconds)
     return Judge0Config(
+        enable_callbacks=bool(settings.judge0_callback_hosts),
         max_queue_size=tenant.limits.max_concurrent,
         cpu_time_limit=float(defaults.timeout_seconds),
         max_cpu_time_limit=max_seconds,
@@ -286,6 +292,7 @@ class SubmissionRecord(BaseModel):
     memory_limit: int
     max_file_size: int
     command_line_arguments: str | None = None
+    callback_url: str | None = None
 
 
 @dataclass(frozen=True)
@@ -415,6 +422,7 @@ def translate(
     config: Judge0Config,
     catalog: LanguageCatalog,
     max_code_bytes: int,
+    callback_hosts: Sequence[str] = (),
 ) -> Translated:
     """The execution request for a submission, and what to keep of it; InvalidSubmission with
     Judge0's errors for what Judge0 would refuse and what sandpod cannot honour."""
@@ -454,7 +462,10 @@ def translate(
     check.disabled(
         "compiler_options", body.compiler_options, "setting compiler options is not allowed"
     )
-    check.disabled("callback_url", body.callback_url, "setting callback is not allowed")
+    if body.callback_url:
+        problem = callback_problem(body.callback_url, callback_hosts)
+        if problem is not None:
+            check.add("callback_url", problem)
     check.disabled("enable_network", body.enable_network, "enabling network is not allowed")
     args = _arguments(check, body.command_line_arguments)
     files: list[FileInput] = []
@@ -474,6 +485,7 @@ def translate(
         memory_limit=math.ceil(_or(body.memory_limit, config.memory_limit)),
         max_file_size=int(_or(body.max_file_size, config.max_file_size)),
         command_line_arguments=body.command_line_arguments,
+        callback_url=body.callback_url or None,
     )
     try:
         request = CreateExecutionRequest(
@@ -502,6 +514,27 @@ REQUEST_FIELDS = {
     "memory": "memory_limit",
     "max_output_bytes": "max_file_size",
 }
+
+
+def callback_problem(url: str, hosts: Sequence[str]) -> str | None:
+    """Why the gateway may not PUT a result to `url`, or None: http(s) to a host (or host:port)
+    the platform allows."""
+    if not hosts:
+        return "setting callback is not allowed"
+    if len(url) > MAX_CALLBACK_URL_CHARS:
+        return f"is too long (maximum is {MAX_CALLBACK_URL_CHARS} characters)"
+    try:
+        parts = urlsplit(url)
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:
+        return "is not a URL"
+    host = (parts.hostname or "").lower()
+    if parts.scheme not in ("http", "https") or not host:
+        return "must be an http or https URL"
+    allowed = {entry.lower() for entry in hosts}
+    if host not in allowed and f"{host}:{port}" not in allowed:
+        return f"host {host}:{port} is not allowed for callbacks"
+    return None
 
 
 def _or(value: float | None, default: float) -> float:
@@ -717,7 +750,7 @@ def submission_view(
         "compiler_options": None,
         "command_line_arguments": record.command_line_arguments if record else None,
         "redirect_stderr_to_stdout": False,
-        "callback_url": None,
+        "callback_url": record.callback_url if record else None,
         "additional_files": None,
         "enable_network": False,
         "status": {"id": int(status), "description": STATUS_DESCRIPTIONS[status]},

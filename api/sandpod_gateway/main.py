@@ -14,6 +14,7 @@ from sandpod_gateway.body_limit import BodySizeLimitMiddleware
 from sandpod_gateway.direct_runs import OperatorDirectRunner
 from sandpod_gateway.docs import install_docs
 from sandpod_gateway.errors import install_error_handlers
+from sandpod_gateway.judge0_callbacks import Judge0Callbacks
 from sandpod_gateway.kube_service import KubernetesExecutionService, KubernetesSessionService
 from sandpod_gateway.languages import load_language_catalog
 from sandpod_gateway.mcp_server import build_mcp_server, new_session_manager
@@ -70,6 +71,7 @@ def create_app(settings: GatewaySettings | None = None, pad_dir: Path = PAD_DIR)
             async with app.state.mcp_sessions.run():
                 yield
         finally:
+            await app.state.judge0_callbacks.close()
             if app.state.direct_runner is not None:
                 await app.state.direct_runner.close()
             await api_client.close()
@@ -88,6 +90,7 @@ def create_app(settings: GatewaySettings | None = None, pad_dir: Path = PAD_DIR)
     app.state.metrics = metrics
     app.state.admission = AdmissionControl()
     app.state.direct_runner = None
+    app.state.judge0_callbacks = Judge0Callbacks()
     install_error_handlers(app)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)

@@ -9,16 +9,19 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import judge0
 import pytest
+from fastapi import FastAPI
 from gateway_fakes import FakeExecutionService, Run, make_app, served, tenant
 from sandpod_gateway import judge0 as translation
 from sandpod_gateway.judge0 import InvalidSubmission, Status, SubmissionRequest
 from sandpod_gateway.languages import LanguageCatalog
 from sandpod_gateway.schemas import ExecutionResult, ExecutionStatus, LanguageInfo
 from sandpod_gateway.settings import GatewaySettings
+from sandpod_testkit.waiting import wait_until
 
 KEY = "sk-judge0-alice-0123456789"
 OTHER_KEY = "sk-judge0-bob-0123456789"
@@ -478,3 +481,43 @@ def test_a_full_queue_is_judge0s_503(tmp_path: Path) -> None:
     assert full.status_code == 503
     assert full.json()["error"].startswith("queue is full (3 executions are already running;")
     assert int(full.headers["Retry-After"]) >= 1
+
+
+def test_a_callback_puts_the_result_to_a_host_the_platform_allows(tmp_path: Path) -> None:
+    received: list[dict[str, Any]] = []
+    hook = FastAPI()
+    hook.get("/healthz")(lambda: {})
+
+    @hook.put("/done")
+    async def done(body: dict[str, Any]) -> None:
+        received.append(body)
+
+    with served(hook) as hook_url:
+        allowed = urlsplit(hook_url).netloc
+        app = make_app(
+            PromptOperator(fated), {KEY: tenant("alice")}, tmp_path, judge0_callback_hosts=[allowed]
+        )
+        with served(app) as url:
+            client = judge0.Client(endpoint=f"{url}/judge0", headers={"X-Auth-Token": KEY})
+            assert client.config.enable_callbacks
+            refused = httpx.post(
+                f"{url}/judge0/submissions",
+                json={"source_code": "x", "language_id": 71, "callback_url": "http://lms.test/"},
+                headers={"X-Auth-Token": KEY},
+            )
+            assert refused.json() == {
+                "callback_url": ["host lms.test:80 is not allowed for callbacks"]
+            }
+            submission = judge0.async_run(
+                client=client,
+                source_code="print(input())",
+                language=judge0.PYTHON,
+                stdin="hi",
+                callback_url=f"{hook_url}/done",
+            )
+            wait_until(lambda: received, timeout=30, what="the callback")
+    body = received[0]
+    assert set(body) == set(translation.DEFAULT_FIELDS)
+    assert body["token"] == str(submission.token)
+    assert body["status"] == {"id": 3, "description": "Accepted"}
+    assert base64.b64decode(body["stdout"]) == b"hi"

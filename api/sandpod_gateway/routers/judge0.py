@@ -8,6 +8,7 @@ too). Errors are Judge0's: {"error": "..."}, and 422 with the submission's error
 import asyncio
 import uuid
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
@@ -22,6 +23,7 @@ from sandpod_gateway.dependencies import (
     AdmissionDep,
     CatalogDep,
     ExecutionServiceDep,
+    Judge0CallbacksDep,
     KeyStoreDep,
     MetricsDep,
     SettingsDep,
@@ -29,6 +31,7 @@ from sandpod_gateway.dependencies import (
 )
 from sandpod_gateway.errors import GatewayError, as_gateway_error
 from sandpod_gateway.executions import ExecutionContext, create_execution, get_owned_execution
+from sandpod_gateway.judge0_callbacks import Judge0Callbacks
 from sandpod_gateway.metrics import GatewayMetrics
 from sandpod_gateway.resources import Resource
 from sandpod_gateway.service import ExecutionNotFound
@@ -141,21 +144,38 @@ async def language(language_id: int, _tenant: Judge0Tenant, catalog: CatalogDep)
     return found
 
 
+@dataclass(frozen=True)
+class Submitting:
+    """What creating a submission takes besides the execution use cases."""
+
+    metrics: GatewayMetrics
+    callbacks: Judge0Callbacks
+
+
+def submitting(metrics: MetricsDep, callbacks: Judge0CallbacksDep) -> Submitting:
+    return Submitting(metrics, callbacks)
+
+
+SubmittingDep = Annotated[Submitting, Depends(submitting)]
+
+
 async def _submit(
     data: object,
     ctx: ExecutionContext,
-    metrics: GatewayMetrics,
+    how: Submitting,
     *,
     base64_encoded: bool,
     wait: bool,
 ) -> Resource:
-    """Create the execution a submission stands for (waiting for it if asked)."""
+    """Create the execution a submission stands for (waiting for it if asked), and its
+    callback once it is done."""
     translated = judge0.translate(
         judge0.parse_submission(data),
         base64_encoded=base64_encoded,
         config=judge0.config_for(ctx.tenant, ctx.settings),
         catalog=ctx.catalog,
         max_code_bytes=ctx.settings.max_code_bytes,
+        callback_hosts=ctx.settings.judge0_callback_hosts,
     )
     outcome = await create_execution(
         translated.request,
@@ -166,14 +186,16 @@ async def _submit(
         annotations=translated.annotations(),
     )
     if outcome.created:
-        metrics.executions.labels(outcome.result.language, outcome.result.status.value).inc()
+        how.metrics.executions.labels(outcome.result.language, outcome.result.status.value).inc()
+        names = judge0.language_names(ctx.catalog)
+        how.callbacks.schedule(outcome.resource, ctx.executions, ctx.settings, names)
     return outcome.resource
 
 
 @router.post("/submissions", status_code=201)
 async def create_submission(
     ctx: ExecutionContextDep,
-    metrics: MetricsDep,
+    how: SubmittingDep,
     body: Annotated[Any, Body()] = None,
     base64_encoded: Flag = None,
     wait: Flag = None,
@@ -181,7 +203,7 @@ async def create_submission(
 ) -> dict[str, Any]:
     requested = judge0.requested_fields(fields)
     encoded = base64_encoded == "true"
-    resource = await _submit(body, ctx, metrics, base64_encoded=encoded, wait=wait == "true")
+    resource = await _submit(body, ctx, how, base64_encoded=encoded, wait=wait == "true")
     if wait != "true":
         return {"token": resource["metadata"]["name"]}
     return judge0.submission_view(resource, requested, encoded, judge0.language_names(ctx.catalog))
@@ -201,7 +223,7 @@ def _batch_size_problem(count: int) -> str | None:
 @router.post("/submissions/batch", status_code=201)
 async def create_submission_batch(
     ctx: ExecutionContextDep,
-    metrics: MetricsDep,
+    how: SubmittingDep,
     response: Response,
     body: Annotated[Any, Body()] = None,
     base64_encoded: Flag = None,
@@ -217,7 +239,7 @@ async def create_submission_batch(
     for item in items:
         try:
             resource = await _submit(
-                item, ctx, metrics, base64_encoded=base64_encoded == "true", wait=False
+                item, ctx, how, base64_encoded=base64_encoded == "true", wait=False
             )
         except judge0.InvalidSubmission as exc:
             answers.append(dict(exc.errors))
