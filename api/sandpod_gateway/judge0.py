@@ -14,6 +14,7 @@ import json
 import math
 import shlex
 import zipfile
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -249,7 +250,7 @@ def config_for(tenant: Tenant, settings: GatewaySettings) -> Judge0Config:
         max_wall_time_limit=max_seconds,
         memory_limit=int(parse_quantity(defaults.memory) // KIB),
         max_memory_limit=int(parse_quantity(tenant.limits.max_memory) // KIB),
-        max_extract_size=settings.max_code_bytes // KIB,
+        max_extract_size=extract_limit(settings.max_code_bytes) // KIB,
     )
 
 
@@ -386,11 +387,30 @@ def effective_timeout(cpu: float, extra: float, wall: float) -> int:
     return max(MIN_TIMEOUT_SECONDS, math.ceil(limit))
 
 
+# What reading a member of a hostile archive may raise (encrypted: RuntimeError; corrupt
+# compressed data: zlib.error).
+UNZIP_ERRORS = (
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    NotImplementedError,
+    RuntimeError,
+    OSError,
+    EOFError,
+    zlib.error,
+)
+
+
+def extract_limit(max_code_bytes: int) -> int:
+    """Bytes additional_files may extract to: the files travel base64-encoded in the spec,
+    where they count against the gateway's max_code_bytes."""
+    return max_code_bytes * 3 // 4
+
+
 def unzip_files(encoded: str, max_bytes: int) -> list[FileInput]:
     """additional_files (a base64 zip) as the execution's files; ValueError saying why not."""
     try:
         archive = zipfile.ZipFile(io.BytesIO(ruby_decode64(encoded)))
-    except (zipfile.BadZipFile, binascii.Error, ValueError) as exc:
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, binascii.Error, ValueError) as exc:
         raise ValueError("is not a base64-encoded zip archive") from exc
     entries = [entry for entry in archive.infolist() if not entry.is_dir()]
     if len(entries) > MAX_FILES:
@@ -402,7 +422,7 @@ def unzip_files(encoded: str, max_bytes: int) -> list[FileInput]:
         try:
             with archive.open(entry) as member:
                 content = member.read(max_bytes + 1)
-        except (zipfile.BadZipFile, NotImplementedError, OSError, EOFError) as exc:
+        except UNZIP_ERRORS as exc:
             raise ValueError(f"cannot be extracted ({entry.filename}: {exc})") from exc
         if len(content) > max_bytes:
             raise ValueError(f"extracts to more than {max_bytes // KIB} KB")
@@ -471,7 +491,7 @@ def translate(
     files: list[FileInput] = []
     if body.additional_files:
         try:
-            files = unzip_files(body.additional_files, max_code_bytes)
+            files = unzip_files(body.additional_files, extract_limit(max_code_bytes))
         except ValueError as exc:
             check.add("additional_files", str(exc))
     if check.errors or language is None or source is None or body.language_id is None:

@@ -181,6 +181,14 @@ def test_additional_files_come_from_the_zip_and_bad_archives_are_refused() -> No
         "cannot place"
         in refusal(additional_files=zipped({"../up.txt": b"x"}))["additional_files"][0]
     )
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("big.txt", b"a" * 10_000)
+    corrupt = bytearray(buffer.getvalue())
+    corrupt[40:48] = b"\xff" * 8  # inside the compressed data
+    errors = refusal(additional_files=base64.b64encode(bytes(corrupt)).decode())
+    assert errors["additional_files"][0].startswith("cannot be extracted (big.txt")
+    assert CONFIG.max_extract_size == 192  # KB: 3/4 of max_code_bytes, as base64 in the spec
 
 
 def test_base64_fields_are_decoded_as_ruby_does_and_must_be_text() -> None:
