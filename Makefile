@@ -8,10 +8,10 @@ export KUBECONFIG ?= $(CURDIR)/.cluster/kubeconfig
 
 # The project's Python environment (operator, gateway, tests, the cluster's NetworkPolicy enforcer).
 venv: $(VENV)/.installed
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml tests/support/pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	$(VENV)/bin/pip install -q -e '.[dev]' -e tests/support
 	touch $@
 
 # Builds every cluster component once (Kubernetes, etcd, gVisor, CoreDNS, Helm); cached in ~/.cache/sandpod.

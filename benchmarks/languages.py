@@ -6,8 +6,9 @@ each a fresh sandbox pod), and the p50 of the runner's own `durationMs` of the p
 Starts its own operator (this checkout's code and catalog) scoped to a namespace of its own,
 deletes everything at the end. `--readme` also writes the table into README.md.
 
-    PYTHONPATH=tests/support:contract:operator:api:benchmarks \\
-        .venv/bin/python benchmarks/languages.py --runs 10 --readme
+    .venv/bin/python benchmarks/languages.py --runs 10 --readme
+
+(with the project and tests/support installed, as `make venv` does).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 #!/usr/bin/env python3
-"""sandpod's benchmark (`make bench`); `benchmarks/run.py --help` lists the options."""
+"""sandpod's benchmark (`make bench`); `benchmarks/run.py --help` lists the options. It needs
+the project with its bench extra and the test-support package installed (`make bench` sees
+to both: pip install -e '.[dev,bench]' -e tests/support)."""
 
 import sys
-from pathlib import Path
-
-# The support package the bench shares with the tests (tests/support/sandpod_testkit).
-sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 
 from sandpod_bench.main import main
 

@@ -33,6 +33,7 @@ from sandpod_contract.models import (
     MAX_SESSION_SECONDS,
     MIN_IDLE_TIMEOUT_SECONDS,
     MIN_MAX_LIFETIME_SECONDS,
+    LintRules,
 )
 from sandpod_contract.quantities import Quantity
 
@@ -106,6 +107,11 @@ class ApiKeyEntry(_CamelModel):
 class TenantConfig(_CamelModel):
     namespace: str | None = Field(default=None, max_length=63, pattern=DNS_LABEL_PATTERN)
     limits: TenantLimits = Field(default_factory=TenantLimits)
+    lint: LintRules | None = Field(
+        default=None,
+        description="The rules its lints check, instead of the language's (for languages "
+        "whose catalog entry has lintRules).",
+    )
     api_keys: list[ApiKeyEntry] = Field(default_factory=list)
 
 
@@ -126,6 +132,7 @@ class Tenant:
     name: str
     namespace: str
     limits: TenantLimits
+    lint: LintRules | None = None
 
 
 def hash_api_key(key: str) -> str:
@@ -154,6 +161,7 @@ class KeyIndex:
                 name=name,
                 namespace=tenant_config.namespace or name,
                 limits=tenant_config.limits,
+                lint=tenant_config.lint,
             )
             for key in tenant_config.api_keys:
                 self._entries.append((bytes.fromhex(key.sha256), tenant))

@@ -2,7 +2,7 @@
 app.dependency_overrides (get_key_store, get_execution_service, get_session_service,
 get_direct_runner)."""
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
@@ -100,24 +100,40 @@ async def get_current_tenant(
 CurrentTenant = Annotated[Tenant, Depends(get_current_tenant)]
 
 
-def get_execution_context(
-    tenant: CurrentTenant,
-    executions: ExecutionServiceDep,
-    catalog: CatalogDep,
-    settings: SettingsDep,
-    admission: AdmissionDep,
-) -> ExecutionContext:
-    return ExecutionContext(tenant, executions, catalog, settings, admission)
+def execution_context_of(
+    tenant_dependency: Callable[..., Awaitable[Tenant]],
+) -> Callable[..., ExecutionContext]:
+    """The dependency of the execution use cases' context, the tenant found by
+    `tenant_dependency` (an API family authenticates its own way)."""
+
+    def get_context(
+        tenant: Annotated[Tenant, Depends(tenant_dependency)],
+        executions: ExecutionServiceDep,
+        catalog: CatalogDep,
+        settings: SettingsDep,
+        admission: AdmissionDep,
+        direct: DirectRunnerDep,
+    ) -> ExecutionContext:
+        return ExecutionContext(tenant, executions, catalog, settings, admission, direct)
+
+    return get_context
+
+
+get_execution_context = execution_context_of(get_current_tenant)
 
 
 ExecutionContextDep = Annotated[ExecutionContext, Depends(get_execution_context)]
 
 
-def get_session_context(
-    ctx: ExecutionContextDep, sessions: SessionServiceDep, direct: DirectRunnerDep
-) -> SessionContext:
+def get_session_context(ctx: ExecutionContextDep, sessions: SessionServiceDep) -> SessionContext:
     return SessionContext(
-        ctx.tenant, ctx.executions, ctx.catalog, ctx.settings, ctx.admission, sessions, direct
+        ctx.tenant,
+        ctx.executions,
+        ctx.catalog,
+        ctx.settings,
+        ctx.admission,
+        ctx.direct,
+        sessions=sessions,
     )
 
 

@@ -1,6 +1,7 @@
-"""The gateway's side of the direct path: a run in a live session is posted to the operator's
-endpoint (sandpod_operator/direct_endpoint.py), which runs it on the session's runner at once
-and answers with its record (the CodeExecution written behind, final status included). No
+"""The gateway's side of the direct path: a run in a live session, or a one-off run that a
+ready pool sandbox can take, is posted to the operator's endpoint
+(sandpod_operator/direct_endpoint.py), which runs it on that sandbox's runner at once and
+answers with its record (the CodeExecution written behind, final status included). No
 write to the API server is waited on; runner credentials stay with the operator.
 """
 
@@ -14,7 +15,7 @@ from typing import Protocol
 import aiohttp
 from kubernetes_asyncio.client import ApiClient, CoreV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
-from sandpod_contract.names import DIRECT_RUN_PATH
+from sandpod_contract.names import DIRECT_POOL_RUN_PATH, DIRECT_RUN_PATH
 
 from sandpod_gateway.errors import GatewayError
 from sandpod_gateway.resources import Resource
@@ -91,7 +92,7 @@ class OperatorDirectRunner:
         body = {"namespace": namespace, "execution": execution}
         timeout = aiohttp.ClientTimeout(total=timeout_seconds + ANSWER_MARGIN_SECONDS)
         try:
-            url = (await self._address()).rstrip("/") + DIRECT_RUN_PATH
+            url = (await self._address()).rstrip("/") + _path(execution)
         except (ApiException, aiohttp.ClientError, OSError) as exc:  # nothing was run
             raise NotServingNow(f"the operator's address is unknown: {exc}") from exc
         try:
@@ -117,10 +118,11 @@ class OperatorDirectRunner:
             return record
         if status == 409:
             raise NotServingNow(message)
-        if status == 404:
-            raise SessionNotFound(str((execution.get("spec") or {}).get("session")))
+        session = (execution.get("spec") or {}).get("session")
+        if status == 404 and session:
+            raise SessionNotFound(str(session))
         if status == 422:
-            raise GatewayError(422, "invalid_execution", f"The session refused the run: {message}")
+            raise GatewayError(422, "invalid_execution", f"The sandbox refused the run: {message}")
         if status == 429:
             raise GatewayError(
                 429,
@@ -134,7 +136,7 @@ class OperatorDirectRunner:
         return GatewayError(
             503,
             "unavailable",
-            "The session's run could not be completed; retry with the same Idempotency-Key "
+            "The run could not be completed; retry with the same Idempotency-Key "
             "to get its result without running it again.",
             headers={"Retry-After": self._retry_after},
         )
@@ -142,3 +144,7 @@ class OperatorDirectRunner:
 
 async def _fixed(url: str) -> str:
     return url
+
+
+def _path(execution: Resource) -> str:
+    return DIRECT_RUN_PATH if (execution.get("spec") or {}).get("session") else DIRECT_POOL_RUN_PATH

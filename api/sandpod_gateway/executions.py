@@ -70,6 +70,8 @@ class ExecutionContext:
     catalog: LanguageCatalog
     settings: GatewaySettings
     admission: AdmissionControl
+    # The direct path to live sandboxes (sessions' and pools'), when the gateway has one.
+    direct: DirectRunner | None = None
 
 
 async def create_execution(
@@ -83,9 +85,21 @@ async def create_execution(
     annotations: Mapping[str, str] | None = None,
 ) -> CreateOutcome:
     """Create (or replay) an execution, in `session` when given, and wait for it if asked.
+    A one-off run that waits tries a ready pool sandbox through the direct path first.
     `name` and `annotations`: a compatibility API's own identity for it (a Judge0 token) and
     what that API keeps on it."""
     tenant, service, settings, admission = ctx.tenant, ctx.executions, ctx.settings, ctx.admission
+    if ctx.direct is not None and wait and session is None and request.mode == "run":
+        outcome = await run_directly(
+            request,
+            ctx,
+            ctx.direct,
+            idempotency_key=idempotency_key,
+            name=name,
+            annotations=annotations,
+        )
+        if outcome is not None:
+            return outcome
     check_request(request, tenant, ctx.catalog, settings)
     name = name or execution_name(tenant.name, idempotency_key)
     fingerprint = request_fingerprint(request, session)
@@ -100,11 +114,8 @@ async def create_execution(
                 resource = await replay(service.get, tenant, name, fingerprint)
             created = resource is None
             if resource is None:
-                manifest = _manifest(request, name, tenant, settings, session)
-                manifest["metadata"]["annotations"].update(annotations or {})
-                resource, created = await _admit(
-                    manifest, name, tenant, service, admission, settings, fingerprint
-                )
+                manifest = _manifest(request, name, ctx, session, annotations)
+                resource, created = await _admit(manifest, name, ctx, fingerprint)
             if wait:
                 resource = await finished(resource, tenant.namespace, service, settings)
         except ExecutionNotFound as exc:
@@ -115,15 +126,10 @@ async def create_execution(
 
 
 async def _admit(
-    manifest: Resource,
-    name: str,
-    tenant: Tenant,
-    service: ExecutionService,
-    admission: AdmissionControl,
-    settings: GatewaySettings,
-    fingerprint: str,
+    manifest: Resource, name: str, ctx: ExecutionContext, fingerprint: str
 ) -> tuple[Resource, bool]:
     """Create the execution if the tenant may run another: (the execution, created?)."""
+    tenant, service, settings, admission = ctx.tenant, ctx.executions, ctx.settings, ctx.admission
     async with admission.admitting(tenant.name):
         await check_concurrency(service, tenant, settings)
         try:
@@ -142,12 +148,16 @@ async def _admit(
 def _manifest(
     request: CreateExecutionRequest,
     name: str,
-    tenant: Tenant,
-    settings: GatewaySettings,
+    ctx: ExecutionContext,
     session: str | None,
+    annotations: Mapping[str, str] | None = None,
 ) -> Resource:
+    tenant, settings = ctx.tenant, ctx.settings
     limits = resolved_limits(request, tenant, settings)
-    return build_code_execution(
+    language = ctx.catalog.get(request.language)
+    # The tenant's lint rules, for a linter that takes rules.
+    takes_rules = language is not None and language.lint_rules is not None
+    manifest = build_code_execution(
         name=name,
         tenant=tenant.name,
         request=request,
@@ -156,7 +166,10 @@ def _manifest(
         cpu=None if session else limits.cpu,
         ttl_seconds_after_finished=settings.ttl_seconds_after_finished,
         session=session,
+        lint=tenant.lint if request.mode == "lint" and takes_rules else None,
     )
+    manifest["metadata"]["annotations"].update(annotations or {})
+    return manifest
 
 
 async def run_directly(
@@ -164,15 +177,18 @@ async def run_directly(
     ctx: ExecutionContext,
     runner: DirectRunner,
     *,
-    session: str,
+    session: str | None = None,
     idempotency_key: str | None,
+    name: str | None = None,
+    annotations: Mapping[str, str] | None = None,
 ) -> CreateOutcome | None:
-    """A run in a live session through the direct path (direct_runs.py): answered by its
-    runner, recorded behind. A retry with the same Idempotency-Key gets the same run. None
-    when the direct path cannot take it now (the caller takes the record path)."""
+    """A run in a live session, or in a ready sandbox of a pool, through the direct path
+    (direct_runs.py): answered by its runner, recorded behind. A retry with the same
+    Idempotency-Key gets the same run. None when the direct path cannot take it now (the
+    session is starting, no pool sandbox fits or is free): the caller takes the record path."""
     tenant, service, settings = ctx.tenant, ctx.executions, ctx.settings
     check_request(request, tenant, ctx.catalog, settings)
-    name = execution_name(tenant.name, idempotency_key)
+    name = name or execution_name(tenant.name, idempotency_key)
     if idempotency_key is not None:
         fingerprint = request_fingerprint(request, session)
         existing = await replay(service.get, tenant, name, fingerprint)
@@ -180,7 +196,7 @@ async def run_directly(
             resource = await finished(existing, tenant.namespace, service, settings)
             result = await result_with_files(resource, tenant, service)
             return CreateOutcome(result, False, resource)
-    manifest = _manifest(request, name, tenant, settings, session)
+    manifest = _manifest(request, name, ctx, session, annotations)
     timeout = int((manifest.get("spec") or {}).get("timeoutSeconds") or 0)
     try:
         record = await runner.run(tenant.namespace, manifest, timeout)

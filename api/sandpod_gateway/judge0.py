@@ -31,13 +31,14 @@ from sandpod_contract.models import (
     MEMORY_BOUNDS,
     MIN_OUTPUT_BYTES,
     MIN_TIMEOUT_SECONDS,
+    CodeExecutionStatus,
 )
 from sandpod_contract.quantities import parse_quantity
 
 from sandpod_gateway.admission import default_limits
 from sandpod_gateway.auth import Tenant
 from sandpod_gateway.languages import LanguageCatalog
-from sandpod_gateway.resources import Resource, execution_result
+from sandpod_gateway.resources import Resource, execution_result, read_status
 from sandpod_gateway.schemas import (
     CreateExecutionRequest,
     ExecutionResult,
@@ -765,7 +766,7 @@ def submission_view(
         # Judge0 reports 0 when isolate saw no exit code (a signal, a timeout).
         "exit_code": (result.exit_code or 0) if runtime else None,
         "exit_signal": result.signal if runtime else None,
-        "message": _message(result, status),
+        "message": _message(status, read_status(resource, CodeExecutionStatus)),
         "wall_time": _seconds(result.execution_time_ms) if runtime else None,
         "compiler_options": None,
         "command_line_arguments": record.command_line_arguments if record else None,
@@ -793,13 +794,17 @@ def _kilobytes(size: int | None) -> int | None:
     return None if size is None else -(-size // KIB)
 
 
-def _message(result: ExecutionResult, status: Status) -> str | None:
+def _message(status: Status, st: CodeExecutionStatus | None) -> str | None:
+    """What the platform says happened (never the program's words), where Judge0 has
+    isolate's or its own message."""
     if status == Status.SIGXFSZ:
         return (
             "Output exceeded max_file_size or what the execution's status keeps; "
             "the rest was dropped"
         )
     quiet = (Status.IN_QUEUE, Status.PROCESSING, Status.ACCEPTED, Status.WRONG_ANSWER)
-    if status in quiet or status == Status.COMPILATION_ERROR:
+    if status in quiet or status == Status.COMPILATION_ERROR or st is None:
         return None
-    return result.error_message
+    if status == Status.INTERNAL_ERROR:
+        return ": ".join(part for part in (st.reason, st.message) if part) or None
+    return st.message or None

@@ -30,6 +30,7 @@ def load_language_catalog(path: Path) -> LanguageCatalog:
             version=language.version or None,
             description=language.description or None,
             lint=language.lint_command is not None,
+            lint_rules=language.lint_rules if language.lint_command is not None else None,
             compiled=language.compile_command is not None,
         )
         for name, language in load_catalog(path).languages.items()

@@ -82,6 +82,7 @@ async def run_code(arguments: Any, call: ToolCallContext) -> ExecutionResult:
         code=arguments.code,
         timeout_seconds=arguments.timeout_seconds,
         allow_hosts=arguments.allow_hosts,
+        mode=arguments.mode or "run",
     )
     outcome = await create_execution(request, call.context, idempotency_key=None, wait=True)
     return call.count(outcome)
@@ -97,7 +98,9 @@ async def open_session_tool(arguments: Any, call: ToolCallContext) -> SessionInf
 
 
 async def run_in_session_tool(arguments: Any, call: ToolCallContext) -> ExecutionResult:
-    body = SessionExecutionRequest(code=arguments.code, timeout_seconds=arguments.timeout_seconds)
+    body = SessionExecutionRequest(
+        code=arguments.code, timeout_seconds=arguments.timeout_seconds, mode=arguments.mode or "run"
+    )
     outcome = await run_in_session(
         arguments.session_id, body, call.context, idempotency_key=None, wait=True
     )

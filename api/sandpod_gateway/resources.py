@@ -18,6 +18,7 @@ from sandpod_contract.models import (
     CodeExecutionStatus,
     CodeSessionSpec,
     CodeSessionStatus,
+    LintRules,
     OutputFileStatus,
     Resources,
     SourceFile,
@@ -38,9 +39,11 @@ from sandpod_gateway.schemas import (
     ExecutionStatus,
     FileInput,
     FileOutput,
+    LintDiagnostic,
     SessionInfo,
     SessionStatus,
 )
+from sandpod_gateway.tracebacks import uncaught_exception_note
 
 PHASE_STATUS: dict[str, ExecutionStatus] = {
     "Pending": ExecutionStatus.pending,
@@ -120,6 +123,7 @@ def build_code_execution(
     cpu: str | None,
     ttl_seconds_after_finished: int,
     session: str | None = None,
+    lint: LintRules | None = None,
 ) -> Resource:
     """The CodeExecution manifest for a request with its limits resolved (in a session:
     memory and cpu None, the session's apply).
@@ -135,6 +139,7 @@ def build_code_execution(
             stdin=request.stdin,
             args=request.args,
             mode=request.mode,
+            lint=lint,
             timeout_seconds=timeout_seconds,
             resources=Resources(memory=memory, cpu=cpu),
             network=request.network_spec(),
@@ -207,18 +212,19 @@ def read_status(resource: Resource, model: type[StatusModel]) -> StatusModel | N
 
 
 def error_message(
-    status: ExecutionStatus, st: CodeExecutionStatus, timeout_seconds: object
+    status: ExecutionStatus, st: CodeExecutionStatus, timeout_seconds: object, language: str
 ) -> str | None:
-    """What went wrong, in one sentence an agent can act on."""
+    """What went wrong, in one sentence an agent can act on; for a Python program that
+    ended with an uncaught exception, its name and message, quoted from its stderr."""
     message, reason = st.message or None, st.reason or None
     if status == ExecutionStatus.error:
-        if message:
-            return message
         if reason == "OOMKilled":
-            return "The program ran out of memory and was killed"
+            return message or "The program ran out of memory and was killed"
         if st.signal is not None:
-            return f"The program was killed by signal {st.signal}"
-        return f"The program exited with code {st.exit_code}"
+            return message or f"The program was killed by signal {st.signal}"
+        exited = message or f"The program exited with code {st.exit_code}"
+        note = uncaught_exception_note(language, st.exit_code, st.stderr or "")
+        return exited if note is None else f"{exited}; {note}"
     if status == ExecutionStatus.compile_error:
         return message or "The program did not build; see compile_output"
     if status == ExecutionStatus.timeout:
@@ -302,12 +308,16 @@ def execution_result(
         signal=st.signal,
         execution_time_ms=st.duration_ms,
         peak_memory_bytes=st.peak_memory_bytes,
-        error_message=error_message(status, st, spec.get("timeoutSeconds")),
+        error_message=error_message(
+            status, st, spec.get("timeoutSeconds"), str(spec.get("language", ""))
+        ),
         reason=st.reason or None,
         retryable=st.retryable,
         stdout_truncated=st.stdout_truncated is True,
         stderr_truncated=st.stderr_truncated is True,
-        diagnostics=st.diagnostics,
+        diagnostics=None
+        if st.diagnostics is None
+        else [LintDiagnostic.of(found) for found in st.diagnostics],
         compile_output=st.compile_output,
         compile_output_truncated=st.compile_output_truncated is True,
         files=output_files(st, contents or {}, inline_bytes),

@@ -39,6 +39,7 @@ from sandpod_contract.models import (
     BlockedEgress,
     Diagnostic,
     EgressRule,
+    LintRules,
     Network,
     PortRule,
     ReportedBy,
@@ -245,6 +246,14 @@ class ProgramFields(BaseModel):
     )
 
 
+Mode = Literal["run", "lint"]
+MODE_DESCRIPTION = (
+    "run (default): execute. lint: check the code for errors instead of running it "
+    "(languages with a linter, see GET /v1/languages; python: ruff); the result's "
+    "diagnostics list the findings"
+)
+
+
 class CreateExecutionRequest(ProgramFields, NetworkFields):
     model_config = ConfigDict(
         extra="forbid",
@@ -254,9 +263,7 @@ class CreateExecutionRequest(ProgramFields, NetworkFields):
     language: str = Field(
         min_length=1, max_length=MAX_NAME_LENGTH, description="See GET /v1/languages"
     )
-    mode: Literal["run", "lint"] = Field(
-        default="run", description="run: execute; lint: static checks only (diagnostics)"
-    )
+    mode: Mode = Field(default="run", description=MODE_DESCRIPTION)
     memory: Memory | None = Field(default=None, description="Memory limit, e.g. 256Mi")
     cpu: Cpu | None = Field(default=None, description="CPU limit, e.g. 500m")
 
@@ -274,6 +281,36 @@ class SessionExecutionRequest(ProgramFields):
         max_length=MAX_NAME_LENGTH,
         description="The session's language (optional; another one is refused)",
     )
+    mode: Mode = Field(
+        default="run",
+        description=MODE_DESCRIPTION + ". A lint checks the code in a sandbox of its own, "
+        "beside the session: the session's state is neither used nor changed",
+    )
+
+
+class DiagnosticLocation(BaseModel):
+    line: int | None = Field(default=None, description="1-based line")
+    column: int | None = Field(default=None, description="1-based column")
+
+
+class LintDiagnostic(BaseModel):
+    """One finding of the linter (mode lint): its rule, what it found, and where."""
+
+    code: str | None = Field(default=None, description="Rule code, e.g. F401")
+    message: str = Field(description="What the linter found")
+    line: int | None = Field(default=None, description="1-based line (also in location)")
+    column: int | None = Field(default=None, description="1-based column (also in location)")
+    location: DiagnosticLocation
+
+    @classmethod
+    def of(cls, found: Diagnostic) -> "LintDiagnostic":
+        return cls(
+            code=found.code,
+            message=found.message,
+            line=found.line,
+            column=found.column,
+            location=DiagnosticLocation(line=found.line, column=found.column),
+        )
 
 
 class ExecutionResult(BaseModel):
@@ -291,12 +328,22 @@ class ExecutionResult(BaseModel):
         description="The program's peak resident memory in bytes, as the sandbox's runner "
         "measured it",
     )
-    error_message: str | None = None
+    error_message: str | None = Field(
+        default=None,
+        description="What went wrong, in the platform's words. A Python program that exited "
+        "with code 1 after a traceback also gets its exception, quoted: '; the last traceback "
+        "on its stderr reads \"NameError: name 'x' is not defined\"' (the program's words: "
+        "it could have printed any traceback)",
+    )
     reason: str | None = None
     retryable: bool | None = None
     stdout_truncated: bool = False
     stderr_truncated: bool = False
-    diagnostics: list[Diagnostic] | None = None
+    diagnostics: list[LintDiagnostic] | None = Field(
+        default=None,
+        description="mode lint: the linter's findings, each {code, message, location: {line, "
+        "column}} (line and column also at the top level); [] when the code is clean",
+    )
     compile_output: str | None = Field(
         default=None,
         description="What the compiler wrote (compiled languages: go, csharp), apart from the "
@@ -320,8 +367,9 @@ class ExecutionResult(BaseModel):
     session: str | None = Field(default=None, description="The session it ran in, if any")
     result: str | None = Field(
         default=None,
-        description="In a session: the repr of the trailing expression's value (Python), "
-        "null when there is none",
+        description="Python: the repr of the trailing expression's value (the last line, when "
+        "it is an expression), as the program's interpreter reported it; null when there is "
+        "none, its value is None, or the program failed",
     )
     state_lost: bool = Field(
         default=False,
@@ -365,6 +413,11 @@ class LanguageInfo(BaseModel):
     version: str | None = None
     description: str | None = None
     lint: bool = Field(default=False, description="Whether mode=lint is available")
+    lint_rules: LintRules | None = Field(
+        default=None,
+        description="The rules a lint checks by default (select, ignore: the linter's codes "
+        "or prefixes); a tenant may have its own",
+    )
     compiled: bool = Field(
         default=False,
         description="Whether the program is compiled before it runs (a build failure is "
@@ -464,3 +517,8 @@ class TenantInfo(BaseModel):
     limits: TenantLimitsInfo
     defaults: TenantDefaults = Field(description="What a request that names no value gets")
     max_code_bytes: int = Field(description="code + files + stdin + args, UTF-8 bytes")
+    lint_rules: LintRules | None = Field(
+        default=None,
+        description="The rules this tenant's lints check, when it has its own (else each "
+        "language's lint_rules, GET /v1/languages)",
+    )

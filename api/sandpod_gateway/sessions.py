@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 from sandpod_gateway.admission import check_session_count, resolved_session_spec
 from sandpod_gateway.auth import Tenant
-from sandpod_gateway.direct_runs import DirectRunner
 from sandpod_gateway.errors import ErrorDetail, GatewayError
 from sandpod_gateway.executions import (
     CreateOutcome,
@@ -48,13 +47,11 @@ class SessionOutcome:
     created: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SessionContext(ExecutionContext):
     """What the session use cases need, resolved per request."""
 
     sessions: SessionService
-    # The direct path to live sessions' runners, when the gateway has one.
-    direct: DirectRunner | None = None
 
 
 async def open_session(
@@ -134,10 +131,13 @@ async def run_in_session(
     wait: bool,
 ) -> CreateOutcome:
     """An execution in the session (same limits and answers as any other): through the
-    direct path when the gateway has one and the caller waits, else created and reconciled."""
+    direct path when the gateway has one and the caller waits, else created and reconciled.
+    A lint needs none of the session's state: it runs beside it, as a one-off execution."""
     session = await live_session(session_id, ctx)
     fields = body.model_dump(exclude_unset=True, exclude={"language"})
     request = CreateExecutionRequest(language=_session_language(body, session), **fields)
+    if request.mode == "lint":
+        return await create_execution(request, ctx, idempotency_key=idempotency_key, wait=wait)
     if ctx.direct is not None and wait:
         outcome = await run_directly(
             request, ctx, ctx.direct, session=session_id, idempotency_key=idempotency_key

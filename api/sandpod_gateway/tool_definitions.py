@@ -18,14 +18,17 @@ from sandpod_contract.models import (
 
 from sandpod_gateway.auth import TenantLimits
 from sandpod_gateway.languages import LanguageCatalog
-from sandpod_gateway.schemas import AllowHosts
+from sandpod_gateway.schemas import AllowHosts, Mode
 
 RUN_CODE_NAME = "run_code"
 RUN_CODE_DESCRIPTION = (
     "Run a program in a fresh, isolated sandbox (no state kept between runs; no network "
     "unless allow_hosts names hosts, and only those the platform allows) and return its "
-    "stdout, stderr and exit code. Print whatever you want to see. "
-    "status is success, error (non-zero exit; read stderr), compile_error (the program did "
+    "stdout, stderr and exit code; in Python also `result`, the repr of the last line's "
+    "value when it is an expression. Print whatever else you want to see. "
+    "mode lint checks the code for errors instead (structured `diagnostics`). "
+    "status is success, error (non-zero exit; read stderr: for an uncaught Python "
+    "exception error_message quotes its last line), compile_error (the program did "
     "not build; read compile_output), timeout, cancelled or sandbox_error (the sandbox "
     "itself failed; error_message says why, e.g. InvalidSpec for a host not allowed). "
     "egress_blocked lists requests the proxy refused (host, port, count). To keep variables "
@@ -46,13 +49,22 @@ RUN_IN_SESSION_DESCRIPTION = (
     "line's value when it is an expression. state_lost true means the interpreter was "
     "restarted (a timeout or crash) and earlier variables are gone; files remain. "
     "reported_by sessionKernel means the session's interpreter reported the result: code "
-    "run earlier in the same session can change what later runs report."
+    "run earlier in the same session can change what later runs report. mode lint checks "
+    "the code for errors instead, beside the session (its state is not used or changed)."
 )
 CLOSE_SESSION_DESCRIPTION = (
     "Close a session: its sandbox and everything in it are deleted. Returns the session."
 )
 
 Code = Annotated[str, Field(min_length=1, description="The complete program to run")]
+ToolMode = Annotated[
+    Mode | None,
+    Field(
+        description="run (default), or lint: check the code for errors instead of running "
+        "it (python: ruff with nearly all its rules); the answer's `diagnostics` then list "
+        "each finding as code, message and location {line, column}, and nothing runs",
+    ),
+]
 SessionCode = Annotated[
     str,
     Field(
@@ -152,13 +164,20 @@ IDLE_TIMEOUT = Argument(
     tenant_maximum="max_idle_timeout_seconds",
 )
 SESSION_ID = Argument("session_id", SessionId)
+MODE = Argument("mode", ToolMode, required=False)
 ALLOW_HOSTS = Argument("allow_hosts", AllowHosts, required=False)
 
 RUN_CODE = ToolDefinition(
     name=RUN_CODE_NAME,
     title="Run code in a sandbox",
     description=RUN_CODE_DESCRIPTION,
-    arguments=lambda catalog: (_language(catalog), Argument("code", Code), TIMEOUT, ALLOW_HOSTS),
+    arguments=lambda catalog: (
+        _language(catalog),
+        Argument("code", Code),
+        TIMEOUT,
+        ALLOW_HOSTS,
+        MODE,
+    ),
     open_world=True,
 )
 OPEN_SESSION = ToolDefinition(
@@ -172,7 +191,7 @@ RUN_IN_SESSION = ToolDefinition(
     name="run_in_session",
     title="Run code in a session",
     description=RUN_IN_SESSION_DESCRIPTION,
-    arguments=lambda _catalog: (SESSION_ID, Argument("code", SessionCode), TIMEOUT),
+    arguments=lambda _catalog: (SESSION_ID, Argument("code", SessionCode), TIMEOUT, MODE),
     open_world=True,
 )
 CLOSE_SESSION = ToolDefinition(

@@ -83,8 +83,34 @@ WARM_SLICE_NAMES = _slices_from_the_ends(
     op_summary="program ends, summary",
 )
 
-# A run in a session: no pod starts and the operator logs no timings for it, so what the
-# bench's watch sees is all there is (the runner's durationMs is in the example).
+# A run of the direct path (in a session, or in a free pool pod, through the gateway): the
+# gateway posts it to the operator, which runs it on the runner and answers; its record is
+# written behind, so the bench's watch has nothing on the way. The `op_*` marks are the
+# operator's `direct timings` line.
+DIRECT_MILESTONES: tuple[tuple[str, str], ...] = (
+    ("submitted", "the client starts its request"),
+    ("op_received", "the operator has the run (direct timings: received)"),
+    ("op_turn", "its turn has come: the session's queue let it through, or a pool pod was taken"),
+    ("op_posted", "the operator sends POST /v1/run to the runner"),
+    ("op_first_frame", "the first bytes of the runner's answer arrive"),
+    ("op_summary", "the runner's summary arrives"),
+    ("op_done", "the operator has its answer: verified, the verdict made (outputs stored)"),
+    ("client_returned", "the client has the result (HTTP response, MCP tool result)"),
+)
+DIRECT_MILESTONE_NAMES = tuple(name for name, _ in DIRECT_MILESTONES)
+DIRECT_SLICE_NAMES = {
+    "op_received": "client sends; gateway: auth, admission, post to the operator",
+    "op_turn": "operator: session queue / take a pool pod",
+    "op_posted": "operator: run request to the runner",
+    "op_first_frame": "runner: start the program, first frame",
+    "op_summary": "program ends, summary",
+    "op_done": "operator: verify, verdict",
+    "client_returned": "operator answers, gateway answers, client",
+}
+
+# A run in a session through kubectl (the record path): no pod starts and the operator logs
+# no timings for it, so what the bench's watch sees is all there is (the runner's durationMs
+# is in the example).
 SESSION_SLICE_NAMES = _slices_from_the_ends(
     "run: POST to the runner, print(1), summary, terminal status",
     operator_seen="operator sees it (kopf's finalizer)",
@@ -109,6 +135,17 @@ SLICE_NAMES: dict[str, str] = {
     "exit_reported": "kubelet reports the exit",
     "status_written": "operator reads log, writes status",
     "client_returned": "client sees the result",
+}
+
+
+# The milestones and slice names of each kind of run a breakdown divides: a cold one-off run,
+# a warm one of the record path (operator marks), a session run of the record path, and a
+# run of the direct path (operator marks).
+KINDS: dict[str, tuple[tuple[str, ...], Mapping[str, str]]] = {
+    "cold": (MILESTONE_NAMES, SLICE_NAMES),
+    "warm": (WARM_MILESTONE_NAMES, WARM_SLICE_NAMES),
+    "session": (SESSION_MILESTONE_NAMES, SESSION_SLICE_NAMES),
+    "direct": (DIRECT_MILESTONE_NAMES, DIRECT_SLICE_NAMES),
 }
 
 

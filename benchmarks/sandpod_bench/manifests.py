@@ -1,9 +1,10 @@
 """Manifests the bench creates (pure): CodeExecutions, and the baselines' pods and Jobs.
 
 The baselines run the same program in the same image, RuntimeClass, resources and security
-settings as a sandpod sandbox: their pod spec is sandpod's own (`build_pod`), minus the runner
-and its input ConfigMap. Their pods are caught by a deny-all NetworkPolicy of their own, as
-sandbox pods are by sandpod's, so the NetworkPolicy enforcer does the same work for both.
+settings as a sandpod sandbox: their pod spec is that of a sandbox pod sandpod's operator made
+(read back from the cluster), minus the runner and its input ConfigMap. Their pods are caught
+by a deny-all NetworkPolicy of their own, as sandbox pods are by sandpod's, so the
+NetworkPolicy enforcer does the same work for both.
 """
 
 from __future__ import annotations
@@ -12,10 +13,7 @@ import copy
 from typing import Any
 
 from sandpod_contract.catalog import Catalog
-from sandpod_contract.models import CodeExecutionSpec
 from sandpod_contract.names import API_VERSION, GROUP, KIND, SESSION_KIND, VERSION
-from sandpod_operator.builders import build_pod, plan_execution
-from sandpod_operator.settings import OperatorSettings
 
 Manifest = dict[str, Any]
 
@@ -30,6 +28,11 @@ BASELINE_POLICY_NAME = "bench-baseline-deny-all"
 SANDBOX_DIR = "/tmp/sandbox"
 # llm-sandbox runs `python <file>`; the image has only python3, and its root is read-only.
 SHIM_BIN_DIR = "/tmp/bin"
+# The sandbox pod's volume with the runner's input (its ConfigMap), which the baselines lack.
+INPUT_VOLUME = "input"
+# What the API server and scheduler filled in on the sandbox pod, which a new pod must not
+# carry (it would skip the scheduler, or be refused by the priority admission).
+ASSIGNED_FIELDS = ("nodeName", "priority", "preemptionPolicy")
 
 
 def code_execution(
@@ -65,58 +68,44 @@ def sandbox_pool(name: str, size: int) -> Manifest:
     }
 
 
-def _sandpod_pod(
-    namespace: str, name: str, catalog: Catalog, settings: OperatorSettings
-) -> Manifest:
-    spec = CodeExecutionSpec.model_validate(
-        {"language": LANGUAGE, "source": PROGRAM, "timeoutSeconds": TIMEOUT_SECONDS}
-    )
-    plan = plan_execution(spec, catalog, settings)
-    # The uid only names the children; a fixed one keeps this pure.
-    return build_pod(
-        namespace=namespace,
-        execution_name=name,
-        uid="00000000-0000-0000-0000-000000000000",
-        plan=plan,
-        settings=settings,
-    )
-
-
 def baseline_pod(
+    sandbox: Manifest,
     *,
     namespace: str,
     name: str,
     kind: str,
     catalog: Catalog,
-    settings: OperatorSettings,
     command: list[str] | None = None,
     extra_env: dict[str, str] | None = None,
 ) -> Manifest:
-    """sandpod's sandbox pod running `python3 -c print(1)` directly (or `command`)."""
-    pod = _sandpod_pod(namespace, name, catalog, settings)
-    pod["metadata"] = {
-        "name": name,
-        "namespace": namespace,
-        "labels": {PART_OF_LABEL: PART_OF, BASELINE_LABEL: kind},
-    }
-    spec = pod["spec"]
-    spec["volumes"] = [volume for volume in spec["volumes"] if volume["name"] != "input"]
+    """The spec of `sandbox` (a sandbox pod sandpod made) running `python3 -c print(1)`
+    directly (or `command`), without the runner's input."""
+    spec = copy.deepcopy(sandbox["spec"])
+    for assigned in ASSIGNED_FIELDS:
+        spec.pop(assigned, None)
+    spec["volumes"] = [v for v in spec.get("volumes") or [] if v["name"] != INPUT_VOLUME]
     container = spec["containers"][0]
     container["volumeMounts"] = [
-        mount for mount in container["volumeMounts"] if mount["name"] != "input"
+        mount for mount in container.get("volumeMounts") or [] if mount["name"] != INPUT_VOLUME
     ]
     container["command"] = command or ["python3", "-c", PROGRAM]
+    container.pop("args", None)
     env = {**catalog.languages[LANGUAGE].env, **(extra_env or {})}
     container["env"] = [{"name": key, "value": value} for key, value in sorted(env.items())]
-    return pod
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {PART_OF_LABEL: PART_OF, BASELINE_LABEL: kind},
+        },
+        "spec": spec,
+    }
 
 
-def baseline_job(
-    *, namespace: str, name: str, catalog: Catalog, settings: OperatorSettings
-) -> Manifest:
-    pod = baseline_pod(
-        namespace=namespace, name=name, kind="job", catalog=catalog, settings=settings
-    )
+def baseline_job(sandbox: Manifest, *, namespace: str, name: str, catalog: Catalog) -> Manifest:
+    pod = baseline_pod(sandbox, namespace=namespace, name=name, kind="job", catalog=catalog)
     template_metadata = {"labels": copy.deepcopy(pod["metadata"]["labels"])}
     return {
         "apiVersion": "batch/v1",
@@ -129,18 +118,18 @@ def baseline_job(
     }
 
 
-def llm_sandbox_pod(*, namespace: str, catalog: Catalog, settings: OperatorSettings) -> Manifest:
+def llm_sandbox_pod(sandbox: Manifest, *, namespace: str, catalog: Catalog) -> Manifest:
     """A long-running pod llm-sandbox execs into (it names the pod itself)."""
     keep_running = (
         f"mkdir -p {SHIM_BIN_DIR} {SANDBOX_DIR} && ln -sf /usr/bin/python3 {SHIM_BIN_DIR}/python"
         " && exec sleep infinity"
     )
     pod = baseline_pod(
+        sandbox,
         namespace=namespace,
         name="llm-sandbox",
         kind="llm-sandbox",
         catalog=catalog,
-        settings=settings,
         command=["sh", "-c", keep_running],
         extra_env={"PATH": f"{SHIM_BIN_DIR}:/usr/local/bin:/usr/bin:/bin"},
     )

@@ -40,6 +40,7 @@ class OperatorProcess(components.OperatorProcess):
         kubeconfig: Path,
         namespaces: list[str],
         log_path: Path,
+        runtime_class: str | None = None,
         runner_ingress_from: list[dict[str, Any]] | None = None,
         direct_token_file: Path | None = None,
     ) -> None:
@@ -52,6 +53,8 @@ class OperatorProcess(components.OperatorProcess):
             "SANDPOD_DIRECT_PORT": str(self.direct_port),
             "SANDPOD_DIRECT_TOKEN_FILE": str(direct_token_file or ""),
         }
+        if runtime_class:
+            env["SANDPOD_RUNTIME_CLASS_NAME"] = runtime_class
         if runner_ingress_from:
             env["SANDPOD_RUNNER_INGRESS_FROM"] = json.dumps(runner_ingress_from)
         super().__init__(env=env, namespaces=namespaces, log_path=log_path)

@@ -13,15 +13,13 @@ from typing import Any
 
 from kubernetes import client
 from sandpod_contract.models import TERMINAL_PHASES
-from sandpod_contract.names import GROUP, PLURAL, VERSION
+from sandpod_contract.names import EXECUTION_LABEL, FINALIZER, GROUP, PLURAL, VERSION
 
 from sandpod_bench.containerd import ContainerdEvents
 from sandpod_bench.kube import list_raw, watch_events
 
 logger = logging.getLogger(__name__)
 
-FINALIZER = f"{GROUP}/operator"
-EXECUTION_LABEL = "sandpod.dev/execution"
 WATCH_SECONDS = 60
 
 Manifest = dict[str, Any]
@@ -37,6 +35,8 @@ class Observation:
     execution: Manifest | None = None
     pod: Manifest | None = None  # the last state seen (the operator deletes finished pods)
     pod_names: set[str] = field(default_factory=set)
+    # Every resourceVersion of the execution seen: one per write that changed it.
+    versions: set[str] = field(default_factory=set)
 
     def mark(self, milestone: str, at: float) -> None:
         self.milestones.setdefault(milestone, at)
@@ -202,6 +202,7 @@ class Recorder:
         with self._changed:
             observation = self._observation(metadata.get("name", ""))
             observation.mark("created", at)
+            observation.versions.add(str(metadata.get("resourceVersion") or ""))
             if FINALIZER in (metadata.get("finalizers") or []) or item.get("status"):
                 observation.mark("operator_seen", at)
             observation.execution = item

@@ -95,6 +95,14 @@ def executions_by_session(observations: Iterable[Observation]) -> Counter[str]:
     return counts
 
 
+def versions_seen(observations: Iterable[Observation], names: Iterable[str]) -> int:
+    """The writes that changed the named executions, as the bench's watch saw them (one
+    resourceVersion each; a watch that missed some while the API server was away counts
+    fewer). Pure."""
+    wanted = set(names)
+    return sum(len(o.versions) for o in observations if o.name in wanted)
+
+
 def count_mismatches(
     seen: Mapping[str, int], session_counts: Mapping[str, int | None]
 ) -> dict[str, tuple[int, int | None]]:

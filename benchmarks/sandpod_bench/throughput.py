@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -27,9 +27,10 @@ class Audit:
     succeeded: int  # correct results, whenever they came
     succeeded_in_window: int  # correct results that came within the window
     failed: int  # an answer, but not success (e.g. Error/Unschedulable, HTTP 4xx)
-    lost: int  # no answer, or an execution that never reached a terminal status
+    lost: int  # no answer, an execution that never reached a terminal status, no record
     duplicated: int  # an execution run more than once, or returned to two requests
     orphaned: int  # executions in the namespace that no client heard of
+    unrecorded: int  # answered, but its record never reached a terminal status (direct path)
 
 
 def audit(
@@ -51,6 +52,12 @@ def audit(
             failed += 1
         else:
             lost += 1
+    unrecorded = sum(
+        1
+        for item in succeeded
+        if item.attempt.name
+        and not (by_name.get(item.attempt.name) and by_name[item.attempt.name].terminal)
+    )
     run_twice = sum(1 for o in observations if len(o.pod_names) > 1)
     returned_twice = sum(count - 1 for count in names.values() if count > 1)
     orphaned = sum(1 for o in observations if o.name not in answered_names)
@@ -59,9 +66,10 @@ def audit(
         succeeded=len(succeeded),
         succeeded_in_window=sum(1 for f in succeeded if f.at <= window_seconds),
         failed=failed,
-        lost=lost + orphaned,
+        lost=lost + orphaned + unrecorded,
         duplicated=run_twice + returned_twice,
         orphaned=orphaned,
+        unrecorded=unrecorded,
     )
 
 
@@ -92,14 +100,15 @@ def run_closed_loop(
     return results, time.perf_counter() - opened
 
 
-def settle(recorder: Recorder, timeout: float) -> None:
-    """Wait (bounded) until every execution the namespace saw has a terminal status."""
+def settle(recorder: Recorder, timeout: float, names: Iterable[str] = ()) -> None:
+    """Wait (bounded) until every execution the namespace saw, and each of `names` (a record
+    written behind its answer may not have been seen yet), has a terminal status."""
     deadline = time.monotonic() + timeout
-    for observation in recorder.all():
+    for name in [*names, *(observation.name for observation in recorder.all())]:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return
-        recorder.wait_terminal(observation.name, remaining)
+        recorder.wait_terminal(name, remaining)
 
 
 def measure(
@@ -110,17 +119,18 @@ def measure(
     concurrency: int,
     duration_seconds: float,
     settle_seconds: float = 120,
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], list[Attempt]]:
+    """The audited throughput, and every attempt."""
     earlier = {observation.name for observation in recorder.all()}  # warm-ups
     finished, elapsed = run_closed_loop(
         workload, concurrency=concurrency, duration_seconds=duration_seconds
     )
-    settle(recorder, settle_seconds)
+    settle(recorder, settle_seconds, [f.attempt.name for f in finished if f.attempt.name])
     seen = [observation for observation in recorder.all() if observation.name not in earlier]
     result = audit(finished, seen, duration_seconds)
     latency = summarize([f.attempt.seconds for f in finished if f.attempt.ok])
     errors = Counter(f.attempt.error for f in finished if not f.attempt.ok)
-    return {
+    summary = {
         "path": path,
         "concurrency": concurrency,
         "window_seconds": duration_seconds,
@@ -130,3 +140,4 @@ def measure(
         "latency": latency.as_dict() if latency else None,
         "errors": dict(errors.most_common(5)),
     }
+    return summary, [f.attempt for f in finished]

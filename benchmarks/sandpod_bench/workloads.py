@@ -1,27 +1,29 @@
-"""The things the bench times: one `print(1)` through sandpod (kubectl, gateway, API) and
+"""The things the bench times: one `print(1)` through sandpod (kubectl, gateway, MCP, API) and
 through each baseline (a Job, a bare pod, llm-sandbox). Each returns an Attempt; failures
 are results too, never exceptions that end the bench."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import random
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import yaml
 from kubernetes import client
 from sandpod_contract.catalog import Catalog
 from sandpod_contract.names import GROUP, PLURAL, VERSION
-from sandpod_operator.settings import OperatorSettings
 
 from sandpod_bench import manifests
 from sandpod_bench.containerd import ContainerdEvents
@@ -284,19 +286,15 @@ class BarePod:
 
     core: client.CoreV1Api
     namespace: str
+    sandbox: Manifest
     catalog: Catalog
-    settings: OperatorSettings
     prefix: str
     containerd: ContainerdEvents | None = None
 
     def __call__(self, index: int) -> Attempt:
         name = f"{self.prefix}-{index}"
         pod = manifests.baseline_pod(
-            namespace=self.namespace,
-            name=name,
-            kind="pod",
-            catalog=self.catalog,
-            settings=self.settings,
+            self.sandbox, namespace=self.namespace, name=name, kind="pod", catalog=self.catalog
         )
         milestones: dict[str, float] = {}
 
@@ -361,14 +359,14 @@ class JobBaseline:
     batch: client.BatchV1Api
     core: client.CoreV1Api
     namespace: str
+    sandbox: Manifest
     catalog: Catalog
-    settings: OperatorSettings
     prefix: str
 
     def __call__(self, index: int) -> Attempt:
         name = f"{self.prefix}-{index}"
         job = manifests.baseline_job(
-            namespace=self.namespace, name=name, catalog=self.catalog, settings=self.settings
+            self.sandbox, namespace=self.namespace, name=name, catalog=self.catalog
         )
         started = time.perf_counter()
         try:
@@ -399,12 +397,12 @@ class JobBaseline:
 
 
 def _llm_sandbox_session(
-    core: client.CoreV1Api, namespace: str, catalog: Catalog, settings: OperatorSettings
+    core: client.CoreV1Api, namespace: str, sandbox: Manifest, catalog: Catalog
 ) -> Any:
     """An unopened llm-sandbox session on the baselines' pod manifest."""
     from llm_sandbox import SandboxBackend, SandboxSession
 
-    pod = manifests.llm_sandbox_pod(namespace=namespace, catalog=catalog, settings=settings)
+    pod = manifests.llm_sandbox_pod(sandbox, namespace=namespace, catalog=catalog)
     return SandboxSession(
         backend=SandboxBackend.KUBERNETES,
         lang=LANGUAGE,
@@ -434,12 +432,12 @@ class LlmSandbox:
 
     core: client.CoreV1Api
     namespace: str
+    sandbox: Manifest
     catalog: Catalog
-    settings: OperatorSettings
 
     def __call__(self, index: int) -> Attempt:
         started = time.perf_counter()
-        session = _llm_sandbox_session(self.core, self.namespace, self.catalog, self.settings)
+        session = _llm_sandbox_session(self.core, self.namespace, self.sandbox, self.catalog)
         try:
             session.open()
             result = session.run(PROGRAM)
@@ -457,12 +455,12 @@ class LlmSandboxSession:
 
     core: client.CoreV1Api
     namespace: str
+    sandbox: Manifest
     catalog: Catalog
-    settings: OperatorSettings
     session: Any = None
 
     def open(self) -> None:
-        self.session = _llm_sandbox_session(self.core, self.namespace, self.catalog, self.settings)
+        self.session = _llm_sandbox_session(self.core, self.namespace, self.sandbox, self.catalog)
         self.session.open()
 
     def close(self) -> None:
@@ -474,3 +472,72 @@ class LlmSandboxSession:
         started = time.perf_counter()
         result = self.session.run(PROGRAM)
         return _llm_sandbox_attempt(result, time.perf_counter() - started)
+
+
+class McpSession:
+    """print(1) in a sandpod session through the gateway's MCP endpoint, with the official
+    MCP client: one client connection (its initialize) opened outside the timing, then each
+    attempt is one `run_in_session` tool call. The client lives in a thread of its own (its
+    async contexts are entered and left by one task there)."""
+
+    def __init__(self, url: str, key: str, session_id: str) -> None:
+        self.url, self.key, self.session_id = url, key, session_id
+        self._ready: Future[None] = Future()
+        self._calls: asyncio.Queue[Future[Any] | None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=asyncio.run, args=(self._serve(),), daemon=True)
+
+    def open(self) -> None:
+        self._thread.start()
+        self._ready.result(timeout=60)
+
+    def close(self) -> None:
+        if self._loop is not None and self._calls is not None:
+            self._loop.call_soon_threadsafe(self._calls.put_nowait, None)
+        self._thread.join(timeout=30)
+
+    async def _serve(self) -> None:
+        from mcp import Client
+        from mcp.client.streamable_http import streamable_http_client
+
+        self._loop, self._calls = asyncio.get_running_loop(), asyncio.Queue()
+        http = httpx2.AsyncClient(
+            headers={"Authorization": f"Bearer {self.key}"}, timeout=RUN_TIMEOUT_SECONDS
+        )
+        try:
+            async with (
+                http,
+                Client(streamable_http_client(f"{self.url}/mcp", http_client=http)) as mcp,
+            ):
+                self._ready.set_result(None)
+                while (call := await self._calls.get()) is not None:
+                    try:
+                        call.set_result(
+                            await mcp.call_tool(
+                                "run_in_session", {"session_id": self.session_id, "code": PROGRAM}
+                            )
+                        )
+                    except Exception as error:
+                        call.set_exception(error)
+        except Exception as error:
+            if not self._ready.done():
+                self._ready.set_exception(error)
+            raise
+
+    def __call__(self, index: int) -> Attempt:
+        assert self._loop is not None and self._calls is not None, "open() first"
+        call: Future[Any] = Future()
+        submitted = time.time()
+        started = time.perf_counter()
+        self._loop.call_soon_threadsafe(self._calls.put_nowait, call)
+        result = call.result(timeout=RUN_TIMEOUT_SECONDS + 30)
+        seconds = time.perf_counter() - started
+        milestones = {"submitted": submitted, "client_returned": time.time()}
+        content: dict[str, Any] = result.structured_content or {}
+        name = str(content.get("id") or "")
+        if result.is_error or content.get("status") != "success":
+            problem = f"{content.get('status')}: {content.get('error_message') or result.content}"
+            return Attempt(False, seconds, name, problem, milestones)
+        if content.get("stdout") != EXPECTED_STDOUT:
+            return Attempt(False, seconds, name, f"stdout {content.get('stdout')!r}", milestones)
+        return Attempt(True, seconds, name, None, milestones)

@@ -7,7 +7,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
-from sandpod_contract.models import LANGUAGE_PATTERN, RELATIVE_PATH_PATTERN
+from sandpod_contract.models import LANGUAGE_PATTERN, RELATIVE_PATH_PATTERN, LintRules
 
 DEFAULT_CATALOG_PATH = Path(__file__).with_name("catalog.yaml")
 
@@ -22,6 +22,11 @@ class Language(BaseModel):
     command: list[str] = Field(min_length=1, description="argv that runs the source file.")
     lint_command: list[str] | None = Field(
         default=None, min_length=1, description="argv of the linter (lint mode), if any."
+    )
+    lint_rules: LintRules | None = Field(
+        default=None,
+        description="The rules the linter checks unless an execution names its own, given to "
+        "it as --select=… and --ignore=… (ruff's options); none: the linter's defaults.",
     )
     compile_command: list[str] | None = Field(
         default=None,

@@ -2,9 +2,10 @@
 
 An execution whose allowlist names hosts gets proxy credentials (user `sandpod`, password a
 token). The token carries the execution's host rules and an expiry, signed with a key that
-only the operator and the proxy hold (HMAC-SHA256), so the proxy decides each request from the
-request alone: it needs no API access, and a token of one execution never opens another's
-hosts. Standard library only: the proxy's helper imports it too.
+only the operator and the proxy hold (HMAC-SHA256), so the proxy verifies it from the request
+alone, and a token of one execution never opens another's hosts. It counts only from the pod
+made for its execution (or session), which the proxy's binder knows from the pod's address
+(sandpod_proxy.binder). Standard library only: the proxy's helper imports it too.
 
 Token: base64url(payload JSON) "." base64url(HMAC(key, DOMAIN + payload part)), no padding.
 """

@@ -337,6 +337,34 @@ SessionName = Annotated[
 ]
 
 
+# A linter rule code or prefix (ruff's: ALL, E, F401, RUF029), never an option.
+LINT_RULE_PATTERN = r"^[A-Z]+[0-9]*$"
+MAX_LINT_RULES = 128
+LintRule = Annotated[str, Field(min_length=1, max_length=16, pattern=LINT_RULE_PATTERN)]
+
+
+class LintRules(_Model):
+    """Which of the linter's rules a lint checks, as codes or prefixes (ruff's)."""
+
+    select: list[LintRule] = Field(
+        min_length=1,
+        max_length=MAX_LINT_RULES,
+        description="Rules checked: codes or prefixes, e.g. ALL, E, F401.",
+    )
+    ignore: list[LintRule] = Field(
+        default_factory=list,
+        max_length=MAX_LINT_RULES,
+        description="Rules left out of those, e.g. D203, FBT.",
+    )
+
+    def arguments(self) -> list[str]:
+        """The linter's options for these rules (ruff's --select and --ignore)."""
+        options = [f"--select={','.join(self.select)}"]
+        if self.ignore:
+            options.append(f"--ignore={','.join(self.ignore)}")
+        return options
+
+
 class CodeExecutionSpec(_Model):
     """What to run and under which limits. Immutable once created."""
 
@@ -369,6 +397,11 @@ class CodeExecutionSpec(_Model):
         default="run",
         description="run: execute the program. lint: only check it statically (languages "
         "with a linter, e.g. python with ruff) and report status.diagnostics.",
+    )
+    lint: LintRules | None = Field(
+        default=None,
+        description="lint mode: the rules to check, instead of the language's (its catalog "
+        "entry's lintRules); only for languages whose catalog entry has lintRules.",
     )
     timeout_seconds: int = Field(
         default=DEFAULT_TIMEOUT_SECONDS,
@@ -574,8 +607,10 @@ class CodeExecutionStatus(_Model):
     )
     result: str | None = Field(
         default=None,
-        description="In a session: the repr of the program's trailing expression, as text "
-        "(Python, like a notebook cell); absent when there is none.",
+        description="Python: the repr of the program's trailing expression, as text (like a "
+        "notebook cell), when its value is not None and the program then exited 0; absent "
+        "otherwise. The program's interpreter reports it, so it is the program's word, like "
+        "its output.",
     )
     state_lost: bool | None = Field(
         default=None,

@@ -30,6 +30,12 @@ RECORD_LABEL = f"{GROUP}/record"
 RECORD_DIRECT = "direct"
 # The operator's endpoint of the direct path, which the gateway posts a session's run to.
 DIRECT_RUN_PATH = "/v1/session-runs"
+DIRECT_POOL_RUN_PATH = "/v1/pool-runs"
+# The operator's log lines with one run's milestones (wall-clock seconds, JSON), which the
+# bench reads: `<marker> <namespace>/<name> {"posted": ..., ...}`. A warm run of the record
+# path (a pool pod claimed for a CodeExecution), and a run of the direct path.
+TIMINGS_LOG = "warm timings"
+DIRECT_TIMINGS_LOG = "direct timings"
 # Set by the operator on an execution it has seen without a status for a while (resync.py):
 # the change makes its watch deliver the execution again.
 RESYNC_ANNOTATION = f"{GROUP}/resync-at"

@@ -91,13 +91,16 @@ class RunnerResult(_ProcessOutcome):
     peak_memory_bytes: int | None = Field(ge=0)
     diagnostics: list[dict[str, Any]] | None
     error: str | None = Field(max_length=MAX_ERROR_CHARS)
-    # Session mode only: the trailing expression's repr, and whether the interpreter was
-    # restarted (state lost) by or before this run.
+    # Python: the trailing expression's repr, as the program's interpreter reported it (the
+    # bootstrap of a one-off or pool run, or a session's kernel); session mode only: whether
+    # the interpreter was restarted (state lost) by or before this run.
     value: str | None = Field(default=None, max_length=MAX_VALUE_CHARS)
     state_lost: bool = False
     # Session mode only: the run went through the session's Python kernel, so its result is
     # the kernel's word (which earlier runs of the session can have changed).
     kernel: bool = False
+    # Serve and session mode: a cancel (POST /v1/cancel) stopped the run before it ended.
+    cancelled: bool = False
     compile: CompileResult | None = None
 
     # Absent from runners older than the outputs directory.
@@ -106,10 +109,10 @@ class RunnerResult(_ProcessOutcome):
     outputs_skipped: int = Field(default=0, ge=0)
 
     def agrees_with(self, shortened: "RunnerResult") -> bool:
-        """The log's copy against the termination message's (whose diagnostics, outputs and
-        compiler output may have been dropped and whose error may have been shortened,
-        ending in an ellipsis, to fit)."""
-        for dropped in ("diagnostics", "outputs"):
+        """The log's copy against the termination message's (whose diagnostics, outputs,
+        value and compiler output may have been dropped and whose error may have been
+        shortened, ending in an ellipsis, to fit)."""
+        for dropped in ("diagnostics", "outputs", "value"):
             told = getattr(shortened, dropped)
             if told is not None and told != getattr(self, dropped):
                 return False
@@ -120,7 +123,7 @@ class RunnerResult(_ProcessOutcome):
             told is None or not told.endswith("…") or not (self.error or "").startswith(told[:-1])
         ):
             return False
-        same = {"diagnostics", "outputs", "error", "compile"}
+        same = {"diagnostics", "outputs", "value", "error", "compile"}
         return self.model_dump(exclude=same) == shortened.model_dump(exclude=same)
 
 

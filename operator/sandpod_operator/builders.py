@@ -122,6 +122,8 @@ def plan_execution(spec: CodeExecutionSpec, catalog: Catalog, settings: Operator
     language = catalog_language(spec.language, catalog)
     if spec.mode == "lint" and language.lint_command is None:
         raise InvalidSpecError(f"spec.mode: {spec.language} has no linter; use mode run")
+    if spec.lint is not None and language.lint_rules is None:
+        raise InvalidSpecError(f"spec.lint: the linter of {spec.language} takes no rules")
     if spec.timeout_seconds > settings.max_timeout_seconds:
         raise InvalidSpecError(
             f"spec.timeoutSeconds: {spec.timeout_seconds} exceeds this installation's maximum "
@@ -195,7 +197,9 @@ def build_runner_config(
         "hasStdin": spec.stdin is not None,
     }
     if plan.language.lint_command is not None:
-        config["lintCommand"] = list(plan.language.lint_command)
+        rules = spec.lint or plan.language.lint_rules
+        options = rules.arguments() if rules is not None else []
+        config["lintCommand"] = [*plan.language.lint_command, *options]
     if spec.mode == "run" and plan.language.compile_command is not None:
         config["compileCommand"] = list(plan.language.compile_command)
     return config

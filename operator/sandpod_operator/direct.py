@@ -14,14 +14,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 import kopf
 from sandpod_contract.models import BlockedEgress, format_time
 from sandpod_contract.names import (
+    EXECUTION_LABEL,
     FINISHED_LABEL,
     GROUP,
     KIND,
@@ -30,10 +32,19 @@ from sandpod_contract.names import (
     VERSION,
 )
 
-from sandpod_operator.kube import API_ERRORS, Key, KubeApi, Manifest
+from sandpod_operator.kube import (
+    API_ERRORS,
+    TRANSIENT_ERRORS,
+    Key,
+    KubeApi,
+    KubeError,
+    Manifest,
+)
+from sandpod_operator.serving import NotServing, planned, serve_once
 from sandpod_operator.sessions import SessionController, StoringOutputs, now
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import Verdict, next_status
+from sandpod_operator.warm import claim_patch, execution_wants
 
 logger = logging.getLogger(__name__)
 
@@ -127,18 +138,39 @@ class DirectRuns:
     writers: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def run(self, namespace: str, execution: Manifest, session: Manifest) -> Manifest:
-        """The run's record, with its final status: run once, whoever asks again (a retry
-        with the same name re-attaches, or gets the answer it would have had)."""
+        """The record of a run in `session`, with its final status."""
+        run = partial(self._run, namespace, execution, session)
+        return await self._once(namespace, execution, run)
+
+    async def run_from_pool(
+        self, namespace: str, execution: Manifest, pools: list[Manifest], pods: list[Manifest]
+    ) -> Manifest:
+        """The record of a one-off run in a free ready pod of one of `pools` (`pods`: theirs,
+        as the operator's index shows them), with its final status; NotServing when no pod
+        fits or is free (the gateway then creates the execution for the record path)."""
+        run = partial(self._run_pooled, namespace, execution, pools, pods)
+        return await self._once(namespace, execution, run)
+
+    async def _once(
+        self, namespace: str, execution: Manifest, start: Callable[[], Awaitable[Manifest]]
+    ) -> Manifest:
+        """Run once, whoever asks again (a retry with the same name re-attaches, or gets the
+        answer it would have had)."""
         key = (namespace, str(execution["metadata"]["name"]))
         if key in self.recent:
             return self.recent[key]
         task = self.running.get(key)
         if task is None:
-            task = asyncio.create_task(self._run(namespace, execution, session))
+            task = asyncio.ensure_future(start())
             self.running[key] = task
             task.add_done_callback(lambda done: self._ended(key, done))
         # A caller that goes away does not stop the run: it ends and is recorded.
         return await asyncio.shield(task)
+
+    async def cancel(self, namespace: str, name: str) -> None:
+        """Stop the direct run of that record if it runs here (its record ends Cancelled)."""
+        if (namespace, name) in self.running:
+            await self.sessions.cancel(f"{namespace}/{name}")
 
     def _ended(self, key: Key, task: asyncio.Task[Manifest]) -> None:
         self.running.pop(key, None)
@@ -150,9 +182,25 @@ class DirectRuns:
 
     async def _run(self, namespace: str, execution: Manifest, session: Manifest) -> Manifest:
         record = build_record(execution, namespace)
+        run_id = f"{namespace}/{record['metadata']['name']}"
+        warm = self.sessions.warm
+        warm.begin_marks(run_id, "received")
+        try:
+            answered = await self._run_in_session(namespace, record, session, run_id)
+        except BaseException:  # refused (the gateway takes the record path) or failed: untimed
+            warm.marks.pop(run_id, None)
+            raise
+        warm.mark(run_id, "done")
+        warm.log_direct_marks(run_id)
+        return answered
+
+    async def _run_in_session(
+        self, namespace: str, record: Manifest, session: Manifest, run_id: str
+    ) -> Manifest:
         creating: list[asyncio.Task[Manifest]] = []
 
         def create_record() -> None:
+            self.sessions.warm.mark(run_id, "turn")
             creating.append(asyncio.create_task(self.kube.create_execution(record)))
 
         started = now()
@@ -169,6 +217,65 @@ class DirectRuns:
         metadata = {**record["metadata"], "creationTimestamp": format_time(started)}
         return {**record, "metadata": metadata, "status": status}
 
+    async def _run_pooled(
+        self, namespace: str, execution: Manifest, pools: list[Manifest], pods: list[Manifest]
+    ) -> Manifest:
+        warm, settings = self.sessions.warm, self.sessions.settings
+        spec, plan = planned(execution, self.sessions.catalog, settings)
+        record = build_record(execution, namespace)
+        run_id = f"{namespace}/{record['metadata']['name']}"
+        warm.begin_marks(run_id, "received")
+        pod = warm.reserve(execution_wants(spec, plan), pools, pods)
+        if pod is None:
+            warm.marks.pop(run_id, None)
+            raise NotServing("no ready sandbox of a pool fits this run now")
+        warm.mark(run_id, "turn")
+        creating = asyncio.create_task(self.kube.create_execution(record))
+        ran = asyncio.Event()
+        self._behind(self._hold_pod(creating, pod, ran))
+        started = now()
+        try:
+            answer = await serve_once(warm, pod, run_id, spec, plan, started, settings)
+        except BaseException:
+            warm.marks.pop(run_id, None)
+            raise
+        finally:
+            ran.set()
+        warm.mark(run_id, "done")
+        warm.log_direct_marks(run_id)
+        verdict = answer.verdict
+        pod_name = pod["metadata"]["name"]
+        verdict = replace(verdict, start_mode="warm", wait_ms=0)
+        if verdict.files:
+            created = await creating
+            verdict = await self.store_outputs(created, verdict)
+            status = _final_status(verdict, pod_name, None)
+            await self._write_status(created, status)
+            return {**created, "status": status}
+        status = _final_status(verdict, pod_name, None)
+        self._behind(self._finish_record(creating, status))
+        metadata = {**record["metadata"], "creationTimestamp": format_time(started)}
+        return {**record, "metadata": metadata, "status": status}
+
+    async def _hold_pod(
+        self, creating: asyncio.Task[Manifest], pod: Manifest, ran: asyncio.Event
+    ) -> None:
+        """Behind a pooled run: claim its pod for the record in the API (so that the pool
+        replaces it and no restart hands it out again), and delete it once the run is over."""
+        meta = pod["metadata"]
+        try:
+            created = await creating
+            patch = claim_patch(pod, created, EXECUTION_LABEL)
+            del patch["metadata"]["resourceVersion"]  # reserved in this process already
+            await self.kube.patch_pod(meta["namespace"], meta["name"], uid=None, patch=patch)
+        except API_ERRORS as error:
+            logger.warning("claiming pool pod %s behind its run: %s", meta["name"], error)
+        await ran.wait()
+        try:
+            await self.kube.delete_pod(meta["namespace"], meta["name"], uid=None)
+        except API_ERRORS as error:
+            logger.warning("deleting pool pod %s after its run: %s", meta["name"], error)
+
     def _behind(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)
         self.writers.add(task)
@@ -182,18 +289,34 @@ class DirectRuns:
             logger.error("the record of a direct run was not written: %s", error)
 
     async def _write_status(self, created: Manifest, status: Manifest) -> None:
+        """The record's one status write, at the version last read: a record changed since
+        (the cancel annotation, a label) is read again; one with a status already is left."""
         meta = created["metadata"]
+        version = meta["resourceVersion"]
         for attempt in range(STATUS_WRITE_ATTEMPTS):
             try:
                 await self.kube.patch_execution_status(
                     meta["namespace"],
                     meta["name"],
                     uid=meta["uid"],
-                    resource_version=meta["resourceVersion"],
+                    resource_version=version,
                     status=status,
                 )
                 return
-            except API_ERRORS:
+            except KubeError as error:
+                last = attempt + 1 == STATUS_WRITE_ATTEMPTS
+                if last or not (error.status == 409 or error.transient):
+                    raise
+                if error.status == 409:
+                    current = await self.kube.get_execution(
+                        meta["namespace"], meta["name"], uid=meta["uid"]
+                    )
+                    if current is None or current.get("status"):
+                        return
+                    version = current["metadata"]["resourceVersion"]
+                    continue
+                await asyncio.sleep(0.5 * 2**attempt)
+            except TRANSIENT_ERRORS:
                 if attempt + 1 == STATUS_WRITE_ATTEMPTS:
                     raise
                 await asyncio.sleep(0.5 * 2**attempt)

@@ -160,6 +160,7 @@ async def start_direct_path(
     """The direct path's endpoint (when configured) and the keeping of its records."""
     reconciler = reconciler_of(memo)
     runs = DirectRuns(reconciler.sessions, reconciler.kube, reconciler.store_outputs)
+    memo.direct_runs = runs
     memo.records = asyncio.create_task(
         keep_records(runs, index_of(handler_kwargs, "direct_records"), sandpod)
     )
@@ -173,8 +174,14 @@ async def start_direct_path(
         found = list(sessions.get((namespace, name), []))
         return reconciler.sessions.freshest(plain(found[0])) if found else None
 
+    pools_index = index_of(handler_kwargs, "sandbox_pools")
+    pods_index = index_of(handler_kwargs, "pool_pods")
+
+    def pools(namespace: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        return list(pools_index.get(namespace, [])), list(pods_index.get(namespace, []))
+
     wait = sandpod.pod_startup_timeout_seconds
-    app = direct_endpoint.create_app(runs, token, session, starting_wait_seconds=wait)
+    app = direct_endpoint.create_app(runs, token, session, pools, starting_wait_seconds=wait)
     memo.direct_endpoint = await direct_endpoint.start(app, sandpod.direct_port)
 
 
@@ -302,6 +309,20 @@ async def start_execution(
 )
 async def cancel_execution(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     await reconciler_of(memo).cancel(plain(body))
+
+
+# A record is not reconciled, but its run can still be stopped: the gateway's DELETE (or
+# kubectl) sets the same annotation on it.
+@kopf.on.event(
+    *EXECUTIONS,
+    labels={RECORD_LABEL: RECORD_DIRECT},
+    annotations={CANCEL_ANNOTATION: "true"},
+    when=lambda status, **_: not status,
+)
+async def cancel_direct_run(
+    namespace: str | None, name: str | None, memo: kopf.Memo, **_: Any
+) -> None:
+    await cast(DirectRuns, memo.direct_runs).cancel(namespace or "", name or "")
 
 
 @kopf.on.delete(*EXECUTIONS, labels=RECONCILED, optional=True)

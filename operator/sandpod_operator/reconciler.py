@@ -65,27 +65,26 @@ from sandpod_operator.kube import (
     Manifest,
 )
 from sandpod_operator.owners import as_body, owned_by
-from sandpod_operator.runner_client import RunnerUnavailable
+from sandpod_operator.serving import serve_once
 from sandpod_operator.sessions import SessionController
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import (
     NodeRoom,
     Verdict,
     accepted_summary,
+    cancelled_on_request,
     next_status,
     observe_pod,
-    observe_served,
     parse_time,
     past_deadline,
     pod_finished,
     pod_state_key,
     run_deadline,
-    runner_unavailable,
     status_patch,
     supersedes,
     terminated_state,
 )
-from sandpod_operator.warm import WarmPath, count_start, execution_wants, run_request, wait_ms
+from sandpod_operator.warm import WarmPath, count_start, execution_wants, wait_ms
 
 logger = logging.getLogger(__name__)
 
@@ -660,22 +659,8 @@ class Reconciler:
         spec = CodeExecutionSpec.model_validate(execution.get("spec") or {})
         plan = plan_execution(spec, self.catalog, self.settings)
         started = parse_time(status.get("startedAt")) or now()
-        deadline = run_deadline(started, plan.timeout_seconds, self.settings)
-        try:
-            log = await self.warm.run(
-                pod,
-                run_request(meta["uid"], spec, plan, self.settings),
-                seconds_left=(deadline - now()).total_seconds(),
-            )
-        except TimeoutError:
-            verdict = past_deadline(started, plan.timeout_seconds, now())
-        except RunnerUnavailable:
-            verdict = runner_unavailable(started, now())
-        else:
-            verdict = observe_served(
-                pod, log, mode=spec.mode, started_at=started, now=now(), settings=self.settings
-            )
-            verdict = await self.store_outputs(execution, verdict)
+        answer = await serve_once(self.warm, pod, meta["uid"], spec, plan, started, self.settings)
+        verdict = await self.store_outputs(execution, answer.verdict)
         await self.record(execution, verdict)
         self.warm.mark(meta["uid"], "recorded")
         await self.kube.delete_pod(meta["namespace"], pod["metadata"]["name"], uid=meta["uid"])
@@ -702,17 +687,13 @@ class Reconciler:
         if is_terminal(status.get("phase")):
             return
         meta = execution["metadata"]
+        # A run on its session's runner is stopped there; its session records the answer.
+        if status.get("session") and await self.sessions.cancel(meta["uid"]):
+            return
         finished = now()
         started = parse_time(status.get("startedAt"))
         duration = int((finished - started).total_seconds() * 1000) if started else None
-        verdict = Verdict(
-            "Cancelled",
-            "Cancelled",
-            f"cancelled on request ({CANCEL_ANNOTATION})",
-            retryable=False,
-            finished_at=finished,
-            duration_ms=duration,
-        )
+        verdict = cancelled_on_request(finished_at=finished, duration_ms=duration)
         await self.record(execution, verdict)
         if status.get("podName") and not status.get("session"):
             await self.kube.delete_pod(meta["namespace"], status["podName"], uid=meta["uid"])

@@ -14,6 +14,7 @@ import aiohttp
 from sandpod_contract.runner import LineSplitter, LogReader, LogSummary, Summary, parse_summary
 
 RUN_PATH = "/v1/run"
+CANCEL_PATH = "/v1/cancel"
 CHUNK_BYTES = 64 * 1024
 
 
@@ -96,3 +97,21 @@ async def run(
     if answer.summary is None:
         raise RunnerUnavailable("the answer ended before the summary")
     return answer.verified(tail_bytes, files_bytes)
+
+
+async def cancel(
+    session: aiohttp.ClientSession, address: RunnerAddress, credential: str, execution_id: str
+) -> bool:
+    """Ask the runner to stop the run of `execution_id`: True if it was in progress there
+    (its answer then ends with `cancelled`), False if it had no such run in progress."""
+    headers = {"Authorization": f"Bearer {credential}"}
+    body = {"executionId": execution_id}
+    try:
+        async with session.post(address.url(CANCEL_PATH), json=body, headers=headers) as response:
+            if response.status == 409:
+                return False
+            if response.status != 202:
+                raise RunnerUnavailable(f"HTTP {response.status}")
+            return True
+    except aiohttp.ClientError as error:
+        raise RunnerUnavailable(type(error).__name__) from error

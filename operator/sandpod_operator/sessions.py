@@ -16,7 +16,7 @@ each of its runs reports what the proxy refused the session while it ran.
 
 import asyncio
 import logging
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
@@ -66,23 +66,20 @@ from sandpod_operator.pool_builders import (
     build_session_configmap,
     build_session_pod,
 )
-from sandpod_operator.runner_client import RunnerUnavailable
+from sandpod_operator.serving import InvalidRun, NotServing, serve_once
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import (
     WAITING_FOR_SESSION,
     Verdict,
+    cancelled_on_request,
     clip_message,
-    observe_served,
     parse_time,
-    past_deadline,
     pod_finished,
-    run_deadline,
-    runner_unavailable,
     set_condition,
     status_patch,
 )
 from sandpod_operator.wakeups import Wakeups
-from sandpod_operator.warm import Wanted, WarmPath, pod_ready, run_request, wait_ms
+from sandpod_operator.warm import Wanted, WarmPath, pod_ready, wait_ms
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +99,8 @@ STARTING_POLL_SECONDS = 1.0
 DEADLINE_SLACK_SECONDS = 0.05
 # Direct runs that end within this of each other are counted in one session status write.
 ACTIVITY_WRITE_SECONDS = 1.0
+# Cancels of runs that were not on a runner yet, kept until their turn (or forgotten).
+CANCELS_REMEMBERED = 1024
 
 
 def now() -> datetime:
@@ -268,14 +267,6 @@ class Served:
     lost: bool
 
 
-class NotServing(Exception):
-    """The session cannot take a direct run now (starting, ended, sandbox gone)."""
-
-
-class InvalidRun(Exception):
-    """The run does not fit the session (language, limits, an invalid spec)."""
-
-
 class SessionBusy(Exception):
     """As many runs as the session may queue are running or waiting."""
 
@@ -331,6 +322,9 @@ class SessionController:
     unwritten_runs: Counter[str] = field(default_factory=Counter)
     last_run_end: dict[str, datetime] = field(default_factory=dict)
     activity_writers: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    # Per run id: the pod of a run on its runner now; runs asked to stop before their turn.
+    serving: dict[str, Manifest] = field(default_factory=dict)
+    cancel_requested: OrderedDict[str, None] = field(default_factory=OrderedDict)
 
     # --- waking -------------------------------------------------------------------------
 
@@ -595,25 +589,37 @@ class SessionController:
         the caller's turn: the runner's verified verdict, or the platform's when it did not
         answer (then the sandbox is lost)."""
         name = session["metadata"]["name"]
+        if run_id in self.cancel_requested:
+            del self.cancel_requested[run_id]
+            cancelled = cancelled_on_request(session=name, started_at=started, finished_at=now())
+            return Served(cancelled, None, lost=False)
         _, proxy_variables = await self._proxy_for(session, session_spec)
         before = await self._refused_before(session, session_spec)
-        deadline = run_deadline(started, plan.timeout_seconds, self.settings)
-        request = run_request(run_id, spec, plan, self.settings, proxy_variables)
+        self.serving[run_id] = pod
         try:
-            log = await self.warm.run(pod, request, seconds_left=(deadline - now()).total_seconds())
-        except (TimeoutError, RunnerUnavailable) as error:
-            verdict = (
-                past_deadline(started, plan.timeout_seconds, now())
-                if isinstance(error, TimeoutError)
-                else runner_unavailable(started, now())
+            answer = await serve_once(
+                self.warm, pod, run_id, spec, plan, started, self.settings, proxy_variables
             )
-            blocked = await self._blocked_since(session, before)
-            return Served(replace(verdict, session=name), blocked, lost=True)
-        verdict = observe_served(
-            pod, log, mode=spec.mode, started_at=started, now=now(), settings=self.settings
-        )
-        verdict = served_verdict(verdict, log, name, self.settings.status_output_bytes)
-        return Served(verdict, await self._blocked_since(session, before), lost=False)
+        finally:
+            self.serving.pop(run_id, None)
+        blocked = await self._blocked_since(session, before)
+        if answer.log is None:
+            return Served(replace(answer.verdict, session=name), blocked, lost=True)
+        tail_chars = self.settings.status_output_bytes
+        verdict = served_verdict(answer.verdict, answer.log, name, tail_chars)
+        return Served(verdict, blocked, lost=False)
+
+    async def cancel(self, run_id: str) -> bool:
+        """Stop a run: on its session's runner if it runs now (Python: interrupted, its
+        state kept unless it does not stop; other languages: killed), then True; one still
+        waiting for its turn ends Cancelled when the turn comes, without running."""
+        pod = self.serving.get(run_id)
+        if pod is not None and await self.warm.cancel(pod, run_id):
+            return True
+        self.cancel_requested[run_id] = None
+        while len(self.cancel_requested) > CANCELS_REMEMBERED:
+            self.cancel_requested.popitem(last=False)
+        return False
 
     async def run_direct(
         self, session: Manifest, execution: Manifest, on_start: Callable[[], None]

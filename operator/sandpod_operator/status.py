@@ -25,6 +25,7 @@ from sandpod_contract.models import (
     format_time,
     is_terminal,
 )
+from sandpod_contract.names import CANCEL_ANNOTATION
 from sandpod_contract.quantities import parse_quantity
 from sandpod_contract.runner import (
     CompileResult,
@@ -329,6 +330,9 @@ def _output_fields(
     log: LogSummary | None, result: RunnerResult, settings: OperatorSettings
 ) -> dict[str, Any]:
     fields = _compile_fields(result.compile, settings.status_output_bytes)
+    if result.value is not None:
+        # The trailing expression's repr, as the program's interpreter reported it.
+        fields["result"] = head_within(result.value, settings.status_output_bytes)
     listed = bool(result.outputs)
     if log is None:
         return {
@@ -543,7 +547,21 @@ def observe_served(
     out_of_memory = _out_of_memory(pod, result, base)
     if out_of_memory is not None:
         return out_of_memory
+    if result.cancelled:
+        return cancelled_on_request(**base)
     return _runner_verdict(result, mode, base, settings.max_diagnostics)
+
+
+def cancelled_on_request(**fields: Any) -> Verdict:
+    """The platform stopped the run because it was asked to (the cancel annotation, or the
+    gateway's DELETE)."""
+    return Verdict(
+        "Cancelled",
+        "Cancelled",
+        f"cancelled on request ({CANCEL_ANNOTATION})",
+        retryable=False,
+        **fields,
+    )
 
 
 def run_deadline(

@@ -30,20 +30,17 @@ from pydantic import ValidationError
 from sandpod_contract import names
 from sandpod_contract.catalog import Catalog
 from sandpod_contract.models import CodeExecutionSpec, SandboxPoolSpec
+from sandpod_contract.names import DIRECT_TIMINGS_LOG, TIMINGS_LOG
 from sandpod_contract.quantities import parse_quantity
 from sandpod_contract.runner import LogSummary
 
 from sandpod_operator.builders import InvalidSpecError, Plan, Sandbox, build_runner_config
 from sandpod_operator.kube import KubeApi, KubeError, Manifest
 from sandpod_operator.pool_builders import plan_pool
-from sandpod_operator.runner_client import RunnerAddress, RunnerUnavailable, run
+from sandpod_operator.runner_client import RunnerAddress, RunnerUnavailable, cancel, run
 from sandpod_operator.settings import OperatorSettings
 
 logger = logging.getLogger(__name__)
-
-# The operator's log line with one warm run's milestones (wall-clock seconds, JSON), read by
-# the bench's breakdown: `warm timings <namespace>/<name> {"claiming": ..., ...}`.
-TIMINGS_LOG = "warm timings"
 
 # The runner's first log line is short; more than this is not it.
 CREDENTIAL_LINE_BYTES = 4096
@@ -310,6 +307,8 @@ class WarmPath:
     unsure: set[str] = field(default_factory=set)
     # Per execution uid: wall-clock times of its warm run's milestones in this process.
     marks: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Pool pods (uid) the direct path took in this process, claimed in the API behind.
+    reserved: set[str] = field(default_factory=set)
     _session: aiohttp.ClientSession | None = None
 
     async def close(self) -> None:
@@ -353,10 +352,24 @@ class WarmPath:
         self.marks.pop(uid, None)
         return None
 
+    def reserve(
+        self, wanted: Wanted | None, pools: list[Manifest], pods: list[Manifest]
+    ) -> Manifest | None:
+        """The direct path's claim: a free ready pod that fits, taken in this process at once
+        (no API write; the claim and every other claimer of this process respect it)."""
+        fitting = fitting_pools(wanted, pools, self.catalog, self.settings)
+        for pod in candidates(pods, fitting):
+            uid = str(pod["metadata"].get("uid"))
+            if uid not in self.reserved and uid in self.credentials:
+                self.reserved.add(uid)
+                return pod
+        return None
+
     async def _claim_one(
         self, owner: Manifest, owner_label: str, pods: list[Manifest]
     ) -> Manifest | None:
         meta = owner["metadata"]
+        pods = [pod for pod in pods if str(pod["metadata"].get("uid")) not in self.reserved]
         for pod in pods:
             try:
                 claimed = await self.kube.patch_pod(
@@ -379,9 +392,10 @@ class WarmPath:
             return claimed
         return None
 
-    def begin_marks(self, execution_uid: str) -> None:
-        """Time this execution's warm run (a session's runs are not timed)."""
-        self.marks[execution_uid] = {"claiming": time.time()}
+    def begin_marks(self, execution_uid: str, first: str = "claiming") -> None:
+        """Time this execution's warm run (a record-path session run is not timed); a
+        direct run is timed by its run id."""
+        self.marks[execution_uid] = {first: time.time()}
 
     def mark(self, execution_uid: str, milestone: str) -> None:
         if execution_uid in self.marks:
@@ -395,6 +409,12 @@ class WarmPath:
             logger.info(
                 "%s %s/%s %s", TIMINGS_LOG, meta["namespace"], meta["name"], json.dumps(marks)
             )
+
+    def log_direct_marks(self, run_id: str) -> None:
+        """One log line with the milestones of a direct run (`run_id`: namespace/name)."""
+        marks = self.marks.pop(run_id, None)
+        if marks:
+            logger.info("%s %s %s", DIRECT_TIMINGS_LOG, run_id, json.dumps(marks))
 
     async def credential(self, pod: Manifest) -> str | None:
         pod_uid = str(pod["metadata"].get("uid"))
@@ -414,7 +434,9 @@ class WarmPath:
     def forget_if_gone(self, event_type: str | None, pod: Manifest) -> bool:
         """Forget a pod's credential with the pod; whether it is gone."""
         if event_type == "DELETED" or (pod.get("metadata") or {}).get("deletionTimestamp"):
-            self.credentials.pop(str((pod.get("metadata") or {}).get("uid")), None)
+            uid = str((pod.get("metadata") or {}).get("uid"))
+            self.credentials.pop(uid, None)
+            self.reserved.discard(uid)
             return True
         return False
 
@@ -452,6 +474,19 @@ class WarmPath:
             RUNNER_FAILURES.labels(why=error.why).inc()
             logger.warning("runner of pod %s: %s", pod["metadata"]["name"], error.why)
             raise
+
+    async def cancel(self, pod: Manifest, execution_id: str) -> bool:
+        """Stop the run of `execution_id` on the pod's runner (runner_client.cancel); False
+        when it has none in progress or cannot be reached."""
+        address = runner_address(pod)
+        credential = await self.credential(pod)
+        if address is None or credential is None:
+            return False
+        try:
+            return await cancel(self._client(), address, credential, execution_id)
+        except RunnerUnavailable as error:
+            logger.warning("cancel on pod %s: %s", pod["metadata"]["name"], error.why)
+            return False
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:

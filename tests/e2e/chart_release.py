@@ -110,7 +110,8 @@ class ChartRelease:
         return Deployed(self, component, replicas)
 
     def gateway(self) -> DeployedGateway:
-        replicas = int(self.values.get("gateway", {}).get("replicas", 1))
+        default = yaml.safe_load((CHART / "values.yaml").read_text())["gateway"]["replicas"]
+        replicas = int(self.values.get("gateway", {}).get("replicas", default))
         return DeployedGateway(self, "gateway", replicas)
 
     @property
@@ -254,9 +255,12 @@ class DeployedGateway(Deployed):
         port = int(self.release.values.get("gateway", {}).get("port", 8080))
         return [f"http://{pod.status.pod_ip}:{port}" for pod in self.pods()]
 
-    def add_tenant(self, name: str, namespace: str, **limits: Any) -> str:
+    def add_tenant(
+        self, name: str, namespace: str, *, lint: dict[str, list[str]] | None = None, **limits: Any
+    ) -> str:
         """A new tenant (or a new key for it) serving `namespace`, with the gateway's tenant
-        role bound there as the chart binds it; returns its key once every replica accepts it."""
+        role bound there as the chart binds it, and its own lint rules if given; returns its
+        key once every replica accepts it."""
         key, digest = new_api_key()
         self.bind_tenant_namespace(namespace)
         secret = f"{self.release.name}-api-keys"
@@ -265,6 +269,7 @@ class DeployedGateway(Deployed):
             "namespace": namespace,
             "limits": limits,
             "apiKeys": [{"name": "e2e", "sha256": digest}],
+            **({"lint": lint} if lint is not None else {}),
         }
         self.core_v1.patch_namespaced_secret(
             secret,

@@ -24,6 +24,7 @@ SMALL_REQUESTS: dict[str, Any] = {
     "egressProxy": {
         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
         "monitorResources": {"requests": {"cpu": "5m", "memory": "16Mi"}},
+        "binderResources": {"requests": {"cpu": "5m", "memory": "32Mi"}},
     },
 }
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +28,9 @@ from chart_release import (
     new_api_key,
 )
 from cluster_fixtures import ReleaseFactory
+from executions import RECORD_TIMEOUT, wait_for
 from kubernetes import client
-from sandpod_testkit.kube import GROUP, PLURAL, VERSION, api_server_cidrs
+from sandpod_testkit.kube import api_server_cidrs
 from sandpod_testkit.waiting import wait_until
 from test_pools import pool_counts
 
@@ -99,9 +101,9 @@ def run(http: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def start_mode(custom_objects: client.CustomObjectsApi, namespace: str, name: str) -> str:
-    execution: Any = custom_objects.get_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, name
-    )
+    """How the execution started, once it has its final status (a run on the direct path is
+    recorded behind its answer)."""
+    execution = wait_for(custom_objects, namespace, name, timeout=RECORD_TIMEOUT)
     return str(execution["status"].get("startMode"))
 
 
@@ -127,26 +129,38 @@ def test_a_pool_run(installed_case: Installed, custom_objects: client.CustomObje
     assert mode == "warm"
 
 
-def test_a_session_run_through_each_gateway_replica(installed_case: Installed) -> None:
+COUNTS = "n = globals().get('n', 0) + 1\nn"
+
+
+def test_runs_of_one_session_through_both_replicas_keep_order_and_state(
+    installed_case: Installed,
+) -> None:
     urls = installed_case.gateway.pod_urls()
     assert len(urls) == installed_case.gateway.replicas
-    for url in urls:
-        with httpx.Client(
-            base_url=url, headers=bearer(installed_case.key), timeout=REQUEST_TIMEOUT
-        ) as http:
-            opened = http.post("/v1/sessions", json={"language": "python"})
-            assert opened.status_code == 201, opened.text
-            session = opened.json()["id"]
-            try:
-                runs = [
-                    http.post(f"/v1/sessions/{session}/executions", json={"code": code})
-                    for code in ("n = 41", "print(n + 1)")
-                ]
-            finally:
-                http.delete(f"/v1/sessions/{session}")
-        assert [r.status_code for r in runs] == [200, 200], [r.text for r in runs]
-        last = runs[1].json()
-        assert (last["status"], last["stdout"]) == ("success", "42\n"), (url, last)
+    replicas = [
+        httpx.Client(base_url=url, headers=bearer(installed_case.key), timeout=REQUEST_TIMEOUT)
+        for url in urls
+    ]
+    opened = replicas[0].post("/v1/sessions", json={"language": "python"})
+    assert opened.status_code == 201, opened.text
+    runs = f"/v1/sessions/{opened.json()['id']}/executions"
+
+    def count(replica: int) -> str:
+        answer = replicas[replica % len(replicas)].post(runs, json={"code": COUNTS})
+        assert answer.status_code == 200, answer.text
+        return str(answer.json()["result"])
+
+    try:
+        in_turn = [count(replica) for replica in range(4)]
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            at_once = list(pool.map(count, range(6)))
+    finally:
+        replicas[-1].delete(runs.removesuffix("/executions"))
+        for replica in replicas:
+            replica.close()
+
+    assert in_turn == ["1", "2", "3", "4"]
+    assert sorted(map(int, at_once)) == [5, 6, 7, 8, 9, 10]
 
 
 def test_an_allowlist_naming_the_api_server_is_refused(

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from kube_helpers import wait_for_pod
 from kubernetes import client
+from sandpod_contract.catalog import load_catalog
 from sandpod_contract.runner import LogReader, parse_summary
 from sandpod_testkit.paths import REPO_ROOT
 
@@ -269,6 +270,37 @@ def test_python_lint_mode_reports_unused_import(core_v1: client.CoreV1Api, names
         {key: diagnostic[key] for key in ("code", "line", "column")} for diagnostic in diagnostics
     ]
     assert run.result["error"] is None
+
+
+def test_python_lint_with_the_catalogs_rules_finds_what_the_defaults_miss(
+    core_v1: client.CoreV1Api, namespace: str
+) -> None:
+    python = load_catalog().languages["python"]
+    assert python.lint_command is not None and python.lint_rules is not None
+    run = run_in_sandbox(
+        core_v1,
+        namespace,
+        "lint-rules",
+        LANGUAGES["python"],
+        "if x == None:\n\tpass\n",
+        mode="lint",
+        lintCommand=[*python.lint_command, *python.lint_rules.arguments()],
+    )
+
+    codes = {diagnostic["code"] for diagnostic in run.result["diagnostics"]}
+    assert {"E711", "W191", "F821"} <= codes, codes
+    assert run.result["error"] is None
+
+
+def test_python_reports_its_trailing_expressions_value(
+    core_v1: client.CoreV1Api, namespace: str
+) -> None:
+    source = "x = 6\nprint('out')\nx * 7\n"
+    run = run_in_sandbox(core_v1, namespace, "value", LANGUAGES["python"], source)
+
+    assert (run.stdout, run.stderr, run.result["exitCode"]) == ("out\n", "", 0)
+    assert run.result["value"] == "42"
+    assert run.termination["value"] == "42"
 
 
 def test_child_ignoring_sigterm_is_killed_at_the_timeout(

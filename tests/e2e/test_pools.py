@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chart_release import Deployed
-from executions import kubectl
+from chart_release import Deployed, DeployedGateway
+from executions import RECORD_TIMEOUT, kubectl, wait_for
 from kubernetes import client
 from sandpod_contract.names import (
     CLAIMED_BY_LABEL,
@@ -22,6 +22,8 @@ from sandpod_contract.names import (
     POOL_LABEL,
     POOL_PLURAL,
     POOL_STATE_LABEL,
+    RECORD_DIRECT,
+    RECORD_LABEL,
     SESSION_PLURAL,
 )
 from sandpod_testkit.kube import GROUP, VERSION, create_namespace, is_gone
@@ -138,3 +140,52 @@ def test_a_pool_fills_and_refills_after_a_claim(
     assert claimed.metadata.name not in free
     assert not is_gone(lambda: core_v1.read_namespaced_pod(claimed.metadata.name, pool_namespace))
     core_v1.delete_namespaced_pod(claimed.metadata.name, pool_namespace, grace_period_seconds=0)
+
+
+def test_a_waiting_run_through_the_gateway_takes_a_pool_pod_directly(
+    pool_namespace: str,
+    gateway: DeployedGateway,
+    core_v1: client.CoreV1Api,
+    custom_objects: client.CustomObjectsApi,
+) -> None:
+    """The direct path: the run is answered by a ready pool pod's runner, its record (labelled
+    direct, warm) written behind, the pod removed and the pool refilled."""
+    pool = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "SandboxPool",
+        "metadata": {"name": "py"},
+        "spec": {"language": "python", "size": 1},
+    }
+    custom_objects.create_namespaced_custom_object(
+        GROUP, VERSION, pool_namespace, POOL_PLURAL, pool
+    )
+    wait_until(
+        lambda: pool_counts(custom_objects, pool_namespace, "py") == (1, 1),
+        timeout=FILL_TIMEOUT,
+        what="the pool to have a ready pod",
+        interval=0.5,
+    )
+    [free] = pods_in_state(core_v1, pool_namespace, "py", "free")
+    key = gateway.add_tenant(pool_namespace, pool_namespace)
+
+    with gateway.client(key) as http:
+        response = http.post("/v1/executions", json={"language": "python", "code": "print(6*7)"})
+
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert (answer["status"], answer["stdout"]) == ("success", "42\n"), answer
+    record = wait_for(custom_objects, pool_namespace, answer["id"], timeout=RECORD_TIMEOUT)
+    labels, status = record["metadata"]["labels"], record["status"]
+    assert labels[RECORD_LABEL] == RECORD_DIRECT
+    assert (status["startMode"], status["podName"]) == ("warm", free.metadata.name)
+    wait_until(
+        lambda: is_gone(lambda: core_v1.read_namespaced_pod(free.metadata.name, pool_namespace)),
+        timeout=60,
+        what="the used pool pod to be removed",
+    )
+    wait_until(
+        lambda: pool_counts(custom_objects, pool_namespace, "py") == (1, 1),
+        timeout=FILL_TIMEOUT,
+        what="the pool to refill",
+        interval=0.5,
+    )

@@ -19,6 +19,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from sandpod_contract.catalog import load_catalog
 from sandpod_contract.names import RECORD_DIRECT, RECORD_LABEL
+from sandpod_testkit.kube import GROUP, PLURAL, VERSION
 from sandpod_testkit.waiting import wait_until
 
 
@@ -125,6 +126,46 @@ def test_a_run_is_answered_directly_and_recorded_behind(
     assert record["metadata"]["labels"][RECORD_LABEL] == RECORD_DIRECT
     assert record["metadata"].get("finalizers") is None  # no handler reconciles a record
     assert (record["status"]["stdout"], record["status"]["session"]) == ("direct\n", session)
+
+
+def unanswered_record(objects: client.CustomObjectsApi, namespace: str, session: str) -> str:
+    """The name of the record of the session's run in progress (written as the run starts)."""
+
+    def find() -> str | None:
+        records = objects.list_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, label_selector=f"{RECORD_LABEL}={RECORD_DIRECT}"
+        )["items"]
+        names = [
+            record["metadata"]["name"]
+            for record in records
+            if record["spec"].get("session") == session and not record.get("status")
+        ]
+        return names[0] if names else None
+
+    return wait_until(find, timeout=RECORD_TIMEOUT, what="the record of the run in progress")
+
+
+SLEEPS = "x += 1\nprint('started', flush=True)\nimport time\ntime.sleep(120)"
+
+
+def test_deleting_a_running_session_run_interrupts_it_and_keeps_the_session(
+    alice: httpx.Client, session: str, namespace: str, custom_objects: client.CustomObjectsApi
+) -> None:
+    run_in(alice, session, "x = 41")
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        running = pool.submit(run_in, alice, session, SLEEPS)
+        name = unanswered_record(custom_objects, namespace, session)
+        cancel = alice.delete(f"/v1/executions/{name}")
+        answer = running.result(timeout=REQUEST_TIMEOUT)
+
+    assert cancel.status_code == 202, cancel.text
+    assert (answer["id"], answer["status"]) == (name, "cancelled"), answer
+    assert answer["stdout"] == "started\n"
+    assert "KeyboardInterrupt" in answer["stderr"]
+    after = run_in(alice, session, "x")
+    assert (after["result"], after["state_lost"]) == ("42", False), after
+    record = wait_for(custom_objects, namespace, name, timeout=RECORD_TIMEOUT)
+    assert (record["status"]["phase"], record["status"]["reason"]) == ("Cancelled", "Cancelled")
 
 
 COUNTS = "n = globals().get('n', 0) + 1\nn"

@@ -518,14 +518,16 @@ def test_benchmark_the_proxy_on_a_1mb_download(
 
 @contextlib.contextmanager
 def proxied_session(
-    objects: client.CustomObjectsApi, namespace: str, hosts: list[dict[str, Any]]
+    objects: client.CustomObjectsApi, namespace: str, hosts: list[dict[str, Any]], **spec: Any
 ) -> Iterator[str]:
-    """A Ready python session whose allowlist names `hosts`; deleted (and gone) after, while
-    the operator that holds its finalizer still runs."""
+    """A Ready python session whose allowlist names `hosts` (and `spec`); deleted (and gone)
+    after, while the operator that holds its finalizer still runs."""
     name = f"sess-{uuid.uuid4().hex[:6]}"
     network = {"egress": "allowlist", "allow": hosts}
     try:
-        open_session(objects, namespace, name, network=network, resources={"memory": "512Mi"})
+        open_session(
+            objects, namespace, name, network=network, resources={"memory": "512Mi"}, **spec
+        )
         yield name
     finally:
         read = functools.partial(
@@ -583,3 +585,116 @@ def test_a_session_installs_a_package_that_its_next_execution_imports(
         assert blocked_of(fetched) == {("other.fake", HTTP_PORT): 1}
         wait_for_blocked_event(core_v1, namespace, name)
         assert session_of(custom_objects, namespace, session)["executionCount"] == 3
+
+
+# --- grants bound to their sandbox
+
+# Another sandbox's proxy credentials (argv[1], a proxy URL) tried for argv[3:], and this
+# sandbox's own (HTTP_PROXY) for argv[2]; prints JSON (by URL, the last as "own").
+STOLEN_GRANT = """
+import json, os, ssl, sys, urllib.error, urllib.request
+context = ssl.create_default_context()
+context.check_hostname = False
+context.verify_mode = ssl.CERT_NONE
+def opener(proxy):
+    handlers = [urllib.request.ProxyHandler({"http": proxy, "https": proxy})]
+    return urllib.request.build_opener(*handlers, urllib.request.HTTPSHandler(context=context))
+def fetch(through, url):
+    try:
+        with through.open(url, timeout=15) as answer:
+            return [answer.status, answer.read().decode()[:60]]
+    except urllib.error.HTTPError as error:
+        return [error.code, ""]
+    except OSError as error:
+        return ["refused", str(error)[:80]]
+stolen = opener(sys.argv[1])
+results = {url: fetch(stolen, url) for url in sys.argv[3:]}
+results["own"] = fetch(opener(os.environ["HTTP_PROXY"]), sys.argv[2])
+print(json.dumps(results))
+"""
+SHOW_GRANT = "import os; print(os.environ['HTTP_PROXY'])"
+
+
+def steal(
+    objects: client.CustomObjectsApi,
+    namespace: str,
+    grant: str,
+    own: dict[str, Any],
+    urls: list[str],
+) -> dict[str, Any]:
+    """An execution in `namespace`, allowed `own` (a host entry of its own, so that it reaches
+    the proxy at all), that tries another sandbox's `grant` for `urls`: what it saw (JSON by
+    URL, and "own": its own grant for its own host) and its status."""
+    own_url = f"http://{own['host']}:{own['ports'][0]['port']}/whoami"
+    _, result = run(objects, namespace, STOLEN_GRANT, [own], [grant, own_url, *urls])
+    assert result["phase"] == "Succeeded", result
+    return {"seen": json.loads(result["stdout"]), "status": result}
+
+
+@pytest.mark.usefixtures("proxy_operator")
+def test_a_grant_works_only_from_the_sandbox_it_was_issued_to(
+    custom_objects: client.CustomObjectsApi, tenants: dict[str, str]
+) -> None:
+    """Tenant a's live session shows its proxy credentials; tenant b's sandbox and another of
+    tenant a's own try them: refused (403) and counted for nobody, while the session still
+    uses them; once the session has ended, they are refused everywhere."""
+    urls = [f"http://allowed.fake:{HTTP_PORT}/whoami", f"https://allowed.fake:{HTTPS_PORT}/whoami"]
+    hosts = [{"host": "allowed.fake", "ports": [{"port": HTTP_PORT}, {"port": HTTPS_PORT}]}]
+    answer = f"fake internet {WEB_ADDRESS}"
+    own = {
+        "a": {"host": "allowed.fake", "ports": [{"port": HTTP_PORT}]},
+        "b": {"host": "other.fake", "ports": [{"port": HTTP_PORT}]},
+    }
+    namespace = tenants["a"]
+    with proxied_session(custom_objects, namespace, hosts) as session:
+        _, shown = run_in_session(custom_objects, namespace, session, SHOW_GRANT)
+        grant = shown["stdout"].strip()
+        assert grant.startswith("http://sandpod:"), shown
+        _, fetched = run_in_session(custom_objects, namespace, session, fetch_source(), urls)
+        assert [json.loads(fetched["stdout"])[url] for url in urls] == [[200, f"{answer}\n"]] * 2
+
+        for tenant in ("b", "a"):  # another tenant's sandbox, then another of the same tenant
+            theft = steal(custom_objects, tenants[tenant], grant, own[tenant], urls)
+            assert [theft["seen"][url] for url in urls] == [[403, ""]] * 2, (tenant, theft)
+            assert theft["seen"]["own"][0] == 200, (tenant, theft)  # its own grant works
+            assert not theft["status"].get("egressBlocked"), theft  # counted for nobody
+
+        # The session's own next run: its grant still works, and it was charged nothing
+        # for the refusals of the others.
+        _, again = run_in_session(custom_objects, namespace, session, fetch_source(), urls)
+        assert [json.loads(again["stdout"])[url] for url in urls] == [[200, f"{answer}\n"]] * 2
+        assert not again.get("egressBlocked"), again
+
+    # The session has ended (deleted, its pod gone): its grant opens nothing, anywhere.
+    theft = steal(custom_objects, tenants["b"], grant, own["b"], urls)
+    assert [theft["seen"][url] for url in urls] == [[403, ""]] * 2, theft
+
+
+@pytest.mark.usefixtures("proxy_operator")
+def test_a_sessions_grant_is_refused_once_the_session_has_ended(
+    custom_objects: client.CustomObjectsApi, core_v1: client.CoreV1Api, tenants: dict[str, str]
+) -> None:
+    """Ended by the platform (its idle timeout), not deleted: its pod is gone, and the
+    session's grant, still within its signed expiry (lifetime + the longest run), is refused
+    from the pod of a later execution of the same tenant."""
+    namespace = tenants["a"]
+    hosts = [{"host": "allowed.fake", "ports": [{"port": HTTP_PORT}]}]
+    url = f"http://allowed.fake:{HTTP_PORT}/whoami"
+    with proxied_session(custom_objects, namespace, hosts, idleTimeoutSeconds=10) as session:
+        _, shown = run_in_session(custom_objects, namespace, session, SHOW_GRANT)
+        grant = shown["stdout"].strip()
+        assert grant.startswith("http://sandpod:"), shown
+        wait_until(
+            lambda: session_of(custom_objects, namespace, session).get("phase") == "Ended",
+            timeout=120,
+            what=f"session {session} to end when idle",
+        )
+        pod = session_of(custom_objects, namespace, session)["podName"]
+        wait_until(
+            lambda: is_gone(functools.partial(core_v1.read_namespaced_pod, pod, namespace)),
+            timeout=60,
+            what=f"the ended session's pod {pod} to be deleted",
+        )
+        theft = steal(custom_objects, namespace, grant, hosts[0], [url])
+    assert theft["seen"][url] == [403, ""], theft
+    assert theft["seen"]["own"][0] == 200, theft

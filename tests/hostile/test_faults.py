@@ -22,6 +22,7 @@ from chart_release import Deployed, DeployedGateway
 from executions import manifest
 from kubernetes import client
 from results_table import Row
+from sandpod_contract.names import RECORD_DIRECT, RECORD_LABEL
 from sandpod_testkit.kube import GROUP, PLURAL, VERSION
 from sandpod_testkit.paths import REPO_ROOT
 from sandpod_testkit.waiting import wait_until
@@ -144,10 +145,17 @@ def test_operator_killed_mid_batch_of_50(batch: Batch) -> None:
     batch.check(50)
 
 
-def run_with_retries(gateway: DeployedGateway, key: str, index: int) -> tuple[dict[str, Any], int]:
-    """One agent: creates an execution and waits for its result, retrying the same request
-    (same Idempotency-Key) whenever the gateway is unreachable or answers 5xx."""
-    body = {"language": "bash", "code": batch_source(index)}
+def run_with_retries(
+    gateway: DeployedGateway,
+    key: str,
+    index: int,
+    path: str = "/v1/executions",
+    body: dict[str, Any] | None = None,
+) -> tuple[dict[str, Any], int]:
+    """One agent: creates an execution (by default batch `index` in bash) and waits for its
+    result, retrying the same request (same Idempotency-Key) whenever the gateway is
+    unreachable or answers 5xx."""
+    body = body or {"language": "bash", "code": batch_source(index)}
     headers = {"Idempotency-Key": f"hostile-{index}-{uuid.uuid4().hex}"}
     deadline = time.monotonic() + BATCH_TIMEOUT
     attempts = 0
@@ -155,7 +163,7 @@ def run_with_retries(gateway: DeployedGateway, key: str, index: int) -> tuple[di
         while True:
             attempts += 1
             try:
-                response = http.post("/v1/executions", json=body, headers=headers)
+                response = http.post(path, json=body, headers=headers)
                 if response.status_code == 200:
                     return response.json(), attempts
                 if response.status_code < 500 and response.status_code != 202:
@@ -206,6 +214,65 @@ def test_gateway_restarted_while_clients_wait(
     assert len(ids) == clients
     assert len(listed["items"]) == clients, [i["metadata"]["name"] for i in listed["items"]]
     assert retried > 0, "the restart interrupted no request: the test proved nothing"
+
+
+SESSION_COUNTS = "import time\ntime.sleep(0.3)\nn = globals().get('n', 0) + 1\nn"
+
+
+def direct_records(objects: client.CustomObjectsApi, namespace: str) -> list[dict[str, Any]]:
+    listed = objects.list_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, label_selector=f"{RECORD_LABEL}={RECORD_DIRECT}"
+    )
+    return list(listed["items"])
+
+
+def test_gateway_killed_while_session_runs_wait(
+    hostile_namespace: str,
+    gateway: DeployedGateway,
+    custom_objects: client.CustomObjectsApi,
+    table_row: Row,
+) -> None:
+    clients = 8
+    table_row.expected = f"{clients} session runs (direct path), each run and recorded once"
+    key = gateway.add_tenant(hostile_namespace, hostile_namespace, maxTimeoutSeconds=60)
+    with gateway.client(key) as http:
+        opened = http.post("/v1/sessions", json={"language": "python"})
+    assert opened.status_code == 201, opened.text
+    path = f"/v1/sessions/{opened.json()['id']}/executions"
+    body = {"code": SESSION_COUNTS}
+
+    with ThreadPoolExecutor(max_workers=clients) as pool:
+        futures = [
+            pool.submit(run_with_retries, gateway, key, index, path, body)
+            for index in range(clients)
+        ]
+        wait_until(
+            lambda: len(direct_records(custom_objects, hostile_namespace)) >= 2,
+            timeout=120,
+            what="the first session runs to start",
+        )
+        gateway.kill()
+        gateway.start()
+        outcomes = [future.result(timeout=BATCH_TIMEOUT) for future in futures]
+
+    records = wait_until(
+        lambda: [
+            record
+            for record in direct_records(custom_objects, hostile_namespace)
+            if (record.get("status") or {}).get("phase")
+        ],
+        timeout=60,
+        what="every record's status",
+    )
+    counts = sorted(int(result["result"]) for result, _ in outcomes)
+    retried = sum(1 for _, attempts in outcomes if attempts > 1)
+    table_row.observed = (
+        f"counts {counts[0]}..{counts[-1]}, {len(records)} records, {retried} clients retried"
+    )
+    assert counts == list(range(1, clients + 1)), outcomes
+    assert len(records) == clients, [r["metadata"]["name"] for r in records]
+    assert {r["status"]["phase"] for r in records} == {"Succeeded"}
+    assert retried > 0, "the kill interrupted no request: the test proved nothing"
 
 
 def test_apiserver_restarted_mid_batch(batch: Batch) -> None:

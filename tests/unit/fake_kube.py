@@ -345,6 +345,13 @@ class FakeKube:
         }
         return copy.deepcopy(self._store(self.pods, body))
 
+    async def create_execution(self, body: Manifest) -> Manifest:
+        await self._enter("create_execution")
+        key = (body["metadata"]["namespace"], body["metadata"]["name"])
+        if key in self.executions:
+            raise KubeError(409, "AlreadyExists")
+        return self.add_execution(body)
+
     async def get_execution(self, namespace: str, name: str, *, uid: str | None) -> Manifest | None:
         await self._enter("get_execution")
         return copy.deepcopy(self.executions.get((namespace, name)))

@@ -1,6 +1,8 @@
 """The benchmark's accounting: throughput audit, operator cost, the proxy's request
 classification, and the baselines' manifests (the same pod as sandpod's)."""
 
+from typing import Any
+
 import pytest
 from sandpod_bench.cost import cost_summary, counts_delta
 from sandpod_bench.manifests import (
@@ -17,6 +19,8 @@ from sandpod_bench.recorder import Observation
 from sandpod_bench.throughput import Finished, audit
 from sandpod_bench.workloads import Attempt, run_many
 from sandpod_contract.catalog import load_catalog
+from sandpod_contract.models import CodeExecutionSpec
+from sandpod_operator.builders import build_pod, plan_execution
 from sandpod_operator.settings import OperatorSettings
 
 
@@ -53,7 +57,21 @@ def test_audit_counts_success_failure_loss_and_duplicates() -> None:
     assert result.failed == 2  # c (answered Error) and the 429
     assert result.orphaned == 1
     assert result.lost == 3  # d, the read timeout, and the orphan
+    assert result.unrecorded == 0
     assert result.duplicated == 1
+
+
+def test_an_answered_run_whose_record_never_ends_is_lost() -> None:
+    """A direct run is answered first and recorded behind: a record that never came, or never
+    got its status, is a lost record."""
+    finished = [
+        Finished(Attempt(True, 0.04, "recorded"), 1.0),
+        Finished(Attempt(True, 0.04, "never-written"), 2.0),
+        Finished(Attempt(True, 0.04, "no-status"), 3.0),
+    ]
+    seen = [observation("recorded", "Succeeded"), observation("no-status", None)]
+    result = audit(finished, seen, 10.0)
+    assert (result.succeeded, result.unrecorded, result.lost) == (3, 2, 2)
 
 
 def test_the_same_execution_returned_to_two_requests_is_a_duplicate() -> None:
@@ -120,9 +138,21 @@ def test_the_proxy_names_requests_like_the_audit_log(
     assert classify(method, path, query) == expected
 
 
+def sandbox_pod(settings: OperatorSettings) -> dict[str, Any]:
+    """A sandbox pod as the operator builds it and the API server and scheduler fill it in."""
+    spec = CodeExecutionSpec.model_validate(
+        {"language": "python", "source": "print(1)", "timeoutSeconds": 10}
+    )
+    plan = plan_execution(spec, load_catalog(), settings)
+    pod = build_pod(namespace="ns", execution_name="x", uid="u" * 8, plan=plan, settings=settings)
+    pod["spec"] |= {"nodeName": "node-1", "priority": 0, "preemptionPolicy": "PreemptLowerPriority"}
+    return pod
+
+
 def test_baseline_pods_are_sandpods_sandbox_pod_without_the_runner() -> None:
     catalog, settings = load_catalog(), OperatorSettings()
-    pod = baseline_pod(namespace="ns", name="p", kind="pod", catalog=catalog, settings=settings)
+    sandbox = sandbox_pod(settings)
+    pod = baseline_pod(sandbox, namespace="ns", name="p", kind="pod", catalog=catalog)
     spec = pod["spec"]
     container = spec["containers"][0]
     assert spec["runtimeClassName"] == settings.runtime_class_name
@@ -131,19 +161,27 @@ def test_baseline_pods_are_sandpods_sandbox_pod_without_the_runner() -> None:
     assert container["resources"]["limits"]["cpu"] == settings.default_cpu
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert [v["name"] for v in spec["volumes"]] == ["tmp"]
-    assert pod["metadata"]["labels"][BASELINE_LABEL] == "pod"
+    assert [m["name"] for m in container["volumeMounts"]] == ["tmp"]
+    assert not {"nodeName", "priority", "preemptionPolicy"} & set(spec)
+    assert pod["metadata"] == {
+        "name": "p",
+        "namespace": "ns",
+        "labels": {"app.kubernetes.io/part-of": "sandpod-bench", BASELINE_LABEL: "pod"},
+    }
+    assert sandbox["spec"]["nodeName"] == "node-1"  # the model is left as it was
     # not a sandpod sandbox: the operator must not pick it up
     assert "sandpod.dev/execution" not in pod["metadata"]["labels"]
 
 
 def test_the_job_and_llm_sandbox_pods_share_that_spec() -> None:
     catalog, settings = load_catalog(), OperatorSettings()
-    job = baseline_job(namespace="ns", name="j", catalog=catalog, settings=settings)
+    sandbox = sandbox_pod(settings)
+    job = baseline_job(sandbox, namespace="ns", name="j", catalog=catalog)
     template = job["spec"]["template"]
     assert template["spec"]["runtimeClassName"] == settings.runtime_class_name
     assert template["metadata"]["labels"][BASELINE_LABEL] == "job"
     assert job["spec"]["backoffLimit"] == 0
-    session_pod = llm_sandbox_pod(namespace="ns", catalog=catalog, settings=settings)
+    session_pod = llm_sandbox_pod(sandbox, namespace="ns", catalog=catalog)
     container = session_pod["spec"]["containers"][0]
     assert container["command"][0] == "sh"
     assert {"name": "PATH", "value": "/tmp/bin:/usr/local/bin:/usr/bin:/bin"} in container["env"]

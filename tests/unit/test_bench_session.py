@@ -8,8 +8,13 @@ from sandpod_bench.breakdown import SESSION_MILESTONE_NAMES, SESSION_SLICE_NAMES
 from sandpod_bench.main import parse_options
 from sandpod_bench.manifests import code_execution, code_session
 from sandpod_bench.recorder import Observation
-from sandpod_bench.report import render, session_targets
-from sandpod_bench.session import PerClient, count_mismatches, executions_by_session
+from sandpod_bench.report import render, targets
+from sandpod_bench.session import (
+    PerClient,
+    count_mismatches,
+    executions_by_session,
+    versions_seen,
+)
 from sandpod_bench.workloads import Attempt, Workload
 from sandpod_contract.models import CodeExecutionSpec, CodeSessionSpec
 
@@ -105,8 +110,8 @@ def test_a_session_run_slices_from_submit_to_the_client() -> None:
 def test_session_options_have_full_and_quick_defaults() -> None:
     full = parse_options([])
     quick = parse_options(["--quick"])
-    assert (full.session_runs, full.session_clients) == (200, 8)
-    assert (quick.session_runs, quick.session_clients) == (30, 8)
+    assert (full.session_runs, full.session_clients) == (200, 16)
+    assert (quick.session_runs, quick.session_clients) == (30, 4)
     assert "session" in full.sections and "session-throughput" in full.sections
 
 
@@ -121,7 +126,7 @@ def latency(p50: float) -> dict[str, object]:
 def throughput(rate: float, lost: int = 0) -> dict[str, object]:
     return {
         "path": "gateway, a session per client",
-        "concurrency": 8,
+        "concurrency": 16,
         "window_seconds": 20.0,
         "executions_per_second": rate,
         "requests": 500,
@@ -129,29 +134,80 @@ def throughput(rate: float, lost: int = 0) -> dict[str, object]:
         "failed": 0,
         "lost": lost,
         "duplicated": 0,
-        "latency": {"p50": 0.3, "p95": 0.5},
+        "latency": {"p50": 0.3, "p95": 0.5, "p99": 0.6},
     }
 
 
 def test_targets_say_what_was_met() -> None:
-    met = session_targets(
+    met = targets(
         {
-            "session_latency": {"session_gateway_sequential": latency(0.04)},
-            "session_throughput": throughput(25.0),
+            "session_latency": {"session_gateway_sequential": latency(0.012)},
+            "session_throughput": throughput(120.0),
+            "latency": {"pool_gateway_sequential": latency(0.05)},
+            "ratios_p50": {"pod": {"gateway_sequential": 1.05}},
+            "session_writes": {"session_gateway_sequential": writes(2.0)},
         }
     )
     assert met == [
-        "target: p50 <= 50 ms through the gateway: 40 ms, met",
-        "target: >= 20/s across 8 sessions, none lost, duplicated or failed: 25.0/s, met",
+        "target: session print(1) via the gateway p50 <= 15 ms: 12 ms, met",
+        "target: session print(1) via the gateway p99 <= 50 ms: 12 ms, met",
+        "target: >= 100 runs/s across 16 sessions, none lost, duplicated or failed: 120.0/s, met",
+        "target: pool print(1) via the gateway p50 <= 60 ms: 50 ms, met",
+        "target: cold print(1) via the gateway <= 1.1x a bare pod (p50): 1.05x, met",
+        "target: <= 2 API writes of the records (CodeExecutions) per run "
+        "(session_gateway_sequential): 2.00, met",
     ]
-    missed = session_targets(
+    missed = targets(
         {
             "session_latency": {"session_gateway_sequential": latency(0.08)},
-            "session_throughput": throughput(25.0, lost=1),
+            "session_throughput": throughput(120.0, lost=1),
+            "latency": {"pool_gateway_sequential": latency(0.2)},
+            "ratios_p50": {"pod": {"gateway_sequential": 1.5}},
+            "session_writes": {"session_mcp_sequential": writes(3.5)},
         }
     )
+    assert len(missed) == 6
     assert all(line.endswith("not met") for line in missed)
-    assert session_targets({}) == []
+    assert targets({}) == []
+
+
+def test_the_writes_target_reads_the_watch_when_it_counted() -> None:
+    """The API server's counter has the whole cluster's CodeExecutions in it; the bench's
+    watch only those of its namespace."""
+    noisy = {**writes(2.4), "records_seen_per_run": 2.0}
+    assert targets({"session_writes": {"session_mcp_sequential": noisy}}) == [
+        "target: <= 2 API writes of the records (CodeExecutions) per run "
+        "(session_mcp_sequential): 2.00, met"
+    ]
+
+
+def test_the_writes_a_watch_saw_are_the_versions_of_the_named_runs() -> None:
+    created, finished, other = (
+        Observation("ns", "a"),
+        Observation("ns", "b"),
+        Observation("ns", "c"),
+    )
+    created.versions = {"10"}
+    finished.versions = {"11", "12"}
+    other.versions = {"13", "14", "15"}  # not one of the runs
+    assert versions_seen([created, finished, other], ["a", "b", ""]) == 3
+
+
+def test_the_record_path_has_no_writes_target() -> None:
+    assert targets({"session_writes": {"session_kubectl_sequential": writes(12.0)}}) == []
+
+
+def writes(records_per_run: float) -> dict[str, object]:
+    return {
+        "runs": 200,
+        "writes": int(200 * (records_per_run + 0.6)),
+        "per_run": records_per_run + 0.6,
+        "sandpod_per_run": records_per_run + 0.1,
+        "records_per_run": records_per_run,
+        "by_kind": {"POST sandpod.dev/codeexecutions": 1.0, "PUT leases": 0.5},
+        "reads_per_run": 2.5,
+        "sandpod_reads_by_kind": {"GET sandpod.dev/codesessions": 1.0},
+    }
 
 
 def test_render_shows_the_session_sections() -> None:
@@ -161,16 +217,32 @@ def test_render_shows_the_session_sections() -> None:
             "session_latency": {"session_gateway_sequential": latency(0.04)},
             "session_throughput": throughput(25.0),
             "session_breakdown": {
-                "session gateway": {"slices": slices_, "total_seconds": 0.04, "largest": "x"}
+                "session kubectl": {"slices": slices_, "total_seconds": 0.04, "largest": "x"}
             },
+            "direct_breakdown": {
+                "session gateway": {
+                    "slices": slices_,
+                    "total_seconds": 0.04,
+                    "largest": "x",
+                    "example": {"kubernetes_timestamps": {"execution.status.durationMs": 3}},
+                }
+            },
+            "session_writes": {"session_gateway_sequential": writes(2.0)},
         }
     )
     for expected in (
         "print(1) in a session",
         "throughput in sessions",
         "where a session run goes",
+        "where a direct run's time goes",
+        "the runner's own durationMs of the median run: session gateway 3 ms",
         "0.020 (50%)",
         "25.00",
-        "40 ms, met",
+        "40 ms, not met",
+        "session_gateway_sequential                       200    2.60         2.10     2.00     -"
+        "   2.50",
+        "  POST sandpod.dev/codeexecutions                       1.00",
+        "  GET sandpod.dev/codesessions" + " " * 61 + "1.00",
+        "other activity included; seen: the records' writes as the bench's watch",
     ):
         assert expected in text

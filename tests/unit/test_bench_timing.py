@@ -2,6 +2,8 @@
 
 import pytest
 from sandpod_bench.breakdown import (
+    DIRECT_MILESTONE_NAMES,
+    KINDS,
     MILESTONE_NAMES,
     kubernetes_timestamps,
     largest,
@@ -10,6 +12,8 @@ from sandpod_bench.breakdown import (
 )
 from sandpod_bench.containerd import ContainerdLedger, parse_event_line
 from sandpod_bench.procstat import parse_cpu_seconds, parse_status_kib
+from sandpod_bench.timings import parse_marks
+from sandpod_contract.names import DIRECT_TIMINGS_LOG
 
 
 def full_timeline(step: float = 0.1) -> dict[str, float]:
@@ -160,3 +164,43 @@ def test_status_sizes_in_bytes() -> None:
     assert parse_status_kib(status, "VmHWM") == 120000 * 1024
     with pytest.raises(KeyError):
         parse_status_kib(status, "VmSwap")
+
+
+WARM_LINE = (
+    "[2026-11-26 11:00:00,000] sandpod_operator.warm [INFO] warm timings ns/cx-1 "
+    '{"claiming": 100.0, "claimed": 100.02, "posted": 100.05}'
+)
+DIRECT_LINE = (
+    "[2026-11-26 11:00:01,000] sandpod_operator.warm [INFO] direct timings ns/cx-2 "
+    '{"received": 200.0, "turn": 200.001, "posted": 200.002, "first_frame": 200.004, '
+    '"summary": 200.005, "done": 200.006, "answered": 200.003}'
+)
+
+
+def test_the_operators_timing_lines_are_read_by_kind() -> None:
+    lines = [WARM_LINE, DIRECT_LINE, "unrelated", "direct timings ns/cx-3 {not json"]
+    assert parse_marks(lines) == {
+        ("ns", "cx-1"): {"op_claiming": 100.0, "op_claimed": 100.02, "op_posted": 100.05}
+    }
+    direct = parse_marks(lines, DIRECT_TIMINGS_LOG)
+    assert list(direct) == [("ns", "cx-2")]
+    assert direct[("ns", "cx-2")]["op_turn"] == 200.001
+
+
+def test_a_direct_run_divides_from_the_client_through_the_operators_marks() -> None:
+    marks = parse_marks([DIRECT_LINE], DIRECT_TIMINGS_LOG)[("ns", "cx-2")]
+    timeline = {**marks, "submitted": 199.998, "client_returned": 200.008}
+    names, slice_names = KINDS["direct"]
+    parts = {s.milestone: s for s in slices(timeline, names, slice_names)}
+    assert list(parts) == list(DIRECT_MILESTONE_NAMES[1:])
+    assert parts["op_received"].name.endswith("gateway: auth, admission, post to the operator")
+    assert parts["op_first_frame"].seconds == pytest.approx(0.002)
+    assert parts["client_returned"].seconds == pytest.approx(0.002)
+    assert sum(s.seconds for s in parts.values()) == pytest.approx(0.010)
+    assert not any(s.estimated for s in parts.values())
+
+
+def test_every_kind_names_each_of_its_slices() -> None:
+    for names, slice_names in KINDS.values():
+        assert names[0] == "submitted" and names[-1] == "client_returned"
+        assert set(slice_names) == set(names[1:])

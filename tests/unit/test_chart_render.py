@@ -180,6 +180,7 @@ TENANTS: list[dict[str, Any]] = [
         "namespace": "shared",
         "apiKeys": [{"key": "sk-dev-b"}],
         "egress": {"allowedCidrs": ["1.1.1.0/24"]},
+        "lint": {"select": ["E", "F"], "ignore": ["E501"]},
     },
     # Without egress: the namespace it shares with team-b is not narrowed.
     {"name": "team-c", "namespace": "shared", "createNamespace": False},
@@ -261,7 +262,7 @@ FULL_VALUES: dict[str, Any] = {
         "priorityClassName": "system-cluster-critical",
     },
     "gateway": {
-        "replicas": 2,
+        "replicas": 3,
         "port": 9000,
         "service": {"type": "LoadBalancer", "port": 443, "annotations": {"example.com/lb": "x"}},
         "config": EVERY_GATEWAY_SETTING,
@@ -503,6 +504,9 @@ def test_api_keys_secret_holds_digests_only(rendered: dict[str, list[Manifest]])
     ]
     assert team_a.limits.model_dump(by_alias=True) == TENANTS[0]["limits"]
     assert config.tenants["team-c"].namespace == "shared"
+    assert team_a.lint is None
+    lint = config.tenants["team-b"].lint
+    assert lint is not None and (lint.select, lint.ignore) == (["E", "F"], ["E501"])
     index = KeyIndex(config)
     for key, tenant in [("sk-ci-a", "team-a"), ("sk-dev-a", "team-a"), ("sk-dev-b", "team-b")]:
         resolved = index.resolve(key)
@@ -511,6 +515,13 @@ def test_api_keys_secret_holds_digests_only(rendered: dict[str, list[Manifest]])
     empty = find(rendered["default"], "Secret", f"{FULLNAME}-api-keys", NAMESPACE)
     empty_text = base64.b64decode(empty["data"]["tenants.yaml"]).decode()
     assert parse_tenants_config(empty_text).tenants == {}
+
+
+def test_a_tenants_lint_rules_must_be_rule_codes(helm: Path, tmp_path: Path) -> None:
+    tenant = {"name": "t", "lint": {"select": ["--config=x.toml"]}}
+    completed = helm_template(helm, tmp_path, {"tenants": [tenant]})
+    assert completed.returncode != 0
+    assert "lint" in completed.stderr
 
 
 def test_existing_keys_secret_is_used_instead(helm: Path, tmp_path: Path) -> None:
@@ -605,7 +616,7 @@ def test_the_object_quota_can_be_changed_or_turned_off(helm: Path, tmp_path: Pat
 
 
 def test_the_gateway_knows_its_replica_count(rendered: dict[str, list[Manifest]]) -> None:
-    for scenario, replicas in [("default", "1"), ("full", "2")]:
+    for scenario, replicas in [("default", "2"), ("full", "3")]:
         deployment = find(rendered[scenario], "Deployment", f"{FULLNAME}-gateway", NAMESPACE)
         env = container_env(deployment["spec"]["template"]["spec"])
         assert env["SANDPOD_GATEWAY_REPLICAS"] == replicas
@@ -781,7 +792,7 @@ def test_every_setting_reaches_the_gateway(rendered: dict[str, list[Manifest]]) 
     )
     assert settings["api_keys_namespace"] == NAMESPACE
     assert settings["api_keys_secret"] == f"{FULLNAME}-api-keys"
-    assert settings["replicas"] == 2
+    assert settings["replicas"] == 3
 
 
 # --- the gateway ---
@@ -790,7 +801,7 @@ def test_every_setting_reaches_the_gateway(rendered: dict[str, list[Manifest]]) 
 def test_gateway_deployment_and_service(rendered: dict[str, list[Manifest]]) -> None:
     manifests = rendered["full"]
     deployment = find(manifests, "Deployment", f"{FULLNAME}-gateway", NAMESPACE)
-    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["replicas"] == 3
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert "--port=9000" in container["command"]
     assert container["ports"] == [{"name": "http", "containerPort": 9000}]
@@ -1358,7 +1369,8 @@ def test_the_egress_proxy(helm: Path, tmp_path: Path) -> None:
         "ssl_bump terminate all",
     ]
     helper = next(line for line in lines if line.startswith("external_acl_type sandpod_server_"))
-    assert "%>ha{Proxy-Authorization} %>rd %>rP %ssl::>sni" in helper and "--server-name" in helper
+    assert "%>ha{Proxy-Authorization} %>rd %>rP %>a %ssl::>sni" in helper
+    assert "--server-name" in helper
     assert "on_unsupported_protocol respond all" in lines
     pod = find(manifests, "Deployment", f"{FULLNAME}-egress-proxy")["spec"]["template"]["spec"]
     (init,) = pod["initContainers"]
@@ -1384,3 +1396,37 @@ def test_the_egress_proxy(helm: Path, tmp_path: Path) -> None:
     assert settings["egress_proxy_service"] == f"{NAMESPACE}/{FULLNAME}-egress-proxy"
     unknown = {"tenants": [{"name": "t", "egress": {"hostPresets": ["cran"]}}]}
     assert "egressProxy.presets does not define" in helm_template(helm, tmp_path, unknown).stderr
+
+
+def test_the_egress_proxy_binds_grants_to_their_pods(helm: Path, tmp_path: Path) -> None:
+    """The grant helper is given the client's address and asks the binder, the one container
+    with an API token (list and watch pods, nothing else), which reaches the API server alone."""
+    api = {"enabled": True, "cidrs": ["192.0.2.10/32"], "ports": [6443]}
+    manifests = render(helm, tmp_path, {"networkPolicies": {"apiServerEgress": api}})
+    name = f"{FULLNAME}-egress-proxy"
+    lines = find(manifests, "ConfigMap", name)["data"]["squid.conf"].splitlines()
+    helpers = [line for line in lines if line.startswith("external_acl_type")]
+    assert len(helpers) == 2
+    for helper in helpers:
+        assert "%>rd %>rP %>a " in helper, helper
+        assert "--binder=http://127.0.0.1:9182 " in helper, helper
+    pod = find(manifests, "Deployment", name)["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == name and pod["automountServiceAccountToken"] is False
+    mounts = {c["name"]: [m["name"] for m in c.get("volumeMounts", [])] for c in pod["containers"]}
+    assert [c for c, names in mounts.items() if "api-token" in names] == ["binder"]
+    binder = next(c for c in pod["containers"] if c["name"] == "binder")
+    assert binder["command"] == ["sandpod-proxy-binder", "--host=0.0.0.0", "--port=9182"]
+    assert binder["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "binder"}
+    token = next(v for v in pod["volumes"] if v["name"] == "api-token")["projected"]["sources"]
+    assert token[0]["serviceAccountToken"]["path"] == "token"
+    role = find(manifests, "ClusterRole", f"{NAMESPACE}-{FULLNAME}-egress-proxy")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]}]
+    binding = find(manifests, "ClusterRoleBinding", f"{NAMESPACE}-{FULLNAME}-egress-proxy")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}]
+    policy = find(manifests, "NetworkPolicy", name, NAMESPACE)["spec"]
+    assert {"to": [{"ipBlock": {"cidr": "192.0.2.10/32"}}],
+            "ports": [{"protocol": "TCP", "port": 6443}]} in policy["egress"]  # fmt: skip
+    # Without the API server's addresses (helm template: no cluster to look them up in), the
+    # binder reaches nothing, so the proxy refuses every grant: no wider rule is made up.
+    default = find(render(helm, tmp_path, {}), "NetworkPolicy", name, NAMESPACE)["spec"]
+    assert len(default["egress"]) == 1

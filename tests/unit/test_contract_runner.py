@@ -222,6 +222,14 @@ def test_file_bytes_past_the_limit_are_verified_but_not_kept() -> None:
     assert [(f.path, f.content) for f in found.files] == [("a.png", None), ("b.csv", CSV)]
 
 
+def test_a_termination_message_without_the_value_agrees() -> None:
+    full = RunnerResult.model_validate(runner_wire.result(value="'x'" * 2000))
+    told = RunnerResult.model_validate(runner_wire.result(value=None))
+    other = RunnerResult.model_validate(runner_wire.result(value="'y'"))
+    assert full.agrees_with(told)
+    assert not full.agrees_with(other)
+
+
 def test_a_termination_message_without_the_outputs_list_agrees() -> None:
     full = RunnerResult.model_validate(runner_wire.result(outputs=[listing("a.csv", CSV)]))
     told = RunnerResult.model_validate(runner_wire.result(outputs=None))

@@ -19,7 +19,8 @@ from sandpod_gateway.errors import GatewayError
 from sandpod_gateway.service import SessionNotFound
 from sandpod_operator import direct_endpoint
 from sandpod_operator.direct import RecordEntry, build_record, records_due
-from sandpod_operator.sessions import InvalidRun, NotServing, SessionBusy, SessionController
+from sandpod_operator.serving import InvalidRun, NotServing
+from sandpod_operator.sessions import SessionBusy, SessionController
 
 NOW = datetime(2026, 11, 26, 8, 0, 0, tzinfo=UTC)
 TOKEN = "t" * 48
@@ -130,12 +131,20 @@ class PlayedRuns:
     def __init__(self) -> None:
         self.refusal: Exception | None = None
         self.seen: list[tuple[str, str]] = []
+        self.pooled: list[tuple[str, str, Any, Any]] = []
 
     async def run(self, namespace: str, execution: Any, session: Any) -> Any:
         self.seen.append((namespace, execution["metadata"]["name"]))
         if self.refusal is not None:
             raise self.refusal
         status = {"phase": "Succeeded", "stdout": "1\n"}
+        return {**build_record(execution, namespace), "status": status}
+
+    async def run_from_pool(self, namespace: str, execution: Any, pools: Any, pods: Any) -> Any:
+        self.pooled.append((namespace, execution["metadata"]["name"], pools, pods))
+        if self.refusal is not None:
+            raise self.refusal
+        status = {"phase": "Succeeded", "stdout": "pooled\n", "startMode": "warm"}
         return {**build_record(execution, namespace), "status": status}
 
 
@@ -151,7 +160,12 @@ async def serving(runs: PlayedRuns, port: int) -> AsyncIterator[str]:
     def session(namespace: str, name: str) -> Any:
         return {"metadata": {"name": name}} if name == "live" else None
 
-    app = direct_endpoint.create_app(runs, TOKEN, session, starting_wait_seconds=1)
+    def pools(namespace: str) -> Any:
+        return [{"pool": namespace}], [{"pod": namespace}]
+
+    app = direct_endpoint.create_app(
+        runs, TOKEN, session, pools, starting_wait_seconds=1, unseen_wait_seconds=0.2
+    )
     runner = await direct_endpoint.start(app, port)
     try:
         yield f"http://127.0.0.1:{port}"
@@ -182,6 +196,25 @@ async def test_a_run_comes_back_as_its_record(runs: PlayedRuns, unused_tcp_port:
     assert record["status"] == {"phase": "Succeeded", "stdout": "1\n"}
     assert record["metadata"]["labels"][RECORD_LABEL] == "direct"
     assert runs.seen == [("team", "x-1")]
+
+
+async def test_a_one_off_run_goes_to_the_pool_route_with_the_namespaces_pools(
+    runs: PlayedRuns, unused_tcp_port: int
+) -> None:
+    one_off = {"metadata": {"name": "x-2"}, "spec": {"source": "print(1)"}}
+    async with serving(runs, unused_tcp_port) as endpoint:
+        client = direct_runner(endpoint)
+        try:
+            record = await client.run("team", one_off, timeout_seconds=10)
+            runs.refusal = NotServing("no ready sandbox of a pool fits this run now")
+            with pytest.raises(NotServingNow):
+                await client.run("team", one_off, timeout_seconds=10)
+        finally:
+            await client.close()
+
+    assert record["status"]["stdout"] == "pooled\n"
+    assert runs.pooled[0] == ("team", "x-2", [{"pool": "team"}], [{"pod": "team"}])
+    assert runs.seen == []
 
 
 @pytest.mark.parametrize(
@@ -265,5 +298,16 @@ async def test_a_run_waits_for_a_starting_session_to_be_ready() -> None:
         return {"metadata": {"name": name}, "status": {"phase": next(phases)}}
 
     found = await direct_endpoint.once_started(session, "team", "s", wait_seconds=30)
+
+    assert found is not None and found["status"]["phase"] == "Ready"
+
+
+async def test_a_session_the_operator_has_not_seen_yet_is_waited_for() -> None:
+    """The gateway read it from the API; the operator's watch brings it a moment later."""
+    seen = iter([None, None, {"metadata": {"name": "s"}, "status": {"phase": "Ready"}}])
+
+    found = await direct_endpoint.once_started(
+        lambda namespace, name: next(seen), "team", "s", wait_seconds=30
+    )
 
     assert found is not None and found["status"]["phase"] == "Ready"

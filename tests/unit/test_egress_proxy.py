@@ -150,30 +150,55 @@ def test_proxy_authorization() -> None:
 # --- the proxy's helper and monitor ---------------------------------------------------------
 
 
-def helper_line(header: str, host: str, port: str, *sni: str) -> str:
-    fields = (header, host, port, *sni)
+POD_IP = "10.244.0.7"
+OTHER_POD_IP = "10.244.0.8"
+
+
+def pods(address: str) -> tuple[str, str] | None:
+    """The binder's answer: POD_IP is the pod made for UID; OTHER_POD_IP another tenant's."""
+    return {POD_IP: ("team-a", UID), OTHER_POD_IP: ("team-b", "another-uid")}.get(address)
+
+
+def helper_line(header: str, host: str, port: str, *sni: str, client: str = POD_IP) -> str:
+    fields = (header, host, port, client, *sni)
     return " ".join(urllib.parse.quote(field, safe="") for field in fields) + " -"
 
 
 def test_the_grant_helper_decides_and_names_the_execution() -> None:
     token = sign(grant(HostGrant("pypi.org", (443,))), KEY)
-    assert decide(helper_line(basic(token), "pypi.org", "443"), KEY, NOW) == (
+    assert decide(helper_line(basic(token), "pypi.org", "443"), KEY, NOW, pods) == (
         f"OK log={UID}/team-a"
     )
-    assert decide(helper_line(basic(token), "evil.org", "443"), KEY, NOW) == (
+    assert decide(helper_line(basic(token), "evil.org", "443"), KEY, NOW, pods) == (
         f"ERR log={UID}/team-a"
     )
-    assert decide(helper_line(basic(token), "169.254.169.254", "80"), KEY, NOW).startswith("ERR")
-    assert decide(helper_line("-", "pypi.org", "443"), KEY, NOW) == "ERR"
-    assert decide(helper_line(basic(token), "pypi.org", "443"), KEY, NOW + 3600) == "ERR"
-    assert decide("garbage", KEY, NOW) == "ERR"
+    assert decide(helper_line(basic(token), "169.254.169.254", "80"), KEY, NOW, pods) == (
+        f"ERR log={UID}/team-a"
+    )
+    assert decide(helper_line("-", "pypi.org", "443"), KEY, NOW, pods) == "ERR"
+    assert decide(helper_line(basic(token), "pypi.org", "443"), KEY, NOW + 3600, pods) == "ERR"
+    assert decide("garbage", KEY, NOW, pods) == "ERR"
+
+
+def test_a_grant_counts_only_from_the_pod_it_was_issued_to() -> None:
+    """Shown by another tenant's pod, by an address no live sandbox holds (the session ended,
+    its pod is gone), or with the client's address missing: refused, and counted for nobody."""
+    token = sign(grant(HostGrant("pypi.org", (443,))), KEY)
+    for client in (OTHER_POD_IP, "10.244.0.99", "-"):
+        line = helper_line(basic(token), "pypi.org", "443", client=client)
+        assert decide(line, KEY, NOW, pods) == "ERR", client
+        with_name = helper_line(basic(token), "pypi.org", "443", "pypi.org", client=client)
+        assert decide(with_name, KEY, NOW, pods, server_name=True) == "ERR", client
+    # The same uid in another namespace is another execution.
+    foreign = sign(Grant(UID, "team-b", int(NOW + 60), (HostGrant("pypi.org", (443,)),)), KEY)
+    assert decide(helper_line(basic(foreign), "pypi.org", "443"), KEY, NOW, pods) == "ERR"
 
 
 def test_the_server_name_check_splices_only_the_connect_name_when_granted() -> None:
     token = sign(grant(HostGrant("pypi.org", (443,)), HostGrant("evil.org", (80,))), KEY)
 
     def server_name(host: str, sni: str, port: str = "443", header: str = basic(token)) -> str:
-        return decide(helper_line(header, host, port, sni), KEY, NOW, server_name=True)
+        return decide(helper_line(header, host, port, sni), KEY, NOW, pods, server_name=True)
 
     spliced = f"OK log={UID}/team-a clt_conn_tag={SPLICED_TAG}"
     assert server_name("pypi.org", "pypi.org") == spliced
@@ -183,10 +208,11 @@ def test_the_server_name_check_splices_only_the_connect_name_when_granted() -> N
     assert server_name("pypi.org", "pypi.org.evil.org") == f"ERR log={UID}/team-a"
     assert server_name("evil.org", "evil.org") == f"ERR log={UID}/team-a"  # not port 443
     assert server_name("pypi.org", "pypi.org", header="-") == "ERR"
-    assert decide(helper_line(basic(token), "pypi.org", "443"), KEY, NOW, server_name=True) == (
+    line = helper_line(basic(token), "pypi.org", "443")
+    assert decide(line, KEY, NOW, pods, server_name=True) == (
         f"ERR log={UID}/team-a"  # Squid's %DATA "-" where the server name should be
     )
-    assert decide("garbage", KEY, NOW, server_name=True) == "ERR"
+    assert decide("garbage", KEY, NOW, pods, server_name=True) == "ERR"
 
 
 def test_the_monitor_counts_refusals_per_execution() -> None:

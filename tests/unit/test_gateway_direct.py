@@ -1,6 +1,7 @@
-"""Runs in a session through the direct path (sandpod_gateway/direct_runs.py), the operator's
-side played by a fake DirectRunner: answered from it, recorded by it (not created by the
-gateway), the record path when it cannot take the run, and a retry that runs nothing twice."""
+"""Runs in a session, and waiting one-off runs, through the direct path
+(sandpod_gateway/direct_runs.py), the operator's side played by a fake DirectRunner: answered
+from it, recorded by it (not created by the gateway), the record path when it cannot take the
+run, and a retry that runs nothing twice."""
 
 from __future__ import annotations
 
@@ -131,6 +132,53 @@ def test_a_run_that_does_not_wait_takes_the_record_path(
 ) -> None:
     response = client.post(
         f"/v1/sessions/{session}/executions", params={"wait": "false"}, json={"code": "1"}
+    )
+
+    assert response.status_code in (200, 202), response.text
+    assert direct.runs == []
+    assert len(service.created) == 1
+
+
+# --- one-off runs: a ready pool sandbox through the direct path, else the record path ----------
+
+
+def test_a_waiting_one_off_run_tries_a_pool_sandbox_first(
+    client: TestClient, service: FakeExecutionService, direct: FakeDirectRunner
+) -> None:
+    response = client.post("/v1/executions", json={"language": "python", "code": "1"})
+
+    assert response.status_code == 200, response.text
+    assert response.json()["stdout"] == "direct\n"
+    assert service.created == []
+    [sent] = direct.runs
+    assert "session" not in sent["spec"]
+
+
+def test_a_one_off_run_no_pool_sandbox_takes_is_created_for_the_record_path(
+    client: TestClient, service: FakeExecutionService, direct: FakeDirectRunner
+) -> None:
+    direct.refusal = NotServingNow("no ready sandbox of a pool fits this run now")
+
+    response = client.post("/v1/executions", json={"language": "python", "code": "1"})
+
+    assert response.status_code == 200, response.text
+    assert len(service.created) == 1
+
+
+@pytest.mark.parametrize(
+    ("params", "body"),
+    [({"wait": "false"}, {}), ({}, {"mode": "lint"})],
+    ids=["no-wait", "lint"],
+)
+def test_one_off_runs_that_do_not_wait_or_lint_skip_the_direct_path(
+    client: TestClient,
+    service: FakeExecutionService,
+    direct: FakeDirectRunner,
+    params: dict[str, str],
+    body: dict[str, str],
+) -> None:
+    response = client.post(
+        "/v1/executions", params=params, json={"language": "python", "code": "1", **body}
     )
 
     assert response.status_code in (200, 202), response.text

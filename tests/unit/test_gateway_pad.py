@@ -90,6 +90,7 @@ def test_tenant_answers_limits_and_defaults_within_them(tmp_path: Path) -> None:
         # the gateway's defaults (10 s, 256Mi, 500m), capped by the tenant's maximums
         "defaults": {"timeout_seconds": 5, "memory": "128Mi", "cpu": "500m"},
         "max_code_bytes": 256 * 1024,
+        "lint_rules": None,
     }
 
 

@@ -250,7 +250,6 @@ def test_a_run_that_loses_the_state_says_so(client: TestClient) -> None:
     [
         ({"code": "x", "language": "bash"}, "language_mismatch"),
         ({"code": "x", "memory": "1Gi"}, "invalid_request"),
-        ({"code": "x", "mode": "lint"}, "invalid_request"),
     ],
 )
 def test_a_run_cannot_change_the_sessions_sandbox(
@@ -261,6 +260,31 @@ def test_a_run_cannot_change_the_sessions_sandbox(
     response = client.post(f"/v1/sessions/{sid}/executions", json=body)
 
     assert (response.status_code, error_code(response)) == (422, code)
+
+
+def test_a_lint_in_a_session_runs_beside_it_as_a_one_off_lint(
+    client: TestClient, service: FakeExecutionService
+) -> None:
+    sid = session_id(client)
+
+    response = client.post(
+        f"/v1/sessions/{sid}/executions", json={"code": "import os", "mode": "lint"}
+    )
+
+    assert response.status_code == 200, response.text
+    assert (response.json()["mode"], response.json()["session"]) == ("lint", None)
+    spec = service.created[-1]["spec"]
+    assert (spec["mode"], spec["language"], spec.get("session")) == ("lint", "python", None)
+
+
+def test_a_lint_in_another_tenants_session_is_404(app: FastAPI, client: TestClient) -> None:
+    sid = session_id(client)
+
+    foreign = client_for(app, BOB).post(
+        f"/v1/sessions/{sid}/executions", json={"code": "x", "mode": "lint"}
+    )
+
+    assert foreign.status_code == 404
 
 
 def test_a_run_in_an_ended_session_is_409(

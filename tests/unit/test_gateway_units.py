@@ -229,6 +229,7 @@ def test_the_result_carries_the_status_fields() -> None:
     assert result.created_at == datetime(2026, 1, 1, tzinfo=UTC)
     assert result.diagnostics is not None
     assert result.diagnostics[0].code == "F401"
+    assert result.diagnostics[0].location.model_dump() == {"line": 1, "column": 8}
 
 
 def test_an_odd_status_still_maps_without_failing() -> None:

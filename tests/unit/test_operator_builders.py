@@ -4,6 +4,7 @@ import re
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 from sandpod_contract.catalog import Catalog
 from sandpod_contract.models import CodeExecutionSpec, Network
 from sandpod_contract.names import child_name
@@ -69,6 +70,8 @@ def test_plan_applies_defaults(catalog: Catalog, settings: OperatorSettings) -> 
     [
         ({"language": "cobol"}, "spec.language"),
         ({"language": "bash", "mode": "lint"}, "spec.mode"),
+        ({"language": "bash", "mode": "lint", "lint": {"select": ["E"]}}, "spec.mode"),
+        ({"language": "javascript", "lint": {"select": ["E"]}}, "spec.lint"),
         ({"resources": {"memory": "32Gi"}}, "spec.resources.memory"),
         ({"resources": {"cpu": "8"}}, "spec.resources.cpu"),
         ({"runtimeClassName": "runc"}, "spec.runtimeClassName"),
@@ -114,6 +117,8 @@ def test_runner_config_follows_the_protocol(catalog: Catalog, settings: Operator
             "--no-cache",
             "--isolated",
             "main.py",
+            "--select=ALL",
+            "--ignore=COM812,CPY,D100,D203,D213,FBT,RUF029",
         ],
         "args": ["-v"],
         "env": {
@@ -130,6 +135,22 @@ def test_runner_config_follows_the_protocol(catalog: Catalog, settings: Operator
         "hasStdin": True,
         "limits": {"processes": 128, "fileSizeBytes": 100 * 1024 * 1024, "openFiles": 1024},
     }
+
+
+def test_an_executions_lint_rules_replace_the_languages(
+    catalog: Catalog, settings: OperatorSettings
+) -> None:
+    parsed = spec(mode="lint", lint={"select": ["E", "F401"]})
+    config = build_runner_config(parsed, plan_execution(parsed, catalog, settings), settings)
+    assert config["lintCommand"][-2:] == ["main.py", "--select=E,F401"]
+
+
+@pytest.mark.parametrize("rule", ["--config=x.toml", "e501", "E 5", "", "A" * 17])
+def test_lint_rules_are_rule_codes_never_options(rule: str) -> None:
+    with pytest.raises(ValidationError):
+        CodeExecutionSpec.model_validate(
+            {"language": "python", "source": "", "mode": "lint", "lint": {"select": [rule]}}
+        )
 
 
 def configmap_of(

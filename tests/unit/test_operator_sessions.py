@@ -24,10 +24,18 @@ from fake_kube import FakeKube, Key, Manifest, ready_status, stamp
 from sandpod_contract.catalog import load_catalog
 from sandpod_contract.egress_grant import HostGrant, verify
 from sandpod_contract.models import MAX_TIMEOUT_SECONDS, CodeSessionSpec
-from sandpod_contract.names import CLAIMED_BY_LABEL, POOL_CLAIMED, POOL_STATE_LABEL, SESSION_LABEL
+from sandpod_contract.names import (
+    CLAIMED_BY_LABEL,
+    DIRECT_TIMINGS_LOG,
+    POOL_CLAIMED,
+    POOL_STATE_LABEL,
+    SESSION_LABEL,
+)
+from sandpod_operator.direct import DirectRuns
 from sandpod_operator.egress_proxy import blocked_between
 from sandpod_operator.kube import KubeError
 from sandpod_operator.reconciler import Reconciler
+from sandpod_operator.serving import NotServing
 from sandpod_operator.sessions import (
     DEADLINE_SLACK_SECONDS,
     SESSION_ENDED_MESSAGE,
@@ -691,3 +699,34 @@ async def test_a_run_through_the_sessions_kernel_is_recorded_as_the_kernels_word
         "runner",
         3,
     )
+
+
+async def test_a_direct_run_in_a_session_logs_its_milestones_and_a_refused_one_none(
+    kube: FakeKube,
+    runners: list[ServeDouble],
+    reconciler: Reconciler,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The operator's `direct timings` line, which the bench divides a direct run by."""
+    await ready_session(kube, reconciler, runners, Script(outputs=[("stdout", "1\n")]))
+    runs = DirectRuns(reconciler.sessions, kube, reconciler.store_outputs)
+    spec = {"language": "python", "source": "print(1)", "session": SESSION}
+    run = {"metadata": {"name": "direct-1"}, "spec": spec}
+    caplog.set_level("INFO", logger="sandpod_operator.warm")
+
+    record = await runs.run(NAMESPACE, run, session_now(kube))
+    ended = copy.deepcopy(session_now(kube))
+    ended["status"]["phase"] = "Ended"
+    with pytest.raises(NotServing):
+        await runs.run(NAMESPACE, {**run, "metadata": {"name": "direct-2"}}, ended)
+    await asyncio.gather(*runs.writers)
+
+    assert record["status"]["stdout"] == "1\n"
+    messages = [r.getMessage() for r in caplog.records]
+    (line,) = [message for message in messages if message.startswith(DIRECT_TIMINGS_LOG)]
+    assert line.split(" ")[2] == f"{NAMESPACE}/direct-1"
+    marks = json.loads(line.split(" ", 3)[3])
+    order = ["received", "turn", "posted", "answered", "first_frame", "summary", "done"]
+    assert list(marks) == order
+    assert list(marks.values()) == sorted(marks.values())
+    assert reconciler.warm.marks == {}

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import runner_wire
 from sandpod_contract.models import CodeExecutionStatus
-from sandpod_contract.runner import LogReader, LogSummary
+from sandpod_contract.runner import LogReader, LogSummary, json_size
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import (
     MAX_MESSAGE_CHARS,
@@ -16,6 +16,7 @@ from sandpod_operator.status import (
     accepted_summary,
     next_status,
     observe_pod,
+    observe_served,
     pod_finished,
     pod_state_key,
     status_patch,
@@ -260,6 +261,27 @@ def test_success_with_output(settings: OperatorSettings) -> None:
     assert verdict.reported_by == "runner"
     assert verdict.started_at == CREATED + timedelta(seconds=2)
     assert verdict.finished_at == CREATED + timedelta(seconds=3)
+
+
+def test_a_python_programs_trailing_value_is_its_result(settings: OperatorSettings) -> None:
+    pod, log = reported(runner_wire.result(value="42"))
+    assert observe(pod, settings, log=log).result == "42"
+    pod, log = reported(runner_wire.result())
+    assert observe(pod, settings, log=log).result is None
+
+
+def test_a_pool_runs_trailing_value_is_its_result(settings: OperatorSettings) -> None:
+    pod, log = reported(runner_wire.result(value="'ab'"))
+    verdict = observe_served(pod, log, mode="run", started_at=CREATED, now=NOW, settings=settings)
+    assert (verdict.phase, verdict.result) == ("Succeeded", "'ab'")
+
+
+def test_a_long_value_is_bounded_as_stored(settings: OperatorSettings) -> None:
+    value = "'" + "\u0001" * 40_000 + "'"
+    pod, log = reported(runner_wire.result(value=value))
+    result = observe(pod, settings, log=log).result
+    assert result is not None and value.startswith(result)
+    assert json_size(result) <= settings.status_output_bytes
 
 
 def test_nonzero_exit_keeps_stderr(settings: OperatorSettings) -> None:

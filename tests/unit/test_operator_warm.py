@@ -18,14 +18,17 @@ from sandpod_contract.catalog import load_catalog
 from sandpod_contract.models import CodeExecutionSpec
 from sandpod_contract.names import (
     CLAIMED_BY_LABEL,
+    DIRECT_TIMINGS_LOG,
     EXECUTION_LABEL,
     POOL_CLAIMED,
     POOL_STATE_LABEL,
 )
 from sandpod_operator.builders import plan_execution
+from sandpod_operator.direct import DirectRuns
 from sandpod_operator.kube import KubeError
 from sandpod_operator.reconciler import Reconciler
 from sandpod_operator.runner_client import RunnerAddress, RunnerUnavailable, run
+from sandpod_operator.serving import NotServing
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.warm import (
     TIMINGS_LOG,
@@ -630,4 +633,98 @@ async def test_after_a_claim_whose_answer_was_lost_the_pods_are_listed(
     assert kube.calls.count("list_pods") == 1
     labels = kube.pods[(NAMESPACE, "py-1")]["metadata"]["labels"]
     assert labels[POOL_STATE_LABEL] == "free"
+    await reconciler.close()
+
+
+# --- the direct path's pool runs -------------------------------------------------------------
+
+
+async def test_a_direct_pool_run_is_answered_by_the_runner_and_recorded_behind(
+    kube: FakeKube, runners: list[ServeDouble]
+) -> None:
+    (server,) = await pool_with(kube, runners, Script(outputs=[("stdout", "hi\n")]))
+    reconciler = new_reconciler(kube)
+    pod = copy.deepcopy(kube.pods[(NAMESPACE, "py-0")])
+    await reconciler.warm.pool_pod_changed("ADDED", pod)  # its credential, read once ready
+    runs = DirectRuns(reconciler.sessions, kube, reconciler.store_outputs)
+    one_off = {"metadata": {"name": "direct-1"}, "spec": {"language": "python", "source": "1"}}
+
+    record = await runs.run_from_pool(NAMESPACE, one_off, [pool()], [pod])
+    again = await runs.run_from_pool(NAMESPACE, one_off, [pool()], [pod])
+    await asyncio.gather(*runs.writers)
+
+    assert (record["status"]["phase"], record["status"]["stdout"]) == ("Succeeded", "hi\n")
+    assert (record["status"]["startMode"], record["status"]["podName"]) == ("warm", "py-0")
+    assert again == record and server.runs == 1
+    assert status_of(kube, "direct-1")["phase"] == "Succeeded"
+    assert (NAMESPACE, "py-0") not in kube.pods  # claimed for the record, then removed
+    with pytest.raises(NotServing):
+        await runs.run_from_pool(
+            NAMESPACE, {**one_off, "metadata": {"name": "direct-2"}}, [pool()], [pod]
+        )
+    await reconciler.close()
+
+
+async def test_a_direct_run_logs_its_milestones_once_and_keeps_none_when_refused(
+    kube: FakeKube, runners: list[ServeDouble], caplog: pytest.LogCaptureFixture
+) -> None:
+    await pool_with(kube, runners, Script(outputs=[("stdout", "hi\n")]))
+    reconciler = new_reconciler(kube)
+    pod = copy.deepcopy(kube.pods[(NAMESPACE, "py-0")])
+    await reconciler.warm.pool_pod_changed("ADDED", pod)
+    runs = DirectRuns(reconciler.sessions, kube, reconciler.store_outputs)
+    one_off = {"metadata": {"name": "direct-1"}, "spec": {"language": "python", "source": "1"}}
+    caplog.set_level("INFO", logger="sandpod_operator.warm")
+
+    await runs.run_from_pool(NAMESPACE, one_off, [pool()], [pod])
+    with pytest.raises(NotServing):  # no free pod left
+        await runs.run_from_pool(
+            NAMESPACE, {**one_off, "metadata": {"name": "direct-2"}}, [pool()], [pod]
+        )
+    await asyncio.gather(*runs.writers)
+
+    lines = [
+        r.getMessage() for r in caplog.records if r.getMessage().startswith(DIRECT_TIMINGS_LOG)
+    ]
+    (line,) = lines
+    assert line.split(" ")[2] == f"{NAMESPACE}/direct-1"
+    marks = json.loads(line.split(" ", 3)[3])
+    order = ["received", "turn", "posted", "answered", "first_frame", "summary", "done"]
+    assert list(marks) == order
+    assert list(marks.values()) == sorted(marks.values())
+    assert reconciler.warm.marks == {}
+    await reconciler.close()
+
+
+async def test_a_pod_the_direct_path_took_is_not_claimed_by_the_record_path(
+    kube: FakeKube, runners: list[ServeDouble]
+) -> None:
+    await pool_with(kube, runners, Script())
+    reconciler = new_reconciler(kube)
+    pod = copy.deepcopy(kube.pods[(NAMESPACE, "py-0")])
+    await reconciler.warm.pool_pod_changed("ADDED", pod)
+    catalog, spec = load_catalog(), spec_of()
+    wanted = execution_wants(spec, plan_execution(spec, catalog, reconciler.settings))
+
+    taken = reconciler.warm.reserve(wanted, [pool()], [pod])
+    submit(kube)
+    await start(reconciler, kube)
+
+    assert taken is not None and taken["metadata"]["name"] == "py-0"
+    assert reconciler.warm.reserve(wanted, [pool()], [pod]) is None
+    assert status_of(kube)["startMode"] == "cold"
+    await reconciler.close()
+
+
+async def test_a_record_changed_since_its_creation_still_gets_its_status(kube: FakeKube) -> None:
+    reconciler = new_reconciler(kube)
+    runs = DirectRuns(reconciler.sessions, kube, reconciler.store_outputs)
+    created = submit(kube, "direct-1")
+    stored = kube.executions[(NAMESPACE, "direct-1")]
+    stored["metadata"]["annotations"] = {"sandpod.dev/cancel": "true"}  # the gateway's DELETE
+    kube._bump(stored)
+
+    await runs._write_status(created, {"phase": "Cancelled"})
+
+    assert status_of(kube, "direct-1") == {"phase": "Cancelled"}
     await reconciler.close()

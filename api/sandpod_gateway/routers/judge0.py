@@ -22,12 +22,12 @@ from sandpod_gateway.auth import Tenant
 from sandpod_gateway.dependencies import (
     AdmissionDep,
     CatalogDep,
-    ExecutionServiceDep,
     Judge0CallbacksDep,
     KeyStoreDep,
     MetricsDep,
     SettingsDep,
     authenticate,
+    execution_context_of,
 )
 from sandpod_gateway.errors import GatewayError, as_gateway_error
 from sandpod_gateway.executions import ExecutionContext, create_execution, get_owned_execution
@@ -98,19 +98,7 @@ async def judge0_tenant(
 
 
 Judge0Tenant = Annotated[Tenant, Depends(judge0_tenant)]
-
-
-def judge0_context(
-    tenant: Judge0Tenant,
-    executions: ExecutionServiceDep,
-    catalog: CatalogDep,
-    settings: SettingsDep,
-    admission: AdmissionDep,
-) -> ExecutionContext:
-    return ExecutionContext(tenant, executions, catalog, settings, admission)
-
-
-ExecutionContextDep = Annotated[ExecutionContext, Depends(judge0_context)]
+ExecutionContextDep = Annotated[ExecutionContext, Depends(execution_context_of(judge0_tenant))]
 # Judge0 reads its flags as the exact text "true".
 Flag = Annotated[str | None, Query()]
 Fields = Annotated[str | None, Query(max_length=2048)]

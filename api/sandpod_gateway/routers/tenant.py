@@ -33,4 +33,5 @@ async def get_tenant(tenant: CurrentTenant, settings: SettingsDep) -> TenantInfo
         ),
         defaults=TenantDefaults(**asdict(default_limits(tenant, settings))),
         max_code_bytes=settings.max_code_bytes,
+        lint_rules=tenant.lint,
     )

@@ -243,6 +243,33 @@ the same name may live in several namespaces). */}}
     {{- end }}
 {{- end }}
 
+{{/* The API server's addresses and ports as pods reach them (after kube-proxy's DNAT), as
+YAML {cidrs, ports}: networkPolicies.apiServerEgress and egress.apiServerCidrs when they name
+any, else the `kubernetes` Service's endpoints as the cluster has them at install (none in
+`helm template`). Read it with fromYaml. */}}
+{{- define "sandpod.apiServerAddresses" -}}
+{{- $egress := .Values.networkPolicies.apiServerEgress }}
+{{- $cidrs := concat $egress.cidrs .Values.egress.apiServerCidrs | uniq }}
+{{- $ports := $egress.ports }}
+{{- if not $cidrs }}
+{{- $ports = list }}
+{{- range (lookup "discovery.k8s.io/v1" "EndpointSlice" "default" "").items }}
+{{- if eq (index (.metadata.labels | default dict) "kubernetes.io/service-name") "kubernetes" }}
+{{- $family := .addressType }}
+{{- range .endpoints }}
+{{- range .addresses }}
+{{- $cidrs = append $cidrs (printf "%s/%s" . (ternary "128" "32" (eq $family "IPv6"))) }}
+{{- end }}
+{{- end }}
+{{- range .ports }}
+{{- $ports = append $ports .port }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toYaml (dict "cidrs" ($cidrs | uniq) "ports" ($ports | uniq)) }}
+{{- end }}
+
 {{/* The selector labels as a label selector string: "k=v,k=v". */}}
 {{- define "sandpod.selectorString" -}}
 {{- $pairs := list }}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -292,10 +293,15 @@ func (k *kernel) send(message kernelRequest, pipes *runPipes) <-chan error {
 }
 
 // await waits for the kernel's answer to run number, the timeout (counted
-// from the release), its death or ctx; all but the answer kill it.
+// from the release), its death or ctx; all but the answer kill it, except a
+// cancel on request (errCancelRequested), which interrupts the run as Jupyter
+// does (SIGINT: a KeyboardInterrupt in the program, the state kept) and kills
+// the kernel only if the run has not ended interruptGrace later.
 func (k *kernel) await(ctx context.Context, number int, timeout time.Duration, sent <-chan error) (processOutcome, *string, bool) {
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
+	cancelled := ctx.Done()
+	var interrupted <-chan time.Time
 	for {
 		select {
 		case err := <-sent:
@@ -315,7 +321,14 @@ func (k *kernel) await(ctx context.Context, number int, timeout time.Duration, s
 			return k.end(false), nil, false
 		case <-timer.C:
 			return k.end(true), nil, false
-		case <-ctx.Done():
+		case <-cancelled:
+			if !errors.Is(context.Cause(ctx), errCancelRequested) {
+				return k.end(false), nil, false
+			}
+			cancelled = nil
+			_ = syscall.Kill(k.child.process.pid, syscall.SIGINT)
+			interrupted = time.After(interruptGrace)
+		case <-interrupted:
 			return k.end(false), nil, false
 		}
 	}

@@ -40,14 +40,19 @@ type Result struct {
 	Diagnostics     []Diagnostic `json:"diagnostics"`
 	// Error says why the runner could not run the program; ExitCode is then null.
 	Error *string `json:"error"`
-	// Value, StateLost and Kernel are there in session mode only (session.go):
-	// the repr of the trailing expression's value (or null), whether the
-	// interpreter's state was lost by or before this run, and whether the run
-	// went through the session's kernel, whose answer (exit status, value, the
-	// output it wrote) earlier runs of the session can have changed.
-	Value     *sessionValue `json:"value,omitempty"`
+	// Value is the repr of the trailing expression's value (or null), for the
+	// python programs the bootstrap or a session's kernel ran (value.go).
+	// StateLost and Kernel are there in session mode only (session.go):
+	// whether the interpreter's state was lost by or before this run, and
+	// whether the run went through the session's kernel, whose answer (exit
+	// status, value, the output it wrote) earlier runs of the session can have
+	// changed.
+	Value     *programValue `json:"value,omitempty"`
 	StateLost *bool         `json:"stateLost,omitempty"`
 	Kernel    *bool         `json:"kernel,omitempty"`
+	// Cancelled (serve and session mode): POST /v1/cancel stopped the run
+	// before it had ended by itself; omitted otherwise.
+	Cancelled bool `json:"cancelled,omitempty"`
 	// Compile is the compile step's outcome when the language has one; when it
 	// failed the program did not run (ExitCode and Signal are null).
 	Compile *CompileResult `json:"compile,omitempty"`
@@ -60,16 +65,16 @@ type Result struct {
 	OutputsSkipped   int  `json:"outputsSkipped"`
 }
 
-// sessionValue is text or null, present in session mode only.
-type sessionValue struct {
+// programValue is text or null, present only where Value is.
+type programValue struct {
 	Text *string
 }
 
-func (v sessionValue) MarshalJSON() ([]byte, error) {
+func (v programValue) MarshalJSON() ([]byte, error) {
 	return json.Marshal(v.Text)
 }
 
-func (v *sessionValue) UnmarshalJSON(data []byte) error {
+func (v *programValue) UnmarshalJSON(data []byte) error {
 	return json.Unmarshal(data, &v.Text)
 }
 
@@ -103,7 +108,7 @@ func TerminationMessage(summary summaryRecord) []byte {
 		result.Compile = &withoutOutput
 	}
 	if result.Value != nil {
-		result.Value = &sessionValue{}
+		result.Value = &programValue{}
 	}
 	message = marshalJSONLine(summary)
 	if len(message) <= MaxTerminationMessageBytes || result.Error == nil {

@@ -166,10 +166,39 @@ func runProgram(ctx context.Context, spec processSpec, cfg Config, frames *frame
 		return final
 	}
 	spec.argv = append(slices.Clone(cfg.Command), cfg.Args...)
-	result := runCaptured(cfg, frames, outputsDir(spec.dir), func(stdout, stderr io.Writer) processOutcome {
-		return runProcess(ctx, spec, stdout, stderr)
-	})
+	var result Result
+	if usesPythonBootstrap(cfg) {
+		result = runPython(ctx, spec, cfg, frames)
+	} else {
+		result = runCaptured(cfg, frames, outputsDir(spec.dir), func(stdout, stderr io.Writer) processOutcome {
+			return runProcess(ctx, spec, stdout, stderr)
+		})
+	}
 	result.Compile = compiled
+	return result
+}
+
+// runPython runs a python program through the bootstrap, as `python3
+// main.py` runs it, with the bootstrap's value channel as fd 3.
+func runPython(ctx context.Context, spec processSpec, cfg Config, frames *frameWriter) Result {
+	channel, channelWrite, err := os.Pipe()
+	if err != nil {
+		return failedResult(fmt.Errorf("creating the value channel: %w", err))
+	}
+	reported := readValue(channel)
+	argv := append([]string{cfg.Command[0], "-c", pythonBootstrap}, spec.argv[1:]...)
+	// The waiting shim with a program execs it at once; its error pipe is
+	// after the channel, where serve mode has the release socket.
+	shim := shimArgv(spec.selfExe, spec.limits, spec.guard, shimWait, argv)
+	result := runCaptured(cfg, frames, outputsDir(spec.dir), func(stdout, stderr io.Writer) processOutcome {
+		child, err := startProcess(spec, shim, channelWrite)
+		_ = channelWrite.Close()
+		if err != nil {
+			return processOutcome{startErr: err}
+		}
+		return child.finish(ctx, spec, stdout, stderr)
+	})
+	result.setValue(reported.value())
 	return result
 }
 

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -25,6 +26,9 @@ const (
 
 	credentialBytes    = 32
 	maxRunRequestBytes = 64 << 20
+	// interruptGrace is how long a cancelled session run has to end after its
+	// interrupt (SIGINT) before the kernel is killed.
+	interruptGrace = 2 * time.Second
 	// shutdownGrace bounds how long responses still stream after SIGTERM,
 	// once the run (if any) has reported.
 	shutdownGrace     = 2 * time.Second
@@ -163,6 +167,21 @@ type server struct {
 type runRecord struct {
 	executionID string
 	journal     *journal
+	// stop cancels the run's context with errCancelRequested (POST /v1/cancel).
+	stop context.CancelCauseFunc
+	// ended (under server.mu): the run has its result; cancelled: a cancel
+	// arrived before that.
+	ended     bool
+	cancelled atomic.Bool
+}
+
+// errCancelRequested is the cause of a run's context cancelled by POST
+// /v1/cancel (a python kernel is interrupted first; anything else is killed).
+var errCancelRequested = errors.New("the run was cancelled on request")
+
+// cancelRequest is the body of POST /v1/cancel.
+type cancelRequest struct {
+	ExecutionID string `json:"executionId"`
 }
 
 func (s *server) routes() http.Handler {
@@ -171,6 +190,7 @@ func (s *server) routes() http.Handler {
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("POST /v1/run", s.handleRun)
+	mux.HandleFunc("POST /v1/cancel", s.handleCancel)
 	return mux
 }
 
@@ -196,6 +216,31 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	stream(w, r, record.journal)
+}
+
+// handleCancel stops the run in progress of the given execution: 202, or 409
+// when that execution has no run in progress here.
+func (s *server) handleCancel(w http.ResponseWriter, r *http.Request) {
+	if !s.authorized(r.Header.Get("Authorization")) {
+		w.Header().Set("WWW-Authenticate", "Bearer")
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
+	var request cancelRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&request); err != nil {
+		http.Error(w, "invalid request body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	index := slices.IndexFunc(s.runs, func(r *runRecord) bool { return r.executionID == request.ExecutionID })
+	if index < 0 || s.runs[index].ended {
+		http.Error(w, "this execution has no run in progress", http.StatusConflict)
+		return
+	}
+	s.runs[index].cancelled.Store(true)
+	s.runs[index].stop(errCancelRequested)
+	w.WriteHeader(http.StatusAccepted)
 }
 
 func (s *server) authorized(header string) bool {
@@ -231,11 +276,12 @@ func (s *server) claim(request runRequest) (*runRecord, int, error) {
 	if err != nil {
 		return nil, http.StatusBadRequest, err
 	}
-	record := &runRecord{executionID: id, journal: newJournal()}
+	runCtx, stop := context.WithCancelCause(s.runCtx)
+	record := &runRecord{executionID: id, journal: newJournal(), stop: stop}
 	s.keep(record)
 	s.busy = true
 	s.active.Add(1)
-	go s.execute(record, cfg, request)
+	go s.execute(runCtx, record, cfg, request)
 	return record, http.StatusOK, nil
 }
 
@@ -252,10 +298,15 @@ func (s *server) keep(record *runRecord) {
 }
 
 // execute runs the request under its own frame key and reports its summary.
-func (s *server) execute(record *runRecord, cfg Config, request runRequest) {
+func (s *server) execute(ctx context.Context, record *runRecord, cfg Config, request runRequest) {
 	defer s.active.Done()
 	frames := newFrameWriter(io.MultiWriter(record.journal, s.stdout), newFrameKey())
-	result := s.executor.run(s.runCtx, cfg, request, frames)
+	result := s.executor.run(ctx, cfg, request, frames)
+	s.mu.Lock()
+	record.ended = true
+	s.mu.Unlock()
+	record.stop(nil)
+	result.Cancelled = record.cancelled.Load()
 	summary := frames.summary(result)
 	// The HTTP answer is the result; the termination log is a courtesy.
 	if err := writeTerminationLog(s.opts.TerminationLogPath, summary); err != nil {

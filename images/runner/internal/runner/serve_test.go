@@ -167,34 +167,98 @@ print(pickle.loads(pickle.dumps(C())).__class__.__module__)
 sys.excepthook = lambda *a: print("hooked", a[0].__name__)
 raise OSError
 `,
-		"keyboard interrupt": `raise KeyboardInterrupt`,
+		"keyboard interrupt":  `raise KeyboardInterrupt`,
+		"trailing expression": "x = 6\nprint('before')\nx * 7\n",
+		"trailing error":      "x = 1\nx / 0\n",
+		"docstring only":      `"a docstring"`,
+		"printing repr": `class Loud:
+    def __repr__(self):
+        print("repr ran")
+        raise ValueError("repr failed")
+Loud()
+`,
+		"future import": "from __future__ import annotations\ndef f(x: Undefined) -> None: pass\nf.__annotations__\n",
 		"limits and filter": `import os, resource
 print(resource.getrlimit(resource.RLIMIT_NOFILE), resource.getrlimit(resource.RLIMIT_CORE))
 try:
     os.kill(os.getppid(), 0)
 except PermissionError:
     print("EPERM")
-print(sorted(os.environ), os.getcwd() == os.environ["HOME"], os.listdir("/proc/self/fd"), os.getpgid(0) == os.getpid())
+# The python bootstrap's value channel is one more descriptor, from 256 up.
+print(sorted(os.environ), os.getcwd() == os.environ["HOME"], [fd for fd in os.listdir("/proc/self/fd") if int(fd) < 256], os.getpgid(0) == os.getpid())
 `,
 	}
+	args := []string{"x", "-y"}
 	for name, source := range programs {
 		t.Run(name, func(t *testing.T) {
-			cold := newPythonFixture(t, source)
-			cold.config.Args = []string{"x", "-y"}
-			want := cold.run(context.Background())
+			// The interpreter itself, without the bootstrap (not [python3, main.py]).
+			plain := newPythonFixture(t, source)
+			plain.config.Command = []string{"env", "python3", "main.py"}
+			plain.config.Args = args
+			want := plain.run(context.Background())
+			oneOff := newPythonFixture(t, source)
+			oneOff.config.Args = args
 			warm := newPythonFixture(t, source)
-			warm.config.Args = cold.config.Args
-			got := warm.decodeLog(warm.serve().run("exec-1"))
-
-			for _, stream := range []string{StreamStdout, StreamStderr} {
-				wantText := strings.ReplaceAll(want.text(stream), cold.opts.WorkDir, "WORKDIR")
-				gotText := strings.ReplaceAll(got.text(stream), warm.opts.WorkDir, "WORKDIR")
-				if gotText != wantText {
-					t.Errorf("%s:\n got %q\nwant %q", stream, gotText, wantText)
-				}
+			warm.config.Args = args
+			runs := map[string]*fixture{"one-off": oneOff, "serve": warm}
+			outputs := map[string]runnerOutput{
+				"one-off": oneOff.run(context.Background()),
+				"serve":   warm.decodeLog(warm.serve().run("exec-1")),
 			}
-			assertExit(t, got, want.result.ExitCode, want.result.Signal)
+			for mode, got := range outputs {
+				for _, stream := range []string{StreamStdout, StreamStderr} {
+					wantText := strings.ReplaceAll(want.text(stream), plain.opts.WorkDir, "WORKDIR")
+					gotText := strings.ReplaceAll(got.text(stream), runs[mode].opts.WorkDir, "WORKDIR")
+					if gotText != wantText {
+						t.Errorf("%s %s:\n got %q\nwant %q", mode, stream, gotText, wantText)
+					}
+				}
+				assertExit(t, got, want.result.ExitCode, want.result.Signal)
+			}
 		})
+	}
+}
+
+func TestPythonRunsReportTheirTrailingExpression(t *testing.T) {
+	text := func(s string) *string { return &s }
+	cases := []struct {
+		name, source string
+		want         *string
+	}{
+		{"an expression", "x = 6\nprint('out')\nx * 7\n", text("42")},
+		{"a string", "'a' + 'b'", text("'ab'")},
+		{"none", "print('no value')\nNone", nil},
+		{"a statement", "x = 1", nil},
+		{"an exception", "1 / 0", nil},
+		{"an exit", "import sys\n40 + 2\nsys.exit(0)", nil},
+		{"a failing repr", "class R:\n    def __repr__(self):\n        raise ValueError\nR()", nil},
+		{"a closed channel", "import os\nos.closerange(3, 1024)\nf = open('x', 'w')\n7", nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			oneOff := newPythonFixture(t, c.source)
+			got := oneOff.run(context.Background())
+			assertValue(t, got, c.want)
+			warm := newPythonFixture(t, c.source)
+			assertValue(t, warm.decodeLog(warm.serve().run("exec-1")), c.want)
+		})
+	}
+}
+
+func TestALongValueIsCut(t *testing.T) {
+	got := newPythonFixture(t, "'é' * 70000").run(context.Background()).value()
+	if got == nil {
+		t.Fatal("no value")
+	}
+	if len(*got) > maxValueBytes || !strings.HasPrefix(*got, "'éé") || !strings.HasSuffix(*got, "é…") {
+		t.Fatalf("value of %d bytes, want at most %d, cut with an ellipsis", len(*got), maxValueBytes)
+	}
+}
+
+func TestOtherLanguagesReportNoValue(t *testing.T) {
+	output := newShellFixture(t, "echo 42").run(context.Background())
+	if output.result.Value != nil {
+		t.Fatalf("a shell run reported a value: %v", *output.result.Value)
 	}
 }
 

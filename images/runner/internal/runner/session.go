@@ -136,7 +136,7 @@ func (s *kernelSession) close() {
 // stateLost, and kernel (the run went through the session's python kernel:
 // its result is the kernel's word, not only the runner's observation).
 func (r *Result) setSession(value *string, stateLost, kernel bool) {
-	r.Value = &sessionValue{Text: boundValue(value)}
+	r.Value = &programValue{Text: boundValue(value)}
 	r.StateLost = &stateLost
 	r.Kernel = &kernel
 }

@@ -19,7 +19,8 @@ const shimMarker = "__sandpod_exec__"
 // The shim's error pipe receives the reason it could not start the program.
 // It is close-on-exec, so the runner reads EOF and nothing else when exec
 // succeeds. It is the descriptor after the extra files: fd 3 in one-off
-// mode, fd 4 in serve mode, where fd 3 is the release socket.
+// mode, fd 4 in serve mode, where fd 3 is the release socket, and for a
+// one-off python program, where fd 3 is the bootstrap's value channel.
 const (
 	shimErrorFD        = 3
 	shimServeErrorFD   = 4
@@ -27,10 +28,11 @@ const (
 	shimReleaseMaxArgv = 1 << 20
 )
 
-// Shim modes: shimRun execs the program at once; shimWait (serve mode)
-// applies the limits and the filter, then, if it was given no program, says
-// it is ready on the release socket and execs the argv read from it, or else
-// execs the given program (an interpreter that waits on the socket itself).
+// Shim modes: shimRun execs the program at once; shimWait (serve mode, and
+// one-off python) applies the limits and the filter, then, if it was given no
+// program, says it is ready on the release socket and execs the argv read
+// from it, or else execs the given program (the python bootstrap, which
+// waits on the socket itself or, one-off, reports on the value channel).
 const (
 	shimRun  = "run"
 	shimWait = "wait"

@@ -26,23 +26,60 @@ const releaseReady = 'R'
 // pythonCommand matches the interpreters the python bootstrap serves.
 var pythonCommand = regexp.MustCompile(`^python(3(\.[0-9]+)?)?$`)
 
-// pythonBootstrap runs as `python3 -c` in the pre-started interpreter. It
-// says it is ready, reads sys.argv (NUL-separated) from the release socket
-// (fd 3) and runs sys.argv[0] as __main__ the way `python3 main.py` does:
-// the same sys.argv, sys.path[0], __file__ and __loader__, tracebacks
-// without the bootstrap's frame, exit status 1 after an uncaught exception,
-// SystemExit and KeyboardInterrupt handled by the interpreter as usual.
+// pythonBootstrap runs as `python3 -c` for every python program the runner
+// starts from [python…, sourceFile] (one-off and serve mode; sessions have
+// their kernel). Its argv is sys.argv after `-c` (one-off), or else it says
+// it is ready on fd 3, the release socket, and reads it there, NUL-separated
+// (serve mode). It runs argv[0] as __main__ the way `python3 main.py` does:
+// the same sys.argv, sys.path[0], __file__ and __loader__, tracebacks without
+// the bootstrap's frame, exit status 1 after an uncaught exception,
+// SystemExit and KeyboardInterrupt handled by the interpreter as usual. When
+// the source ends with an expression, its value's repr (cut to 65,537
+// characters, computed with sys.stdout and sys.stderr sent to /dev/null, so
+// a __repr__ prints nothing and its exception is no error) goes out on fd 3,
+// moved up out of the program's way, and the write end is then closed.
 const pythonBootstrap = `import os, sys
+from _ast import Expr, Expression, PyCF_ONLY_AST
+from fcntl import F_DUPFD_CLOEXEC, fcntl
 from importlib.machinery import SourceFileLoader
 
 
-def _sandpod_run():
+def _sandpod_released():
     os.write(3, b"R")
     chunks = []
     while chunk := os.read(3, 65536):
         chunks.append(chunk)
+    return [os.fsdecode(arg) for arg in b"".join(chunks).split(b"\0")]
+
+
+def _sandpod_report(channel, identity, value):
+    streams = sys.stdout, sys.stderr
+    try:
+        # The program may have closed the channel and opened a file of its own there.
+        if os.fstat(channel)[1:3] != identity:
+            return
+        with open(os.devnull, "w") as null:
+            sys.stdout = sys.stderr = null
+            text = memoryview(repr(value)[:65537].encode(errors="replace"))
+    except BaseException:
+        return
+    finally:
+        sys.stdout, sys.stderr = streams
+    try:
+        while text:
+            text = text[os.write(channel, text):]
+    except OSError:
+        pass
+
+
+def _sandpod_run():
+    argv = sys.argv[1:] or _sandpod_released()
+    try:
+        channel = fcntl(3, F_DUPFD_CLOEXEC, 256)
+    except OSError:
+        channel = os.dup(3)
     os.close(3)
-    argv = [os.fsdecode(arg) for arg in b"".join(chunks).split(b"\0")]
+    identity = os.fstat(channel)[1:3]
     script = os.path.abspath(argv[0])
     sys.argv = argv
     sys.orig_argv = sys.orig_argv[:1] + argv
@@ -59,7 +96,12 @@ def _sandpod_run():
     main.__builtins__ = __builtins__
     sys.modules["__main__"] = main
     try:
-        exec(compile(source, script, "exec"), main.__dict__)
+        tree = compile(source, script, "exec", PyCF_ONLY_AST, dont_inherit=True)
+        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], Expr) else None
+        body = compile(tree, script, "exec", dont_inherit=True)
+        trailing = None if last is None else compile(Expression(last.value), script, "eval", dont_inherit=True)
+        exec(body, main.__dict__)
+        value = None if trailing is None else eval(trailing, main.__dict__)
     except SystemExit:
         raise
     except BaseException as error:
@@ -71,6 +113,12 @@ def _sandpod_run():
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
         sys.exit(1)
+    if value is not None:
+        _sandpod_report(channel, identity, value)
+    try:
+        os.close(channel)
+    except OSError:
+        pass
 
 
 _sandpod_run()
@@ -121,6 +169,11 @@ func startWaiting(cfg Config, opts Options, argv []string) (*warmChild, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the release socket: %w", err)
 	}
+	// The runner's end goes through the poller, so closing it ends a pending read.
+	if err := syscall.SetNonblock(sockets[0], true); err != nil {
+		closeAll(os.NewFile(uintptr(sockets[0]), "release"), os.NewFile(uintptr(sockets[1]), "release-child"))
+		return nil, fmt.Errorf("creating the release socket: %w", err)
+	}
 	release, childRelease := os.NewFile(uintptr(sockets[0]), "release"), os.NewFile(uintptr(sockets[1]), "release-child")
 	defer childRelease.Close()
 	stdinRead, stdinWrite, err := os.Pipe()
@@ -161,14 +214,29 @@ func (c *warmChild) run(ctx context.Context, cfg Config, request runRequest, fra
 		argv = argv[1:]
 	}
 	c.spec.timeout = time.Duration(cfg.TimeoutSeconds) * time.Second
-	return runCaptured(cfg, frames, outputsDir(c.spec.dir), func(stdout, stderr io.Writer) processOutcome {
+	var reported *valueReader
+	result := runCaptured(cfg, frames, outputsDir(c.spec.dir), func(stdout, stderr io.Writer) processOutcome {
 		c.process.started = time.Now()
 		go feedStdin(c.stdin, request.Stdin)
-		// A child that died already shows in its outcome.
-		_, _ = io.WriteString(c.release, strings.Join(argv, "\x00"))
-		_ = c.release.Close()
+		reported = c.releaseWith(argv)
 		return c.process.finish(ctx, c.spec, stdout, stderr)
 	})
+	if reported != nil {
+		result.setValue(reported.value())
+	}
+	return result
+}
+
+// releaseWith gives the child its argv. The python bootstrap reports its
+// value on the same socket: the runner then only ends its writing, and reads.
+func (c *warmChild) releaseWith(argv []string) *valueReader {
+	// A child that died already shows in its outcome.
+	_, _ = io.WriteString(c.release, strings.Join(argv, "\x00"))
+	if c.python && shutdownWrite(c.release) == nil {
+		return readValue(c.release)
+	}
+	_ = c.release.Close()
+	return nil
 }
 
 // close kills the child if it was never released.
