@@ -33,7 +33,13 @@ RAN = {
 }
 # A program's fate, by a word in its source (the stand-in for the operator's verdicts).
 FATES: dict[str, dict[str, Any]] = {
-    "exit3": {"phase": "Failed", "reason": "NonZeroExit", "exitCode": 3, "stderr": "no\n"},
+    "exit3": {
+        "phase": "Failed",
+        "reason": "NonZeroExit",
+        "message": "exited 3",
+        "exitCode": 3,
+        "stderr": "no\n",
+    },
     "segv": {"phase": "Failed", "reason": "Signaled", "signal": 11},
     "fpe": {"phase": "Failed", "reason": "Signaled", "signal": 8},
     "abort": {"phase": "Failed", "reason": "Signaled", "signal": 6},
@@ -529,3 +535,17 @@ def test_a_callback_puts_the_result_to_a_host_the_platform_allows(tmp_path: Path
     assert body["token"] == str(submission.token)
     assert body["status"] == {"id": 3, "description": "Accepted"}
     assert base64.b64decode(body["stdout"]) == b"hi"
+
+
+def test_the_message_is_the_platforms_never_the_programs(
+    gateway: tuple[str, FakeExecutionService],
+) -> None:
+    """Judge0's message is the status's message: what the platform said (the REST
+    error_message may quote a Python traceback, the program's words)."""
+    created = httpx.post(
+        f"{gateway[0]}/submissions",
+        params={"wait": "true", "fields": "message,status_id,stderr"},
+        json={"source_code": "exit3()", "language_id": 71},
+        headers={"X-Auth-Token": KEY},
+    ).json()
+    assert created == {"message": "exited 3", "status_id": 11, "stderr": "no\n"}
