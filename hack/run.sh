@@ -10,6 +10,7 @@ RELEASE_NAMESPACE=sandpod-system
 TENANT=dev
 TENANT_NAMESPACE=sandpod-dev
 API_KEY_FILE=$STATE_DIR/api-key
+JUDGE0_ENV_FILE=$STATE_DIR/judge0.env
 HELM=$(component_dir helm "$HELM_VERSION")/helm
 IMAGE_ARCHIVES=${SANDPOD_IMAGE_CACHE:-$SANDPOD_CACHE/images}/out
 
@@ -23,6 +24,17 @@ development_api_key() {
     chmod 600 "$API_KEY_FILE"
   fi
   cat "$API_KEY_FILE"
+}
+
+# The environment of Judge0's official client (`judge0` on PyPI): its implicit client then talks
+# to the gateway's Judge0 API as the development tenant (docs/judge0.md).
+write_judge0_env() {
+  (
+    umask 077
+    # Single quotes: the shell (set -a; . judge0.env) and python-dotenv both take them off.
+    printf "JUDGE0_CE_ENDPOINT=http://%s/judge0\nJUDGE0_CE_AUTH_HEADERS='{\"X-Auth-Token\": \"%s\"}'\n" \
+      "$GATEWAY_ADDRESS" "$(development_api_key)" >"$JUDGE0_ENV_FILE"
+  )
 }
 
 install_chart() {
@@ -123,7 +135,8 @@ run_helm_test() {
 print_next_steps() {
   cat <<EOF
 
-sandpod is running. The development tenant's API key is in .cluster/api-key.
+sandpod is running. The development tenant's API key is in .cluster/api-key; the environment of
+Judge0's official client (judge0 on PyPI) is in .cluster/judge0.env.
   export KUBECONFIG=$KUBECONFIG_ADMIN PATH=$STATE_DIR/bin:\$PATH
   kubectl -n $TENANT_NAMESPACE apply -f examples/lint.yaml && kubectl -n $TENANT_NAMESPACE get cx
   curl -s $GATEWAY_ADDRESS/v1/executions -H "Authorization: Bearer \$(cat .cluster/api-key)" \\
@@ -132,6 +145,8 @@ sandpod is running. The development tenant's API key is in .cluster/api-key.
        -H 'Content-Type: application/json' -d '{"language": "bash", "code": "for i in 1 2 3; do echo \$i; sleep 1; done"}'
   curl -sN $GATEWAY_ADDRESS/v1/executions/<id from above>/stream -H "Authorization: Bearer \$(cat .cluster/api-key)"
   curl -s $GATEWAY_ADDRESS/v1/languages -H "Authorization: Bearer \$(cat .cluster/api-key)"
+  set -a && . .cluster/judge0.env && set +a && .venv/bin/python -c \
+       'import judge0; print(judge0.run(source_code="print(6 * 7)", language=judge0.PYTHON).stdout)'
   open http://$GATEWAY_ADDRESS/docs for the API, http://$GATEWAY_ADDRESS/mcp for MCP clients
 Stop everything: make down
 EOF
@@ -142,6 +157,7 @@ main() {
   install_chart
   wait_for_quotas
   serve_gateway
+  write_judge0_env
   run_with_kubectl
   run_through_gateway
   run_helm_test

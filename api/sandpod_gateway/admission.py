@@ -333,15 +333,15 @@ def unfinished_selector(tenant: str) -> str:
 
 
 async def check_concurrency(
-    service: ExecutionService, tenant: Tenant, settings: GatewaySettings
+    service: ExecutionService, tenant: Tenant, settings: GatewaySettings, wanted: int = 1
 ) -> None:
-    """429 with Retry-After when the tenant runs as many executions as it may. Counts from
-    metadata alone, and reads no more than the limit."""
+    """429 with Retry-After when the tenant cannot start `wanted` more executions: it runs as
+    many as it may. Counts from metadata alone, and reads no more than the limit."""
     limit = tenant.limits.max_concurrent
     unfinished = await service.list_metadata(
         tenant.namespace, label_selector=unfinished_selector(tenant.name), limit=limit
     )
-    if len(unfinished) >= limit:
+    if len(unfinished) + wanted > limit:
         retry_after = retry_after_seconds(
             unfinished,
             datetime.now(UTC),
@@ -351,7 +351,9 @@ async def check_concurrency(
         raise GatewayError(
             429,
             "concurrency_limit",
-            f"{limit} executions are already running; this tenant may run {limit} at once.",
+            f"{len(unfinished)} executions are already running"
+            + (f" and {wanted} more were asked for" if wanted > 1 else "")
+            + f"; this tenant may run {limit} at once.",
             [ErrorDetail(message="too many running", type="max_concurrent", limit=limit)],
             headers={"Retry-After": str(retry_after)},
         )

@@ -2,7 +2,7 @@
 app.dependency_overrides (get_key_store, get_execution_service, get_session_service,
 get_direct_runner)."""
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
@@ -13,6 +13,7 @@ from sandpod_gateway.auth import ApiKeyStore, KeyStoreUnavailable, Tenant
 from sandpod_gateway.direct_runs import DirectRunner
 from sandpod_gateway.errors import GatewayError
 from sandpod_gateway.executions import ExecutionContext
+from sandpod_gateway.judge0_callbacks import Judge0Callbacks
 from sandpod_gateway.languages import LanguageCatalog
 from sandpod_gateway.metrics import GatewayMetrics
 from sandpod_gateway.service import ExecutionService, SessionService
@@ -39,6 +40,7 @@ get_execution_service: Callable[[Request], ExecutionService] = _from_app_state("
 get_session_service: Callable[[Request], SessionService] = _from_app_state("session_service")
 get_direct_runner: Callable[[Request], DirectRunner | None] = _from_app_state("direct_runner")
 get_known_sessions: Callable[[Request], KnownSessions] = _from_app_state("known_sessions")
+get_judge0_callbacks: Callable[[Request], Judge0Callbacks] = _from_app_state("judge0_callbacks")
 
 
 SettingsDep = Annotated[GatewaySettings, Depends(get_settings)]
@@ -50,6 +52,7 @@ ExecutionServiceDep = Annotated[ExecutionService, Depends(get_execution_service)
 SessionServiceDep = Annotated[SessionService, Depends(get_session_service)]
 DirectRunnerDep = Annotated[DirectRunner | None, Depends(get_direct_runner)]
 KnownSessionsDep = Annotated[KnownSessions, Depends(get_known_sessions)]
+Judge0CallbacksDep = Annotated[Judge0Callbacks, Depends(get_judge0_callbacks)]
 
 bearer_scheme = HTTPBearer(
     auto_error=False,
@@ -58,24 +61,20 @@ bearer_scheme = HTTPBearer(
 )
 
 
-async def get_current_tenant(
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
-    key_store: KeyStoreDep,
-    settings: SettingsDep,
-    admission: AdmissionDep,
+async def authenticate(
+    key: str | None,
+    key_store: ApiKeyStore,
+    settings: GatewaySettings,
+    admission: AdmissionControl,
+    how: str = "Authorization: Bearer <key>",
 ) -> Tenant:
-    """The caller's tenant (401 without a known key), and the request counted against the
-    tenant's rate (429 rate_limited beyond it)."""
+    """The tenant of API key `key` (401 without a known key; `how` tells how to send one), and
+    the request counted against the tenant's rate (429 rate_limited beyond it)."""
     challenge = {"WWW-Authenticate": "Bearer"}
-    if credentials is None:
-        raise GatewayError(
-            401,
-            "unauthorized",
-            "Missing API key: send Authorization: Bearer <key>",
-            headers=challenge,
-        )
+    if key is None:
+        raise GatewayError(401, "unauthorized", f"Missing API key: send {how}", headers=challenge)
     try:
-        tenant = await key_store.authenticate(credentials.credentials)
+        tenant = await key_store.authenticate(key)
     except KeyStoreUnavailable as exc:
         raise GatewayError(
             503,
@@ -89,18 +88,40 @@ async def get_current_tenant(
     return tenant
 
 
+async def get_current_tenant(
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+    key_store: KeyStoreDep,
+    settings: SettingsDep,
+    admission: AdmissionDep,
+) -> Tenant:
+    """The caller's tenant, by its bearer key."""
+    key = credentials.credentials if credentials is not None else None
+    return await authenticate(key, key_store, settings, admission)
+
+
 CurrentTenant = Annotated[Tenant, Depends(get_current_tenant)]
 
 
-def get_execution_context(
-    tenant: CurrentTenant,
-    executions: ExecutionServiceDep,
-    catalog: CatalogDep,
-    settings: SettingsDep,
-    admission: AdmissionDep,
-    direct: DirectRunnerDep,
-) -> ExecutionContext:
-    return ExecutionContext(tenant, executions, catalog, settings, admission, direct)
+def execution_context_of(
+    tenant_dependency: Callable[..., Awaitable[Tenant]],
+) -> Callable[..., ExecutionContext]:
+    """The dependency of the execution use cases' context, the tenant found by
+    `tenant_dependency` (an API family authenticates its own way)."""
+
+    def get_context(
+        tenant: Annotated[Tenant, Depends(tenant_dependency)],
+        executions: ExecutionServiceDep,
+        catalog: CatalogDep,
+        settings: SettingsDep,
+        admission: AdmissionDep,
+        direct: DirectRunnerDep,
+    ) -> ExecutionContext:
+        return ExecutionContext(tenant, executions, catalog, settings, admission, direct)
+
+    return get_context
+
+
+get_execution_context = execution_context_of(get_current_tenant)
 
 
 ExecutionContextDep = Annotated[ExecutionContext, Depends(get_execution_context)]

@@ -6,6 +6,7 @@ handlers (errors.py).
 """
 
 import hashlib
+from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Protocol
@@ -57,6 +58,7 @@ class Lister(Protocol):
 class CreateOutcome:
     result: ExecutionResult
     created: bool
+    resource: Resource
 
 
 @dataclass(frozen=True)
@@ -79,16 +81,27 @@ async def create_execution(
     idempotency_key: str | None,
     wait: bool,
     session: str | None = None,
+    name: str | None = None,
+    annotations: Mapping[str, str] | None = None,
 ) -> CreateOutcome:
     """Create (or replay) an execution, in `session` when given, and wait for it if asked.
-    A one-off run that waits tries a ready pool sandbox through the direct path first."""
+    A one-off run that waits tries a ready pool sandbox through the direct path first.
+    `name` and `annotations`: a compatibility API's own identity for it (a Judge0 token) and
+    what that API keeps on it."""
     tenant, service, settings, admission = ctx.tenant, ctx.executions, ctx.settings, ctx.admission
     if ctx.direct is not None and wait and session is None and request.mode == "run":
-        outcome = await run_directly(request, ctx, ctx.direct, idempotency_key=idempotency_key)
+        outcome = await run_directly(
+            request,
+            ctx,
+            ctx.direct,
+            idempotency_key=idempotency_key,
+            name=name,
+            annotations=annotations,
+        )
         if outcome is not None:
             return outcome
     check_request(request, tenant, ctx.catalog, settings)
-    name = execution_name(tenant.name, idempotency_key)
+    name = name or execution_name(tenant.name, idempotency_key)
     fingerprint = request_fingerprint(request, session)
     # A waiting request holds a wait slot from the start: refused replays cost no API call.
     slot: AbstractContextManager[None] = (
@@ -101,26 +114,22 @@ async def create_execution(
                 resource = await replay(service.get, tenant, name, fingerprint)
             created = resource is None
             if resource is None:
-                resource, created = await _admit(request, name, ctx, fingerprint, session)
+                manifest = _manifest(request, name, ctx, session, annotations)
+                resource, created = await _admit(manifest, name, ctx, fingerprint)
             if wait:
                 resource = await finished(resource, tenant.namespace, service, settings)
         except ExecutionNotFound as exc:
             raise GatewayError(
                 409, "execution_deleted", f"Execution {name!r} was deleted while in use"
             ) from exc
-    return CreateOutcome(await result_with_files(resource, tenant, service), created)
+    return CreateOutcome(await result_with_files(resource, tenant, service), created, resource)
 
 
 async def _admit(
-    request: CreateExecutionRequest,
-    name: str,
-    ctx: ExecutionContext,
-    fingerprint: str,
-    session: str | None,
+    manifest: Resource, name: str, ctx: ExecutionContext, fingerprint: str
 ) -> tuple[Resource, bool]:
     """Create the execution if the tenant may run another: (the execution, created?)."""
     tenant, service, settings, admission = ctx.tenant, ctx.executions, ctx.settings, ctx.admission
-    manifest = _manifest(request, name, ctx, session)
     async with admission.admitting(tenant.name):
         await check_concurrency(service, tenant, settings)
         try:
@@ -141,13 +150,14 @@ def _manifest(
     name: str,
     ctx: ExecutionContext,
     session: str | None,
+    annotations: Mapping[str, str] | None = None,
 ) -> Resource:
     tenant, settings = ctx.tenant, ctx.settings
     limits = resolved_limits(request, tenant, settings)
     language = ctx.catalog.get(request.language)
     # The tenant's lint rules, for a linter that takes rules.
     takes_rules = language is not None and language.lint_rules is not None
-    return build_code_execution(
+    manifest = build_code_execution(
         name=name,
         tenant=tenant.name,
         request=request,
@@ -158,6 +168,8 @@ def _manifest(
         session=session,
         lint=tenant.lint if request.mode == "lint" and takes_rules else None,
     )
+    manifest["metadata"]["annotations"].update(annotations or {})
+    return manifest
 
 
 async def run_directly(
@@ -167,6 +179,8 @@ async def run_directly(
     *,
     session: str | None = None,
     idempotency_key: str | None,
+    name: str | None = None,
+    annotations: Mapping[str, str] | None = None,
 ) -> CreateOutcome | None:
     """A run in a live session, or in a ready sandbox of a pool, through the direct path
     (direct_runs.py): answered by its runner, recorded behind. A retry with the same
@@ -174,20 +188,21 @@ async def run_directly(
     session is starting, no pool sandbox fits or is free): the caller takes the record path."""
     tenant, service, settings = ctx.tenant, ctx.executions, ctx.settings
     check_request(request, tenant, ctx.catalog, settings)
-    name = execution_name(tenant.name, idempotency_key)
+    name = name or execution_name(tenant.name, idempotency_key)
     if idempotency_key is not None:
         fingerprint = request_fingerprint(request, session)
         existing = await replay(service.get, tenant, name, fingerprint)
         if existing is not None:
             resource = await finished(existing, tenant.namespace, service, settings)
-            return CreateOutcome(await result_with_files(resource, tenant, service), False)
-    manifest = _manifest(request, name, ctx, session)
+            result = await result_with_files(resource, tenant, service)
+            return CreateOutcome(result, False, resource)
+    manifest = _manifest(request, name, ctx, session, annotations)
     timeout = int((manifest.get("spec") or {}).get("timeoutSeconds") or 0)
     try:
         record = await runner.run(tenant.namespace, manifest, timeout)
     except NotServingNow:
         return None
-    return CreateOutcome(await result_with_files(record, tenant, service), True)
+    return CreateOutcome(await result_with_files(record, tenant, service), True, record)
 
 
 def refused_by_cluster(exc: ExecutionRejected, what: str) -> GatewayError:

@@ -14,12 +14,22 @@ from sandpod_gateway.body_limit import BodySizeLimitMiddleware
 from sandpod_gateway.direct_runs import OperatorDirectRunner
 from sandpod_gateway.docs import install_docs
 from sandpod_gateway.errors import install_error_handlers
+from sandpod_gateway.judge0_callbacks import Judge0Callbacks
 from sandpod_gateway.kube_service import KubernetesExecutionService, KubernetesSessionService
 from sandpod_gateway.languages import load_language_catalog
 from sandpod_gateway.mcp_server import build_mcp_server, new_session_manager
 from sandpod_gateway.metrics import GatewayMetrics, MetricsMiddleware
 from sandpod_gateway.pad import PAD_DIR, install_pad
-from sandpod_gateway.routers import executions, health, languages, mcp, sessions, tenant, tools
+from sandpod_gateway.routers import (
+    executions,
+    health,
+    judge0,
+    languages,
+    mcp,
+    sessions,
+    tenant,
+    tools,
+)
 from sandpod_gateway.security_headers import SecurityHeadersMiddleware
 from sandpod_gateway.sessions import KnownSessions
 from sandpod_gateway.settings import GatewaySettings
@@ -62,6 +72,7 @@ def create_app(settings: GatewaySettings | None = None, pad_dir: Path = PAD_DIR)
             async with app.state.mcp_sessions.run():
                 yield
         finally:
+            await app.state.judge0_callbacks.close()
             if app.state.direct_runner is not None:
                 await app.state.direct_runner.close()
             await api_client.close()
@@ -81,12 +92,13 @@ def create_app(settings: GatewaySettings | None = None, pad_dir: Path = PAD_DIR)
     app.state.admission = AdmissionControl()
     app.state.known_sessions = KnownSessions()
     app.state.direct_runner = None
+    app.state.judge0_callbacks = Judge0Callbacks()
     install_error_handlers(app)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     # Outermost: every answer carries the headers, the 413s of the body limit included.
     app.add_middleware(SecurityHeadersMiddleware)
-    for module in (executions, sessions, languages, tenant, tools, health, mcp):
+    for module in (executions, sessions, languages, tenant, tools, health, mcp, judge0):
         app.include_router(module.router)
     install_pad(app, pad_dir)
     install_docs(app)

@@ -307,6 +307,7 @@ def execution_result(
         exit_code=st.exit_code,
         signal=st.signal,
         execution_time_ms=st.duration_ms,
+        peak_memory_bytes=st.peak_memory_bytes,
         error_message=error_message(
             status, st, spec.get("timeoutSeconds"), str(spec.get("language", ""))
         ),

@@ -323,6 +323,11 @@ class ExecutionResult(BaseModel):
     exit_code: int | None = None
     signal: int | None = None
     execution_time_ms: int | None = None
+    peak_memory_bytes: int | None = Field(
+        default=None,
+        description="The program's peak resident memory in bytes, as the sandbox's runner "
+        "measured it",
+    )
     error_message: str | None = Field(
         default=None,
         description="What went wrong, in the platform's words. A Python program that exited "

@@ -88,6 +88,12 @@ class GatewaySettings(BaseSettings):
         description="Bytes of one pod's log a stream reads at most (the rest of the output "
         "is in the result).",
     )
+    judge0_callback_hosts: list[str] = Field(
+        default_factory=list,
+        description="Hosts (name, or name:port) a Judge0 submission's callback_url may name; "
+        "the gateway PUTs the result there when the submission is done. Empty: callback_url "
+        "is refused.",
+    )
     mcp_allowed_hosts: list[str] = Field(
         default_factory=list,
         description="Host headers the MCP endpoint accepts (DNS-rebinding protection); "

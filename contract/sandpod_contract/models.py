@@ -583,6 +583,12 @@ class CodeExecutionStatus(_Model):
     duration_ms: int | None = Field(
         default=None, description="Wall-clock run time of the program in milliseconds."
     )
+    peak_memory_bytes: int | None = Field(
+        default=None,
+        ge=0,
+        description="The program's peak resident memory (the largest maxrss the runner saw "
+        "among its processes), in bytes.",
+    )
     pod_name: str | None = Field(default=None, description="Name of the sandbox pod.")
     egress_blocked: list[BlockedEgress] | None = Field(
         default=None,

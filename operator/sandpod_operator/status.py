@@ -86,6 +86,7 @@ class Verdict:
     exit_code: int | None = None
     signal: int | None = None
     duration_ms: int | None = None
+    peak_memory_bytes: int | None = None
     stdout: str | None = None
     stderr: str | None = None
     stdout_truncated: bool | None = None
@@ -360,6 +361,7 @@ def _reported_fields(result: RunnerResult) -> dict[str, Any]:
         "exit_code": result.exit_code,
         "signal": result.signal,
         "duration_ms": result.duration_ms,
+        "peak_memory_bytes": result.peak_memory_bytes,
         "reported_by": "sessionKernel" if result.kernel else "runner",
     }
 
@@ -860,6 +862,7 @@ def next_status(
         started_at=started_at,
         finished_at=verdict.finished_at,
         duration_ms=verdict.duration_ms,
+        peak_memory_bytes=verdict.peak_memory_bytes,
         pod_name=pod_name,
         start_mode=verdict.start_mode or previous.get("startMode"),
         wait_ms=verdict.wait_ms if verdict.wait_ms is not None else previous.get("waitMs"),

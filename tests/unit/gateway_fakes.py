@@ -5,14 +5,16 @@
 import copy
 import itertools
 import json
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx2
+import uvicorn
 from fastapi import FastAPI
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -38,6 +40,8 @@ from sandpod_gateway.service import (
     SessionNotFound,
 )
 from sandpod_gateway.settings import GatewaySettings
+from sandpod_testkit.processes import free_port, http_ok
+from sandpod_testkit.waiting import wait_until
 
 Resource = dict[str, Any]
 
@@ -309,6 +313,23 @@ async def http_client(app: FastAPI, key: str | None) -> AsyncIterator[httpx2.Asy
         ) as client,
     ):
         yield client
+
+
+@contextmanager
+def served(app: FastAPI) -> Iterator[str]:
+    """`app` served by uvicorn in a thread on a port of its own, for clients that speak real
+    HTTP (a browser, an official SDK): its URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="gateway", daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: http_ok(f"{url}/healthz"), timeout=30, what="the gateway's /healthz")
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
 
 
 def parse_sse(text: str) -> list[tuple[str, Any]]:

@@ -132,6 +132,7 @@ EVERY_GATEWAY_SETTING: dict[str, Any] = {
     "maxLogFollows": 50,
     "maxLogFollowBytes": 1048576,
     "mcpAllowedHosts": ["sandpod.example"],
+    "judge0CallbackHosts": ["lms.example", "grader.example:8443"],
 }
 CI_KEY_DIGEST = hashlib.sha256(b"sk-ci-a").hexdigest()
 CI_B_KEY_DIGEST = hashlib.sha256(b"sk-ci-b").hexdigest()

@@ -257,6 +257,7 @@ def test_success_with_output(settings: OperatorSettings) -> None:
     assert verdict.stdout == "4\n" and verdict.stderr == ""
     assert verdict.stdout_truncated is False
     assert verdict.duration_ms == 40
+    assert verdict.peak_memory_bytes == 12_000_000  # the runner's measure of the program
     assert verdict.reported_by == "runner"
     assert verdict.started_at == CREATED + timedelta(seconds=2)
     assert verdict.finished_at == CREATED + timedelta(seconds=3)

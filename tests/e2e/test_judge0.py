@@ -1,0 +1,200 @@
+"""Judge0 CE's API end to end, spoken by its official client (`judge0` from PyPI, pinned,
+unchanged) to the chart's gateway: every submission a CodeExecution run by the operator in a
+gVisor sandbox, every verdict Judge0's.
+
+SANDPOD_E2E_JUDGE0_GATEWAY=local serves the same tests from a gateway process of this tree
+(tenants read from the release's keys Secret), for a cluster whose gateway image predates the
+Judge0 API.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import judge0
+import pytest
+from chart_release import ChartRelease, DeployedGateway
+from kubernetes import client
+from sandpod_testkit.components import GatewayProcess
+from sandpod_testkit.kube import GROUP, PLURAL, VERSION
+from sandpod_testkit.waiting import wait_until
+
+SEGFAULT = "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n"
+FLOATING_POINT = "import os, signal\nos.kill(os.getpid(), signal.SIGFPE)\n"
+ABORT = "import os\nos.abort()\n"
+
+
+@pytest.fixture(scope="module")
+def judge0_gateway(
+    gateway: DeployedGateway,
+    sandpod_release: ChartRelease,
+    kubeconfig_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[str]:
+    """The URL of the gateway's Judge0 API: the chart's gateway, or (see above) this tree's."""
+    if os.environ.get("SANDPOD_E2E_JUDGE0_GATEWAY") != "local":
+        yield f"{gateway.url}/judge0"
+        return
+    process = GatewayProcess(
+        kubeconfig=kubeconfig_path,
+        keys_namespace=sandpod_release.namespace,
+        keys_secret=f"{sandpod_release.name}-api-keys",
+        log_path=tmp_path_factory.mktemp("judge0-gateway") / "gateway.log",
+        settings={"SANDPOD_GATEWAY_API_KEYS_REFRESH_SECONDS": "1"},
+    )
+    process.start()
+    try:
+        yield f"{process.url}/judge0"
+    finally:
+        process.stop()
+
+
+def add_tenant(gateway: DeployedGateway, judge0_gateway: str, name: str, namespace: str) -> str:
+    """A tenant whose queue holds a class's batch: its key, once the Judge0 API accepts it."""
+    key = gateway.add_tenant(name, namespace, maxTimeoutSeconds=30, maxConcurrent=20)
+    wait_until(
+        lambda: httpx.get(f"{judge0_gateway}/about", headers={"X-Auth-Token": key}).is_success,
+        timeout=60,
+        what=f"{judge0_gateway} to accept the key of tenant {name}",
+    )
+    return key
+
+
+@pytest.fixture
+def key(gateway: DeployedGateway, judge0_gateway: str, namespace: str) -> str:
+    return add_tenant(gateway, judge0_gateway, namespace, namespace)
+
+
+@pytest.fixture
+def client_of(judge0_gateway: str, key: str) -> judge0.Client:
+    return judge0.Client(endpoint=judge0_gateway, headers={"X-Auth-Token": key})
+
+
+def test_test_cases_get_accepted_and_wrong_answer(client_of: judge0.Client) -> None:
+    submissions = judge0.run(
+        client=client_of,
+        source_code="a, b = map(int, input().split())\nprint(a + b)\n",
+        language=judge0.PYTHON,
+        test_cases=[("2 2\n", "4"), ("2 3\n", "6"), ("1 1\n", "2\n\n")],
+    )
+    assert [s.status for s in submissions] == [
+        judge0.Status.ACCEPTED,
+        judge0.Status.WRONG_ANSWER,
+        judge0.Status.ACCEPTED,
+    ], [(s.status, s.stdout, s.stderr, s.message) for s in submissions]
+    assert [s.stdout for s in submissions] == ["4\n", "5\n", "2\n"]
+    assert all(s.time is not None and s.time > 0 for s in submissions)
+    if os.environ.get("SANDPOD_E2E_JUDGE0_GATEWAY") != "local":
+        # The chart's operator (of this tree) writes the runner's peak memory.
+        assert all(s.memory is not None and s.memory > 1000 for s in submissions)
+
+
+def test_every_runtime_verdict_from_the_sandbox(client_of: judge0.Client) -> None:
+    cases = {
+        "nzec": (judge0.PYTHON, "import sys\nsys.exit(3)\n", {}),
+        "segv": (judge0.PYTHON, SEGFAULT, {}),
+        "fpe": (judge0.PYTHON, FLOATING_POINT, {}),
+        "abort": (judge0.PYTHON, ABORT, {}),
+        "killed": (judge0.BASH, "kill -9 $$\n", {}),
+        "tle": (judge0.BASH, "sleep 60\n", {"cpu_time_limit": 2, "wall_time_limit": 3}),
+        "xfsz": (judge0.PYTHON, "print('y' * 5000)\n", {"max_file_size": 1}),
+        "ce": (judge0.GO, "package main\nfunc main() { x }\n", {}),
+    }
+    submissions = judge0.run(
+        client=client_of,
+        submissions=[
+            judge0.Submission(source_code=source, language=language, **limits)
+            for language, source, limits in cases.values()
+        ],
+    )
+    seen = dict(zip(cases, submissions, strict=True))
+    verdicts = {name: s.status for name, s in seen.items()}
+    assert verdicts == {
+        "nzec": judge0.Status.RUNTIME_ERROR_NZEC,
+        "segv": judge0.Status.RUNTIME_ERROR_SIGSEGV,
+        "fpe": judge0.Status.RUNTIME_ERROR_SIGFPE,
+        "abort": judge0.Status.RUNTIME_ERROR_SIGABRT,
+        "killed": judge0.Status.RUNTIME_ERROR_OTHER,
+        "tle": judge0.Status.TIME_LIMIT_EXCEEDED,
+        "xfsz": judge0.Status.RUNTIME_ERROR_SIGXFSZ,
+        "ce": judge0.Status.COMPILATION_ERROR,
+    }, {name: (s.status, s.message, s.stderr) for name, s in seen.items()}
+    assert (seen["nzec"].exit_code, seen["nzec"].exit_signal) == (3, None)
+    assert [seen[name].exit_signal for name in ("segv", "fpe", "abort", "killed")] == [11, 8, 6, 9]
+    assert "x" in (seen["ce"].compile_output or "")
+    assert seen["ce"].stdout is None
+
+
+def test_text_arguments_and_additional_files_reach_the_program(client_of: judge0.Client) -> None:
+    files = judge0.Filesystem(
+        content=[
+            judge0.File(name="helper.py", content="GREETING = 'héllo'\n"),
+            judge0.File(name="data/input.txt", content="from a file\n"),
+        ]
+    )
+    submission = judge0.run(
+        client=client_of,
+        source_code=(
+            "import sys\nfrom helper import GREETING\n"
+            "print(GREETING, sys.argv[1:], input(), open('data/input.txt').read().strip())\n"
+        ),
+        language=judge0.PYTHON,
+        stdin="ünïcode\n",
+        command_line_arguments="one 'two words'",
+        additional_files=files,
+    )
+    assert submission.status == judge0.Status.ACCEPTED, (submission.stderr, submission.message)
+    assert submission.stdout == "héllo ['one', 'two words'] ünïcode from a file\n"
+
+
+def test_each_submission_is_a_code_execution_of_its_tenant_only(
+    client_of: judge0.Client,
+    judge0_gateway: str,
+    gateway: DeployedGateway,
+    namespace: str,
+    custom_objects: client.CustomObjectsApi,
+) -> None:
+    submission = judge0.run(client=client_of, source_code="print(1)", language=judge0.PYTHON)
+    token = str(submission.token)
+    execution: Any = custom_objects.get_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, token
+    )
+    assert execution["status"]["phase"] == "Succeeded"
+    # Another tenant (the same namespace, even) gets no answer about it.
+    other = add_tenant(gateway, judge0_gateway, f"{namespace[:50]}-b", namespace)
+    answer = httpx.get(f"{judge0_gateway}/submissions/{token}", headers={"X-Auth-Token": other})
+    assert answer.status_code == 404
+    batch = httpx.get(
+        f"{judge0_gateway}/submissions/batch",
+        params={"tokens": token},
+        headers={"X-Auth-Token": other},
+    )
+    assert batch.json() == {"submissions": [None]}
+
+
+def test_the_implicit_client_reads_its_endpoint_and_key_from_the_environment(
+    judge0_gateway: str, key: str
+) -> None:
+    """As with make run's .cluster/judge0.env: nothing but the environment changes."""
+    env = {
+        **os.environ,
+        "JUDGE0_CE_ENDPOINT": judge0_gateway,
+        "JUDGE0_CE_AUTH_HEADERS": json.dumps({"X-Auth-Token": key}),
+    }
+    program = (
+        "import judge0\n"
+        "s = judge0.run(source_code='print(6 * 7)', language=judge0.PYTHON)\n"
+        "print(s.status.name, s.stdout.strip())\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["ACCEPTED", "42"]
