@@ -116,7 +116,7 @@ func TestMonoBuildsWhatMainWrites(t *testing.T) {
 			if status := Main("main.cs", "out.cs", os.Stderr); status != 0 {
 				t.Fatalf("Main: %d", status)
 			}
-			built, err := exec.Command("mcs", "-nologo", "-out:main.exe", "out.cs").CombinedOutput()
+			built, err := exec.Command("mcs", "-nologo", "-langversion:7.2", "-out:main.exe", "out.cs").CombinedOutput()
 			if c.compileOutput != "" {
 				if err == nil || !strings.Contains(string(built), c.compileOutput) {
 					t.Fatalf("want %q from mcs, got %v:\n%s", c.compileOutput, err, built)
