@@ -49,6 +49,7 @@ lint: venv
 # runs last, on its own, once that release is gone.
 test: lint cluster-up images
 	hack/web/build.sh --chromium
+	hack/mono.sh
 	cd images/runner && go test -count=1 ./...
 	$(VENV)/bin/pytest -rs tests/unit tests/integration tests/e2e tests/hostile
 	$(VENV)/bin/pytest -rs tests/lifecycle
@@ -61,10 +62,11 @@ run: venv cluster-up images
 # Stops what `make run` (or `make cluster-up`) started.
 down: cluster-down
 
-# Only what needs no cluster (Helm is built for the chart's checks; Debian's Chromium is
-# installed if missing, for the browser test of /docs).
+# Only what needs no cluster (Helm is built for the chart's checks; Debian's Chromium and Mono
+# are installed if missing, for the browser test of /docs and the runner's C# tests).
 test-unit: venv cluster-build
 	hack/web/chromium.sh
+	hack/mono.sh
 	cd images/runner && go test -count=1 ./...
 	$(VENV)/bin/pytest -rs tests/unit
 

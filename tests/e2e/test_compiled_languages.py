@@ -1,6 +1,7 @@
 """Compiled languages (go, csharp) end to end on the cluster, with the real images: hello
-world and a compile error, through kubectl and through the gateway; the gateway's language
-list and tool enum name them.
+world and a compile error, through kubectl and through the gateway; Go's newer library and
+language; C# written as top-level statements; the gateway's language list and tool enum name
+them.
 """
 
 from __future__ import annotations
@@ -89,6 +90,55 @@ def test_a_compile_error_through_kubectl(
     assert "exitCode" not in st
     assert st["stdout"] == "" and st["stderr"] == ""
     assert st["retryable"] is False
+
+
+# Go 1.21's slices and min, 1.22's range over an int and per-iteration loop variables.
+MODERN_GO = (
+    'package main\n\nimport (\n\t"fmt"\n\t"slices"\n)\n\nfunc main() {\n'
+    "\tvar got []func() int\n"
+    "\tfor i := range 3 {\n\t\tgot = append(got, func() int { return i })\n\t}\n"
+    "\tfmt.Println(slices.Max([]int{3, 9, 4}), min(2, 1), got[0](), got[2]())\n}\n"
+)
+
+
+def test_go_has_a_current_library_and_language(
+    kubeconfig_path: Path, custom_objects: client.CustomObjectsApi, namespace: str
+) -> None:
+    st = kubectl_run(kubeconfig_path, custom_objects, namespace, "modern", "go", MODERN_GO)
+    assert (st["phase"], st["exitCode"]) == ("Succeeded", 0), st
+    assert st["stdout"] == "9 1 0 2\n"
+
+
+# What a "Run C#" pad receives: no class, no Main, no usings for System or LINQ; a function
+# and a type after the statements; the program's exit code from a top-level return.
+TOP_LEVEL_CSHARP = (
+    "using System.Text;\n\n"
+    "var words = new StringBuilder();\n"
+    'foreach (var word in new List<string> { "top", "level" }.Select(Shout)) words.Append(word);\n'
+    'Console.WriteLine($"{words} {new Point { X = 3 }.X}");\n'
+    "return 3;\n\n"
+    'static string Shout(string word) => word.ToUpper() + "!";\n\n'
+    "class Point { public int X; }\n"
+)
+# A type error on line 2, column 9: the compiler names the user's file, line and column.
+TOP_LEVEL_CSHARP_BROKEN = 'Console.WriteLine("never");\nint n = "seven";\n'
+
+
+def test_csharp_top_level_statements(
+    kubeconfig_path: Path, custom_objects: client.CustomObjectsApi, namespace: str
+) -> None:
+    ran = kubectl_run(
+        kubeconfig_path, custom_objects, namespace, "top-level", "csharp", TOP_LEVEL_CSHARP
+    )
+    broken = kubectl_run(
+        kubeconfig_path, custom_objects, namespace, "top-broken", "csharp", TOP_LEVEL_CSHARP_BROKEN
+    )
+
+    assert (ran["phase"], ran["reason"], ran["exitCode"]) == ("Failed", "NonZeroExit", 3), ran
+    assert ran["stdout"] == "TOP!LEVEL! 3\n"
+    assert ran["compileOutput"] == ""
+    assert (broken["phase"], broken["reason"]) == ("Failed", "CompilationError"), broken
+    assert "main.cs(2,9): error CS0029" in broken["compileOutput"]
 
 
 @pytest.fixture

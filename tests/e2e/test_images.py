@@ -45,14 +45,20 @@ class Language:
     env: dict[str, str]
 
 
-PYTHON_ENV = {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
-LANGUAGES = {
-    "python": Language("python", "main.py", ["python3", "main.py"], PYTHON_ENV),
-    "javascript": Language("node", "main.js", ["node", "main.js"], {}),
-    "typescript": Language("node", "main.ts", ["tsx", "main.ts"], {}),
-    "bash": Language("bash", "main.sh", ["bash", "main.sh"], {}),
-}
-LINT_COMMAND = ["ruff", "check", "--output-format=json", "--no-cache", "--isolated", "main.py"]
+CATALOG = load_catalog()
+
+
+def catalog_language(name: str) -> Language:
+    """How the catalog runs `name`, with its image's short name."""
+    entry = CATALOG.languages[name]
+    image = entry.image.removeprefix("localhost/sandpod/").partition(":")[0]
+    return Language(image, entry.file, entry.command, entry.env)
+
+
+# The interpreted languages (go and csharp need a compile step: test_compiled_languages.py).
+INTERPRETED = ("python", "javascript", "typescript", "bash")
+LANGUAGES = {name: catalog_language(name) for name in INTERPRETED}
+LINT_COMMAND = CATALOG.languages["python"].lint_command
 
 HELLO_PROGRAMS = {
     "python": 'import sys\nprint("hello from python")\n'

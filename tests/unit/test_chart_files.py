@@ -58,7 +58,7 @@ def test_the_chart_catalog_is_the_contracts_with_short_image_names() -> None:
     [
         ("files/non-public-ranges.yaml", lambda text: text.replace('"10.0.0.0/8"', '"10.0.0.0/9"')),
         ("values.yaml", lambda text: text.replace("image: python\n", "image: python3\n")),
-        ("values.yaml", lambda text: text.replace('      version: "18"\n', "")),
+        ("values.yaml", lambda text: text.replace('      version: "24"\n', "")),
     ],
 )
 def test_check_names_a_drifted_file_and_generating_repairs_it(

@@ -109,7 +109,7 @@ def test_config_json_carries_the_compile_step_in_run_mode(settings: OperatorSett
     spec = CodeExecutionSpec(language="go", source="package main\nfunc main() {}\n")
     config = build_runner_config(spec, plan_execution(spec, CATALOG, settings), settings)
     assert config["compileCommand"][:2] == ["sh", "-c"]
-    assert "go tool compile" in config["compileCommand"][2]
+    assert "/compile -p main" in config["compileCommand"][2]
     assert config["command"] == ["./main"]
     python = CodeExecutionSpec(language="python", source="print(1)")
     assert "compileCommand" not in build_runner_config(

@@ -16,7 +16,9 @@ def test_default_catalog_has_the_four_languages() -> None:
     assert python.file == "main.py"
     assert python.command == ["python3", "main.py"]
     assert python.lint_command is not None and python.lint_command[:2] == ["ruff", "check"]
-    assert catalog.languages["typescript"].command == ["tsx", "main.ts"]
+    typescript = catalog.languages["typescript"]
+    assert typescript.command[0] == "node" and typescript.command[-1] == "main.ts"
+    assert typescript.lint_command is not None and typescript.lint_command[-1] == "main.ts"
     assert catalog.languages["bash"].lint_command is None
 
 
