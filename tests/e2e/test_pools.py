@@ -82,6 +82,23 @@ def pods_in_state(core: client.CoreV1Api, namespace: str, pool: str, state: str)
     return [pod for pod in pods if pod.metadata.deletion_timestamp is None]
 
 
+def python_pool(objects: client.CustomObjectsApi, namespace: str, size: int) -> None:
+    """A SandboxPool `py` of `size` Python sandboxes, once they are all ready."""
+    pool = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "SandboxPool",
+        "metadata": {"name": "py"},
+        "spec": {"language": "python", "size": size},
+    }
+    objects.create_namespaced_custom_object(GROUP, VERSION, namespace, POOL_PLURAL, pool)
+    wait_until(
+        lambda: pool_counts(objects, namespace, "py") == (size, size),
+        timeout=FILL_TIMEOUT,
+        what=f"the pool to have {size} ready pods",
+        interval=0.5,
+    )
+
+
 def claim(core: client.CoreV1Api, pod: Any) -> None:
     """What an execution's claim does: one patch, at the pod's resourceVersion, that marks it
     claimed and moves its ownership away from the pool."""
@@ -105,21 +122,7 @@ def test_a_pool_fills_and_refills_after_a_claim(
     custom_objects: client.CustomObjectsApi,
     kubeconfig_path: Path,
 ) -> None:
-    pool = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "SandboxPool",
-        "metadata": {"name": "py"},
-        "spec": {"language": "python", "size": 2},
-    }
-    custom_objects.create_namespaced_custom_object(
-        GROUP, VERSION, pool_namespace, POOL_PLURAL, pool
-    )
-    wait_until(
-        lambda: pool_counts(custom_objects, pool_namespace, "py") == (2, 2),
-        timeout=FILL_TIMEOUT,
-        what="the pool to have 2 ready pods",
-        interval=0.5,
-    )
+    python_pool(custom_objects, pool_namespace, 2)
     shown = kubectl(kubeconfig_path, "get", "sbp", "py", "-n", pool_namespace, "--no-headers")
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.split()[:5] == ["py", "python", "2", "2", "2"]
@@ -150,21 +153,7 @@ def test_a_waiting_run_through_the_gateway_takes_a_pool_pod_directly(
 ) -> None:
     """The direct path: the run is answered by a ready pool pod's runner, its record (labelled
     direct, warm) written behind, the pod removed and the pool refilled."""
-    pool = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "SandboxPool",
-        "metadata": {"name": "py"},
-        "spec": {"language": "python", "size": 1},
-    }
-    custom_objects.create_namespaced_custom_object(
-        GROUP, VERSION, pool_namespace, POOL_PLURAL, pool
-    )
-    wait_until(
-        lambda: pool_counts(custom_objects, pool_namespace, "py") == (1, 1),
-        timeout=FILL_TIMEOUT,
-        what="the pool to have a ready pod",
-        interval=0.5,
-    )
+    python_pool(custom_objects, pool_namespace, 1)
     [free] = pods_in_state(core_v1, pool_namespace, "py", "free")
     key = gateway.add_tenant(pool_namespace, pool_namespace)
 

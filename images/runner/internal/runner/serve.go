@@ -195,9 +195,7 @@ func (s *server) routes() http.Handler {
 }
 
 func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
-	if !s.authorized(r.Header.Get("Authorization")) {
-		w.Header().Set("WWW-Authenticate", "Bearer")
-		http.Error(w, "unauthorized", http.StatusUnauthorized)
+	if !s.admit(w, r) {
 		return
 	}
 	var request runRequest
@@ -221,9 +219,7 @@ func (s *server) handleRun(w http.ResponseWriter, r *http.Request) {
 // handleCancel stops the run in progress of the given execution: 202, or 409
 // when that execution has no run in progress here.
 func (s *server) handleCancel(w http.ResponseWriter, r *http.Request) {
-	if !s.authorized(r.Header.Get("Authorization")) {
-		w.Header().Set("WWW-Authenticate", "Bearer")
-		http.Error(w, "unauthorized", http.StatusUnauthorized)
+	if !s.admit(w, r) {
 		return
 	}
 	var request cancelRequest
@@ -241,6 +237,16 @@ func (s *server) handleCancel(w http.ResponseWriter, r *http.Request) {
 	s.runs[index].cancelled.Store(true)
 	s.runs[index].stop(errCancelRequested)
 	w.WriteHeader(http.StatusAccepted)
+}
+
+// admit answers 401 unless the request carries the credential.
+func (s *server) admit(w http.ResponseWriter, r *http.Request) bool {
+	if s.authorized(r.Header.Get("Authorization")) {
+		return true
+	}
+	w.Header().Set("WWW-Authenticate", "Bearer")
+	http.Error(w, "unauthorized", http.StatusUnauthorized)
+	return false
 }
 
 func (s *server) authorized(header string) bool {
