@@ -189,20 +189,23 @@ async def run_directly(
     tenant, service, settings = ctx.tenant, ctx.executions, ctx.settings
     check_request(request, tenant, ctx.catalog, settings)
     name = name or execution_name(tenant.name, idempotency_key)
-    if idempotency_key is not None:
-        fingerprint = request_fingerprint(request, session)
-        existing = await replay(service.get, tenant, name, fingerprint)
-        if existing is not None:
-            resource = await finished(existing, tenant.namespace, service, settings)
-            result = await result_with_files(resource, tenant, service)
-            return CreateOutcome(result, False, resource)
-    manifest = _manifest(request, name, ctx, session, annotations)
-    timeout = int((manifest.get("spec") or {}).get("timeoutSeconds") or 0)
-    try:
-        record = await runner.run(tenant.namespace, manifest, timeout)
-    except NotServingNow:
-        return None
-    return CreateOutcome(await result_with_files(record, tenant, service), True, record)
+    # A waiting request holds a wait slot, as on the record path: replays beyond the bound
+    # are refused before any API call.
+    with ctx.admission.waiting(tenant, name, settings, follows_log=False):
+        if idempotency_key is not None:
+            fingerprint = request_fingerprint(request, session)
+            existing = await replay(service.get, tenant, name, fingerprint)
+            if existing is not None:
+                resource = await finished(existing, tenant.namespace, service, settings)
+                result = await result_with_files(resource, tenant, service)
+                return CreateOutcome(result, False, resource)
+        manifest = _manifest(request, name, ctx, session, annotations)
+        timeout = int((manifest.get("spec") or {}).get("timeoutSeconds") or 0)
+        try:
+            record = await runner.run(tenant.namespace, manifest, timeout)
+        except NotServingNow:
+            return None
+        return CreateOutcome(await result_with_files(record, tenant, service), True, record)
 
 
 def refused_by_cluster(exc: ExecutionRejected, what: str) -> GatewayError:

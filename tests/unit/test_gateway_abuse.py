@@ -13,7 +13,8 @@ from gateway_fakes import FakeExecutionService, make_app, tenant
 from sandpod_contract.names import TENANT_LABEL
 from sandpod_contract.runner import OutputChunk
 from sandpod_gateway.auth import KeyStoreUnavailable, Tenant
-from sandpod_gateway.dependencies import get_key_store
+from sandpod_gateway.dependencies import get_direct_runner, get_key_store
+from sandpod_gateway.direct_runs import NotServingNow
 from sandpod_gateway.service import KubernetesUnavailable, PageData
 
 ALICE = "sk-alice-0123456789"
@@ -85,10 +86,23 @@ def post(client: httpx2.AsyncClient, code: str, key: str | None = None) -> Any:
     return client.post("/v1/executions", json={"language": "python", "code": code}, headers=headers)
 
 
+class NoFreePoolSandbox:
+    """A gateway's direct path where no pool sandbox is free: every run takes the record path."""
+
+    async def run(self, namespace: str, execution: Any, timeout_seconds: int) -> Any:
+        raise NotServingNow("no ready sandbox of a pool fits this run now")
+
+    async def close(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize("direct_path", [False, True], ids=["record-path", "direct-path-first"])
 async def test_replays_of_one_key_beyond_the_bound_are_429_and_others_still_run(
-    service: HeldService,
+    service: HeldService, direct_path: bool
 ) -> None:
     app = app_with(service, max_waits_per_execution=3, max_open_waits=10)
+    if direct_path:
+        app.dependency_overrides[get_direct_runner] = NoFreePoolSandbox
     async with await client_of(app) as client:
         replays = [asyncio.create_task(post(client, SLOW, "one-key")) for _ in range(40)]
         await until(lambda: sum(task.done() for task in replays) >= 37)
