@@ -206,16 +206,9 @@ class DirectRuns:
         started = now()
         served = await self.sessions.run_direct(session, record, create_record)
         pod_name = (session.get("status") or {}).get("podName")
-        if served.verdict.files:
-            created = await creating[0]
-            verdict = await self.store_outputs(created, served.verdict)
-            status = _final_status(verdict, pod_name, served.blocked)
-            await self._write_status(created, status)
-            return {**created, "status": status}
-        status = _final_status(served.verdict, pod_name, served.blocked)
-        self._behind(self._finish_record(creating[0], status))
-        metadata = {**record["metadata"], "creationTimestamp": format_time(started)}
-        return {**record, "metadata": metadata, "status": status}
+        return await self._recorded(
+            record, creating[0], served.verdict, pod_name, served.blocked, started
+        )
 
     async def _run_pooled(
         self, namespace: str, execution: Manifest, pools: list[Manifest], pods: list[Manifest]
@@ -243,16 +236,29 @@ class DirectRuns:
             ran.set()
         warm.mark(run_id, "done")
         warm.log_direct_marks(run_id)
-        verdict = answer.verdict
-        pod_name = pod["metadata"]["name"]
-        verdict = replace(verdict, start_mode="warm", wait_ms=0)
+        verdict = replace(answer.verdict, start_mode="warm", wait_ms=0)
+        return await self._recorded(
+            record, creating, verdict, pod["metadata"]["name"], None, started
+        )
+
+    async def _recorded(
+        self,
+        record: Manifest,
+        creating: asyncio.Task[Manifest],
+        verdict: Verdict,
+        pod_name: str | None,
+        blocked: list[BlockedEgress] | None,
+        started: datetime,
+    ) -> Manifest:
+        """The record with the run's final status: written behind the answer, except that a
+        run with output files has them stored (under the created record) first."""
         if verdict.files:
             created = await creating
             verdict = await self.store_outputs(created, verdict)
-            status = _final_status(verdict, pod_name, None)
+            status = _final_status(verdict, pod_name, blocked)
             await self._write_status(created, status)
             return {**created, "status": status}
-        status = _final_status(verdict, pod_name, None)
+        status = _final_status(verdict, pod_name, blocked)
         self._behind(self._finish_record(creating, status))
         metadata = {**record["metadata"], "creationTimestamp": format_time(started)}
         return {**record, "metadata": metadata, "status": status}
