@@ -29,7 +29,8 @@
 #                   free disk; the next change to an image rebuilds it whole
 #   --list          print the image references and exit
 # Environment: CONTAINERD_ADDRESS (default <repo>/.cluster/run/containerd.sock),
-# SANDPOD_IMAGE_CACHE, DEBIAN_MIRROR.
+# SANDPOD_IMAGE_CACHE, DEBIAN_MIRROR, SANDPOD_IMAGE_TAG (default: the project's version;
+# another tag builds a branch's images beside main's, e.g. for its own tests).
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -244,14 +245,14 @@ build_image() {
         echo "context $(tree_hash "$context")"
         echo "script $(sha256_of "${BASH_SOURCE[0]}")"
     } | sha256sum | cut -c1-64)
-    local archive=$CACHE_DIR/out/$name.tar
-    if [[ -z $REBUILD && -f $archive && $(cat "$CACHE_DIR/out/$name.key" 2>/dev/null) == "$key" ]]; then
+    local archive=$OUT_DIR/$name.tar
+    if [[ -z $REBUILD && -f $archive && $(cat "$OUT_DIR/$name.key" 2>/dev/null) == "$key" ]]; then
         IMAGE_STATE[$name]=cached
         log "$name: cached ($ref)"
         return
     fi
     log "$name: building $ref from ${dockerfile#"$REPO_ROOT"/}"
-    rm -f "$CACHE_DIR/out/$name.key"
+    rm -f "$OUT_DIR/$name.key"
     local previous_id
     previous_id=$(buildah_ inspect --type image --format '{{.FromImageID}}' "$ref" 2>/dev/null || true)
     local no_cache=() host_ca=()
@@ -268,8 +269,8 @@ build_image() {
     buildah_ push --quiet "$ref" "docker-archive:$archive.new:$ref" >>"$CACHE_DIR/logs/$name.log" 2>&1 ||
         die "$name: saving $ref to $archive failed (log: $CACHE_DIR/logs/$name.log)"
     mv -f "$archive.new" "$archive"
-    sha256_of "$archive" >"$CACHE_DIR/out/$name.sha256"
-    echo "$key" >"$CACHE_DIR/out/$name.key"
+    sha256_of "$archive" >"$OUT_DIR/$name.sha256"
+    echo "$key" >"$OUT_DIR/$name.key"
     IMAGE_STATE[$name]=built
     # The image this build replaced is no longer needed; its layers that the
     # layer cache still uses stay.
@@ -292,20 +293,20 @@ containerd_digest() {
 declare -A IMPORT_STATE=()
 import_image() {
     local name=$1 ref=$IMAGE_PREFIX/$1:$VERSION key present recorded
-    [[ -f $CACHE_DIR/out/$name.sha256 ]] || sha256_of "$CACHE_DIR/out/$name.tar" >"$CACHE_DIR/out/$name.sha256"
-    key=$(cat "$CACHE_DIR/out/$name.sha256")
+    [[ -f $OUT_DIR/$name.sha256 ]] || sha256_of "$OUT_DIR/$name.tar" >"$OUT_DIR/$name.sha256"
+    key=$(cat "$OUT_DIR/$name.sha256")
     present=$(containerd_digest "$ref")
-    recorded=$(cat "$CACHE_DIR/imported/$name" 2>/dev/null || true)
+    recorded=$(cat "$IMPORTED_DIR/$name" 2>/dev/null || true)
     if [[ -n $present && $recorded == "$key $present" ]]; then
         IMPORT_STATE[$name]="present"
         return
     fi
     log "$name: importing into containerd ($CONTAINERD_ADDRESS)"
-    ctr_ images import "$CACHE_DIR/out/$name.tar" >>"$CACHE_DIR/logs/$name.import.log" 2>&1 ||
+    ctr_ images import "$OUT_DIR/$name.tar" >>"$CACHE_DIR/logs/$name.import.log" 2>&1 ||
         die "$name: ctr images import failed (log: $CACHE_DIR/logs/$name.import.log)"
     present=$(containerd_digest "$ref")
     [[ -n $present ]] || die "$name: imported, but containerd does not list $ref"
-    echo "$key $present" >"$CACHE_DIR/imported/$name"
+    echo "$key $present" >"$IMPORTED_DIR/$name"
     IMPORT_STATE[$name]="imported"
 }
 
@@ -334,8 +335,11 @@ while (($#)); do
     shift
 done
 
-VERSION=$(project_version)
+VERSION=${SANDPOD_IMAGE_TAG:-$(project_version)}
 [[ -n $VERSION ]] || die "no version in $REPO_ROOT/pyproject.toml"
+# Archives of another tag are kept apart, so a branch's build never replaces main's.
+OUT_DIR=$CACHE_DIR/out${SANDPOD_IMAGE_TAG:+/$SANDPOD_IMAGE_TAG}
+IMPORTED_DIR=$CACHE_DIR/imported${SANDPOD_IMAGE_TAG:+/$SANDPOD_IMAGE_TAG}
 mapfile -t AVAILABLE < <(available_images)
 ((${#SELECTED[@]})) || SELECTED=("${AVAILABLE[@]}")
 for name in "${SELECTED[@]}"; do
@@ -353,7 +357,7 @@ if [[ -n $IMPORT ]]; then
         die "no containerd socket at $CONTAINERD_ADDRESS: start the cluster first (make cluster-up), set CONTAINERD_ADDRESS, or build only with --no-import"
 fi
 
-mkdir -p "$CACHE_DIR"/{out,logs,imported}
+mkdir -p "$CACHE_DIR/logs" "$OUT_DIR" "$IMPORTED_DIR"
 # One build at a time per cache: buildah storage and outputs are shared.
 exec {lock_fd}>"$CACHE_DIR/lock"
 if ! flock --nonblock "$lock_fd"; then
@@ -400,7 +404,7 @@ fi
 
 printf '\n%-34s %-7s %9s  %-9s %s\n' IMAGE BUILD SIZE IMPORT ARCHIVE
 for name in "${SELECTED[@]}"; do
-    archive=$CACHE_DIR/out/$name.tar
+    archive=$OUT_DIR/$name.tar
     printf '%-34s %-7s %7sMB  %-9s %s\n' "$IMAGE_PREFIX/$name:$VERSION" "${IMAGE_STATE[$name]}" \
         "$(($(stat -c %s "$archive") / 1000000))" "${IMPORT_STATE[$name]:-skipped}" "$archive"
 done

@@ -3,6 +3,7 @@ cluster (its real addresses, NetworkPolicies on), plus what some tests rely on."
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from chart_release import merged
@@ -53,7 +54,16 @@ def platform_values(api_client: client.ApiClient, node_ip: str) -> dict[str, Any
         "egressProxy": {"enabled": True},
         "gateway": {"config": {"apiKeysRefreshSeconds": 1}},
     }
-    return merged(platform, SMALL_REQUESTS)
+    return merged(merged(platform, SMALL_REQUESTS), platform_image_tags())
+
+
+def platform_image_tags() -> dict[str, Any]:
+    """$SANDPOD_TEST_PLATFORM_TAG: the tag of the operator and gateway images to test (images a
+    branch built with SANDPOD_IMAGE_TAG), instead of the chart's default."""
+    tag = os.environ.get("SANDPOD_TEST_PLATFORM_TAG")
+    if not tag:
+        return {}
+    return {"operator": {"image": {"tag": tag}}, "gateway": {"image": {"tag": tag}}}
 
 
 def session_values(namespace_pattern: str) -> dict[str, Any]:
