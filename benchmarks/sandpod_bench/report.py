@@ -405,6 +405,10 @@ def soak_report(soak: Mapping[str, Any]) -> list[str]:
         f"{soak['quiet_minutes']:g}",
         soak_latency_table(soak["kinds"]),
         soak_target(soak["kinds"]),
+        *(
+            f"started: {key}: {start_modes(modes)}"
+            for key, modes in (soak.get("start_modes") or {}).items()
+        ),
         "",
         soak_audit_table(soak["audit"]),
         "",

@@ -146,6 +146,28 @@ class SandpodKubectl:
         return Attempt(problem is None, seconds, name, problem, milestones)
 
 
+def json_body(response: httpx.Response) -> dict[str, Any]:
+    """The answer's JSON object, or {} when it is none."""
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def timed_post(
+    http: httpx.Client, path: str, **request: Any
+) -> tuple[httpx.Response, dict[str, Any], float, dict[str, float]]:
+    """POST, timed: the answer, its JSON object, the seconds it took and the client's
+    milestones (submitted, client_returned)."""
+    submitted = time.time()
+    started = time.perf_counter()
+    response = http.post(path, **request)
+    seconds = time.perf_counter() - started
+    milestones = {"submitted": submitted, "client_returned": time.time()}
+    return response, json_body(response), seconds, milestones
+
+
 @dataclass
 class SandpodGateway:
     """POST /v1/executions (or a session's executions) and wait for the result (the
@@ -159,19 +181,12 @@ class SandpodGateway:
     expected_stdout: str = EXPECTED_STDOUT
 
     def __call__(self, index: int) -> Attempt:
-        submitted = time.time()
-        started = time.perf_counter()
-        response = self.http.post(
+        response, body, seconds, milestones = timed_post(
+            self.http,
             self.path,
             json={"language": self.language, "code": self.program},
             headers={"Idempotency-Key": uuid.uuid4().hex},
         )
-        seconds = time.perf_counter() - started
-        milestones = {"submitted": submitted, "client_returned": time.time()}
-        try:
-            body: dict[str, Any] = response.json()
-        except ValueError:
-            body = {}
         name = str(body.get("id") or "")
         if response.status_code != 200:
             problem = f"HTTP {response.status_code}: {response.text[:300]}"
@@ -195,19 +210,12 @@ class Judge0Submission:
     http: httpx.Client
 
     def __call__(self, index: int) -> Attempt:
-        submitted = time.time()
-        started = time.perf_counter()
-        response = self.http.post(
+        response, body, seconds, milestones = timed_post(
+            self.http,
             "/judge0/submissions",
             params={"wait": "true", "fields": "token,stdout,status"},
             json={"source_code": PROGRAM, "language_id": JUDGE0_PYTHON},
         )
-        seconds = time.perf_counter() - started
-        milestones = {"submitted": submitted, "client_returned": time.time()}
-        try:
-            body: dict[str, Any] = response.json()
-        except ValueError:
-            body = {}
         name = str(body.get("token") or "")
         if response.status_code != 201:
             problem = f"HTTP {response.status_code}: {response.text[:300]}"

@@ -150,6 +150,7 @@ def test_the_soak_tables_in_the_report() -> None:
         "quiet_minutes": 1.0,
         "abusive_tenant": "soak-abuse",
         "kinds": kinds,
+        "start_modes": {"a, pool, abusive": {"warm": 3, "cold": 1}},
         "audit": {
             "soak-a": {"requests": 9, "succeeded": 9, "failed": 0, "lost": 0, "duplicated": 0}
         },
@@ -168,6 +169,7 @@ def test_the_soak_tables_in_the_report() -> None:
     assert "beyond for a, pool" in text
     assert "not measured for a, cold" in text
     assert "429 rate_limited" in text
+    assert "started: a, pool, abusive: 1 cold, 3 warm" in text
     assert "100.0 MiB" in text and "+10%" in text
     assert "not read" in text.splitlines()[-1]
 

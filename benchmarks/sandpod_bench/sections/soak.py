@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 
 from sandpod_bench.apiserver import read_metrics
-from sandpod_bench.bench import Bench, GatewayClients
+from sandpod_bench.bench import Bench, GatewayClients, start_modes
 from sandpod_bench.cluster import progress
 from sandpod_bench.manifests import LANGUAGE, PROGRAM
 from sandpod_bench.pool import create_pool, wait_pool_full
@@ -57,11 +57,12 @@ from sandpod_bench.workloads import (
     SandpodGateway,
     Workload,
     _guarded,
+    json_body,
 )
 
 # Cold runs in a language the tenants have no pool of.
 COLD_LANGUAGE, COLD_PROGRAM, COLD_STDOUT = "bash", "echo 1", "1\n"
-POOL_SIZE = 2
+POOL_SIZE = 3
 SESSION_START_SECONDS = 300
 POOL_FILL_SECONDS = 300
 SAMPLE_SECONDS = 30
@@ -118,6 +119,8 @@ class Log:
     tenant's creates for the audit, the abusive tenant's answers."""
 
     timed: list[Timed] = field(default_factory=list)
+    # (tenant, kind, phase) -> the executions of those attempts.
+    names: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
     creates: dict[str, list[Finished]] = field(default_factory=dict)
     answers: list[tuple[str, str]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -203,6 +206,12 @@ def run(bench: Bench, clients: GatewayClients, operator: OperatorProcess) -> Non
         "abusive_tenant": ABUSIVE_TENANT,
         "abusive_limits": ABUSIVE_LIMITS,
         "kinds": compare_phases(log.timed),
+        # How the one-off runs started (warm: a pool pod; cold), per phase.
+        "start_modes": {
+            f"{tenant}, {kind}, {phase}": start_modes(recorders[tenant], names)
+            for (tenant, kind, phase), names in log.names.items()
+            if kind in ("cold", "pool")
+        },
         "audit": audits,
         "abusive_answers": count_outcomes(log.answers),
         "resources": {
@@ -270,17 +279,10 @@ def quiet_client(
             return
         attempt = _guarded(workload, index)
         index += 1
+        phase = phase_of(at, clock.abusive_from)
         with log.lock:
-            log.timed.append(
-                Timed(
-                    tenant,
-                    kind,
-                    phase_of(at, clock.abusive_from),
-                    attempt.ok,
-                    attempt.seconds,
-                    attempt.error,
-                )
-            )
+            log.timed.append(Timed(tenant, kind, phase, attempt.ok, attempt.seconds, attempt.error))
+            log.names.setdefault((tenant, kind, phase), []).append(attempt.name)
         log.created(tenant, attempt, clock.now())
 
 
@@ -332,7 +334,7 @@ def create(
             clock.now(),
         )
         return False, ""
-    body = json_of(response)
+    body = json_body(response)
     log.answered(behaviour, outcome(response.status_code, body))
     name = str(body.get("id") or "")
     accepted = response.status_code in (200, 202)
@@ -343,14 +345,6 @@ def create(
         clock.now(),
     )
     return accepted, name
-
-
-def json_of(response: httpx.Response) -> dict[str, Any]:
-    try:
-        body = response.json()
-    except ValueError:
-        return {}
-    return body if isinstance(body, dict) else {}
 
 
 def flood(http: httpx.Client, clock: Clock, log: Log) -> None:
@@ -412,7 +406,7 @@ def follow(http: httpx.Client, name: str, log: Log) -> None:
         with http.stream("GET", f"/v1/executions/{name}/stream") as response:
             if response.status_code != 200:
                 response.read()
-                log.answered(behaviour, outcome(response.status_code, json_of(response)))
+                log.answered(behaviour, outcome(response.status_code, json_body(response)))
                 return
             for _ in response.iter_lines():
                 pass
