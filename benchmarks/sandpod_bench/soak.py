@@ -32,7 +32,7 @@ ABUSIVE_TENANT = "soak-abuse"
 # few executions, waits and sessions at once; the quiet tenants keep the bench's.
 ABUSIVE_LIMITS = {
     "maxTimeoutSeconds": 60,
-    "maxConcurrent": 4,
+    "maxConcurrent": 8,
     "maxOpenWaits": 6,
     "maxWaitsPerExecution": 2,
     "maxSessions": 2,
