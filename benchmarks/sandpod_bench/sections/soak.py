@@ -161,7 +161,9 @@ def run(bench: Bench, clients: GatewayClients, operator: OperatorProcess) -> Non
         )
         sampler_stop = threading.Event()
         sampler = threading.Thread(
-            target=sample_resources, args=(bench, operator, clock, points, sampler_stop)
+            target=sample_resources,
+            args=(bench, operator, clock, points, sampler_stop),
+            daemon=True,
         )
         sampler.start()
         threads = [
@@ -439,6 +441,15 @@ def sample_resources(
     stop: threading.Event,
 ) -> None:
     while True:
-        points.append(resource_point(bench, operator, clock))
+        point = resource_point(bench, operator, clock)
+        points.append(point)
+        progress(
+            f"soak: minute {point.at / 60:.1f}: operator RSS {mebibytes(point.operator_rss_bytes)}"
+            f", database {mebibytes(point.storage_bytes)}, objects {point.objects}"
+        )
         if stop.wait(SAMPLE_SECONDS):
             return
+
+
+def mebibytes(value: int | None) -> str:
+    return "-" if value is None else f"{value / 1024 / 1024:.1f} MiB"
