@@ -252,10 +252,11 @@ class Bench:
             self._sandbox_pod = observation.pod
         return self._sandbox_pod
 
-    def warm(self, what: str, workload: Workload) -> None:
+    def warm(self, what: str, workload: Workload) -> Attempt:
         attempt = run_many(workload, runs=1, concurrency=1)[0]
         if not attempt.ok:
             raise BenchError(f"warm-up of {what} failed: {attempt.error}")
+        return attempt
 
     def measure(
         self,
