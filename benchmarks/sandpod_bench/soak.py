@@ -125,7 +125,7 @@ class StorageReading:
 def parse_storage(text: str) -> StorageReading:
     """From the API server's metrics text: the database's size (the largest sample of the
     first metric present: one per etcd cluster, and the API server may list the same
-    database more than once) and the stored objects per resource."""
+    database more than once) and the stored objects per resource (those it knows)."""
     sizes: dict[str, float] = {}
     objects: dict[str, int] = {}
     for family in text_string_to_metric_families(text):
@@ -134,6 +134,8 @@ def parse_storage(text: str) -> StorageReading:
                 sizes[family.name] = max(sizes.get(family.name, 0.0), sample.value)
         elif family.name == OBJECTS_METRIC:
             for sample in family.samples:
+                if sample.value < 0:  # not known (its storage is being set up again)
+                    continue
                 resource = sample.labels.get("resource", "")
                 objects[resource] = objects.get(resource, 0) + int(sample.value)
     for metric in STORAGE_SIZE_METRICS:

@@ -83,6 +83,7 @@ split by kind.
 apiserver_storage_objects{resource="codeexecutions.sandpod.dev"} 120
 apiserver_storage_objects{resource="configmaps"} 40
 apiserver_storage_objects{resource="pods"} 12
+apiserver_storage_objects{resource="codesessions.sandpod.dev"} -1
 # HELP apiserver_storage_size_bytes [STABLE] Size of the storage database file physically \
 allocated in bytes.
 # TYPE apiserver_storage_size_bytes gauge
