@@ -5,7 +5,9 @@ tables, and that it runs only when named."""
 import pytest
 from sandpod_bench.main import parse_options
 from sandpod_bench.options import SECTIONS
+from sandpod_bench.recorder import Observation
 from sandpod_bench.report import render
+from sandpod_bench.sections.soak import REFUSALS
 from sandpod_bench.soak import (
     ABUSIVE,
     QUIET,
@@ -18,6 +20,8 @@ from sandpod_bench.soak import (
     parse_storage,
     phase_of,
 )
+from sandpod_bench.throughput import Finished, audit
+from sandpod_bench.workloads import Attempt
 
 
 def test_an_attempt_belongs_to_the_phase_it_started_in() -> None:
@@ -184,3 +188,21 @@ def test_the_soak_runs_only_when_named() -> None:
     assert parse_options(["--quick"]).soak_minutes == 4.0
     with pytest.raises(SystemExit):
         parse_options(["--soak-minutes", "4", "--soak-quiet-minutes", "4"])
+
+
+def test_the_soak_counts_a_503_as_a_refusal_unless_it_made_a_run() -> None:
+    """The shared cluster's API server goes away at times: the gateway's 503 refuses the run
+    (failed); a run it made all the same, whose id no client got, is still lost."""
+    finished = [
+        Finished(Attempt(True, 0.1, "ok"), 1.0),
+        Finished(Attempt(False, 0.1, error="HTTP 503: kubernetes_unavailable"), 2.0),
+        Finished(Attempt(False, 0.1, error="HTTP 429: rate_limited"), 3.0),
+    ]
+    seen = [observation("ok"), observation("made-anyway")]
+    result = audit(finished, seen, 10.0, REFUSALS)
+    assert (result.failed, result.lost, result.orphaned) == (2, 1, 1)
+    assert audit(finished, seen, 10.0).lost == 2  # the throughputs' audit: a 503 is a loss
+
+
+def observation(name: str) -> Observation:
+    return Observation("ns", name, execution={"status": {"phase": "Succeeded"}})

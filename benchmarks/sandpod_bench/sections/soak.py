@@ -70,6 +70,10 @@ POOL_FILL_SECONDS = 300
 SAMPLE_SECONDS = 30
 # Every accepted run ends within its timeout (60 s at most) plus a cold start.
 SETTLE_SECONDS = 240
+# Answers that refuse a run: a limit (4xx), or the API server away (503; the shared
+# cluster's API server is restarted by others). A refused run that was made all the same
+# still counts as lost (orphaned).
+REFUSALS = ("HTTP 4", "HTTP 503")
 # The objects whose counts are followed (apiserver_storage_objects' resource label).
 FOLLOWED_OBJECTS = ("codeexecutions.sandpod.dev", "configmaps", "pods", "events")
 
@@ -199,6 +203,7 @@ def run(bench: Bench, clients: GatewayClients, operator: OperatorProcess) -> Non
                     log.creates.get(tenant, []),
                     [o for o in recorder.all() if o.name not in earlier[tenant]],
                     clock.ends,
+                    REFUSALS,
                 )
             )
             for tenant, recorder in recorders.items()
