@@ -23,10 +23,10 @@ from sandpod_contract.quantities import parse_quantity, smaller_quantity
 
 from sandpod_gateway.auth import Tenant, TenantLimits
 from sandpod_gateway.errors import ErrorDetail, GatewayError
+from sandpod_gateway.kube.resources import Resource, is_ended
+from sandpod_gateway.kube.service import ExecutionService, SessionService
 from sandpod_gateway.languages import LanguageCatalog
-from sandpod_gateway.resources import Resource, is_ended
 from sandpod_gateway.schemas import CreateExecutionRequest, CreateSessionRequest, LanguageInfo
-from sandpod_gateway.service import ExecutionService, SessionService
 from sandpod_gateway.settings import GatewaySettings
 
 MAX_RETRY_AFTER_SECONDS = 60

@@ -14,9 +14,9 @@ from sandpod_gateway.direct_runs import DirectRunner
 from sandpod_gateway.errors import GatewayError
 from sandpod_gateway.executions import ExecutionContext
 from sandpod_gateway.judge0_callbacks import Judge0Callbacks
+from sandpod_gateway.kube.service import ExecutionService, SessionService
 from sandpod_gateway.languages import LanguageCatalog
 from sandpod_gateway.metrics import GatewayMetrics
-from sandpod_gateway.service import ExecutionService, SessionService
 from sandpod_gateway.sessions import KnownSessions, SessionContext
 from sandpod_gateway.settings import GatewaySettings
 

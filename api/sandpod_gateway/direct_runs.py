@@ -18,8 +18,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from sandpod_contract.names import DIRECT_POOL_RUN_PATH, DIRECT_RUN_PATH
 
 from sandpod_gateway.errors import GatewayError
-from sandpod_gateway.resources import Resource
-from sandpod_gateway.service import SessionNotFound
+from sandpod_gateway.kube.resources import Resource
+from sandpod_gateway.kube.service import SessionNotFound
 from sandpod_gateway.settings import GatewaySettings
 
 # Beyond the run's own timeout: the operator's turn queue and the record of outputs.

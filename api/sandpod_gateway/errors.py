@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from sandpod_gateway.service import (
+from sandpod_gateway.kube.service import (
     ExecutionNotFound,
     KubernetesUnavailable,
     QuotaExceeded,

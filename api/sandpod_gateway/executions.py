@@ -24,8 +24,7 @@ from sandpod_gateway.auth import Tenant
 from sandpod_gateway.direct_runs import DirectRunner, NotServingNow
 from sandpod_gateway.errors import ErrorDetail, GatewayError
 from sandpod_gateway.idempotency import Getter, execution_name, replay
-from sandpod_gateway.languages import LanguageCatalog
-from sandpod_gateway.resources import (
+from sandpod_gateway.kube.resources import (
     Resource,
     belongs_to,
     build_code_execution,
@@ -34,8 +33,7 @@ from sandpod_gateway.resources import (
     request_fingerprint,
     stored_outputs,
 )
-from sandpod_gateway.schemas import CreateExecutionRequest, ExecutionResult
-from sandpod_gateway.service import (
+from sandpod_gateway.kube.service import (
     ExecutionAlreadyExists,
     ExecutionNotFound,
     ExecutionRejected,
@@ -44,6 +42,8 @@ from sandpod_gateway.service import (
     PageData,
     ResourceNotFound,
 )
+from sandpod_gateway.languages import LanguageCatalog
+from sandpod_gateway.schemas import CreateExecutionRequest, ExecutionResult
 from sandpod_gateway.settings import GatewaySettings
 from sandpod_gateway.waiting import finished
 

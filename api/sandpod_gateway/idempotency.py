@@ -9,8 +9,8 @@ from sandpod_contract.names import REQUEST_HASH_ANNOTATION
 
 from sandpod_gateway.auth import Tenant
 from sandpod_gateway.errors import ErrorDetail, GatewayError
-from sandpod_gateway.resources import Resource, belongs_to
-from sandpod_gateway.service import ResourceNotFound
+from sandpod_gateway.kube.resources import Resource, belongs_to
+from sandpod_gateway.kube.service import ResourceNotFound
 
 NAME_PREFIX = "cx-"
 SESSION_PREFIX = "cxs-"

@@ -37,8 +37,8 @@ from sandpod_contract.quantities import parse_quantity
 
 from sandpod_gateway.admission import default_limits
 from sandpod_gateway.auth import Tenant
+from sandpod_gateway.kube.resources import Resource, execution_result, read_status
 from sandpod_gateway.languages import LanguageCatalog
-from sandpod_gateway.resources import Resource, execution_result, read_status
 from sandpod_gateway.schemas import (
     CreateExecutionRequest,
     ExecutionResult,

@@ -13,8 +13,8 @@ import logging
 import aiohttp
 
 from sandpod_gateway import judge0
-from sandpod_gateway.resources import Resource, is_terminal
-from sandpod_gateway.service import ExecutionNotFound, ExecutionService, KubernetesUnavailable
+from sandpod_gateway.kube.resources import Resource, is_terminal
+from sandpod_gateway.kube.service import ExecutionNotFound, ExecutionService, KubernetesUnavailable
 from sandpod_gateway.settings import GatewaySettings
 from sandpod_gateway.waiting import finished
 

@@ -15,7 +15,7 @@ from sandpod_gateway.direct_runs import OperatorDirectRunner
 from sandpod_gateway.docs import install_docs
 from sandpod_gateway.errors import install_error_handlers
 from sandpod_gateway.judge0_callbacks import Judge0Callbacks
-from sandpod_gateway.kube_service import KubernetesExecutionService, KubernetesSessionService
+from sandpod_gateway.kube.kube_service import KubernetesExecutionService, KubernetesSessionService
 from sandpod_gateway.languages import load_language_catalog
 from sandpod_gateway.mcp_server import build_mcp_server, new_session_manager
 from sandpod_gateway.metrics import GatewayMetrics, MetricsMiddleware

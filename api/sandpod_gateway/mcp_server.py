@@ -19,6 +19,11 @@ from pydantic import BaseModel, ValidationError
 
 from sandpod_gateway.errors import GatewayError, as_gateway_error
 from sandpod_gateway.executions import CreateOutcome, create_execution
+from sandpod_gateway.kube.service import (
+    ExecutionNotFound,
+    KubernetesUnavailable,
+    SessionNotFound,
+)
 from sandpod_gateway.languages import LanguageCatalog
 from sandpod_gateway.metrics import GatewayMetrics
 from sandpod_gateway.schemas import (
@@ -27,11 +32,6 @@ from sandpod_gateway.schemas import (
     ExecutionResult,
     SessionExecutionRequest,
     SessionInfo,
-)
-from sandpod_gateway.service import (
-    ExecutionNotFound,
-    KubernetesUnavailable,
-    SessionNotFound,
 )
 from sandpod_gateway.sessions import (
     SessionContext,

@@ -21,24 +21,24 @@ from sandpod_gateway.executions import (
     run_directly,
 )
 from sandpod_gateway.idempotency import SESSION_PREFIX, replay, resource_name
-from sandpod_gateway.resources import (
+from sandpod_gateway.kube.resources import (
     Resource,
     build_code_session,
     is_ended,
     request_fingerprint,
     session_info,
 )
+from sandpod_gateway.kube.service import (
+    ExecutionRejected,
+    SessionAlreadyExists,
+    SessionNotFound,
+    SessionService,
+)
 from sandpod_gateway.schemas import (
     CreateExecutionRequest,
     CreateSessionRequest,
     SessionExecutionRequest,
     SessionInfo,
-)
-from sandpod_gateway.service import (
-    ExecutionRejected,
-    SessionAlreadyExists,
-    SessionNotFound,
-    SessionService,
 )
 
 

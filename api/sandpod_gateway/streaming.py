@@ -5,9 +5,9 @@ from collections.abc import AsyncIterator, Iterator
 
 from fastapi.sse import ServerSentEvent
 
-from sandpod_gateway.resources import Resource, execution_result
+from sandpod_gateway.kube.resources import Resource, execution_result
+from sandpod_gateway.kube.service import ExecutionNotFound, ExecutionService, KubernetesUnavailable
 from sandpod_gateway.schemas import ExecutionResult, OutputEvent
-from sandpod_gateway.service import ExecutionNotFound, ExecutionService, KubernetesUnavailable
 from sandpod_gateway.settings import GatewaySettings
 from sandpod_gateway.waiting import finished, wait_timeout
 

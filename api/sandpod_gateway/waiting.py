@@ -1,7 +1,7 @@
 """Waiting: how long a request waits for an execution, and the wait itself."""
 
-from sandpod_gateway.resources import Resource, is_terminal
-from sandpod_gateway.service import ExecutionService
+from sandpod_gateway.kube.resources import Resource, is_terminal
+from sandpod_gateway.kube.service import ExecutionService
 from sandpod_gateway.settings import GatewaySettings
 
 

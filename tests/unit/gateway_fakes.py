@@ -27,10 +27,8 @@ from sandpod_gateway.dependencies import (
     get_key_store,
     get_session_service,
 )
-from sandpod_gateway.kube_service import KubernetesExecutionService, KubernetesSessionService
-from sandpod_gateway.main import create_app
-from sandpod_gateway.pad import PAD_DIR
-from sandpod_gateway.service import (
+from sandpod_gateway.kube.kube_service import KubernetesExecutionService, KubernetesSessionService
+from sandpod_gateway.kube.service import (
     ExecutionAlreadyExists,
     ExecutionNotFound,
     InvalidCursor,
@@ -39,6 +37,8 @@ from sandpod_gateway.service import (
     SessionAlreadyExists,
     SessionNotFound,
 )
+from sandpod_gateway.main import create_app
+from sandpod_gateway.pad import PAD_DIR
 from sandpod_gateway.settings import GatewaySettings
 from sandpod_testkit.processes import free_port, http_ok
 from sandpod_testkit.waiting import wait_until

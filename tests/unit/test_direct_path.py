@@ -16,7 +16,7 @@ import pytest
 from sandpod_contract.names import FINISHED_LABEL, RECORD_LABEL, TENANT_LABEL
 from sandpod_gateway.direct_runs import NotServingNow, OperatorDirectRunner
 from sandpod_gateway.errors import GatewayError
-from sandpod_gateway.service import SessionNotFound
+from sandpod_gateway.kube.service import SessionNotFound
 from sandpod_operator import direct_endpoint
 from sandpod_operator.direct import RecordEntry, build_record, records_due
 from sandpod_operator.serving import InvalidRun, NotServing

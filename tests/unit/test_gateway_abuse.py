@@ -15,7 +15,7 @@ from sandpod_contract.runner import OutputChunk
 from sandpod_gateway.auth import KeyStoreUnavailable, Tenant
 from sandpod_gateway.dependencies import get_direct_runner, get_key_store
 from sandpod_gateway.direct_runs import NotServingNow
-from sandpod_gateway.service import KubernetesUnavailable, PageData
+from sandpod_gateway.kube.service import KubernetesUnavailable, PageData
 
 ALICE = "sk-alice-0123456789"
 BOB = "sk-bob-0123456789"

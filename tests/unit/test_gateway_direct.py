@@ -16,7 +16,7 @@ from gateway_fakes import FakeExecutionService, FakeSessionService, created_from
 from sandpod_gateway.dependencies import get_direct_runner
 from sandpod_gateway.direct_runs import NotServingNow
 from sandpod_gateway.errors import GatewayError
-from sandpod_gateway.service import SessionNotFound
+from sandpod_gateway.kube.service import SessionNotFound
 
 ALICE = "sk-alice-0123456789"
 

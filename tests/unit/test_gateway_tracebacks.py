@@ -2,7 +2,7 @@
 message, quoted from its stderr as the program's words."""
 
 import pytest
-from sandpod_gateway.resources import execution_result
+from sandpod_gateway.kube.resources import execution_result
 from sandpod_gateway.tracebacks import MAX_EXCEPTION_CHARS, last_exception
 
 NAME_ERROR = (

@@ -21,14 +21,14 @@ from sandpod_gateway.admission import retry_after_seconds
 from sandpod_gateway.auth import KeyIndex, TenantLimits, hash_api_key, parse_tenants_config
 from sandpod_gateway.errors import GatewayError, format_location
 from sandpod_gateway.idempotency import execution_name
-from sandpod_gateway.languages import load_language_catalog
-from sandpod_gateway.mcp_server import build_mcp_server
-from sandpod_gateway.resources import (
+from sandpod_gateway.kube.resources import (
     build_code_execution,
     execution_result,
     read_status,
     request_fingerprint,
 )
+from sandpod_gateway.languages import load_language_catalog
+from sandpod_gateway.mcp_server import build_mcp_server
 from sandpod_gateway.schemas import CreateExecutionRequest, CreateSessionRequest, ExecutionStatus
 from sandpod_gateway.tool_definitions import (
     OPEN_SESSION,

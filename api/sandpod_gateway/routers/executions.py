@@ -25,8 +25,8 @@ from sandpod_gateway.executions import (
     read_output_file,
     result_with_files,
 )
+from sandpod_gateway.kube.resources import Resource, execution_result, is_terminal
 from sandpod_gateway.metrics import GatewayMetrics
-from sandpod_gateway.resources import Resource, execution_result, is_terminal
 from sandpod_gateway.schemas import (
     TERMINAL_STATUSES,
     CreateExecutionRequest,

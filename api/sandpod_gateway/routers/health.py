@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from sandpod_gateway.auth import KeyStoreUnavailable
 from sandpod_gateway.dependencies import ExecutionServiceDep, KeyStoreDep, MetricsDep
 from sandpod_gateway.errors import GatewayError, error_responses
-from sandpod_gateway.service import KubernetesUnavailable
+from sandpod_gateway.kube.service import KubernetesUnavailable
 
 logger = logging.getLogger(__name__)
 

@@ -32,9 +32,9 @@ from sandpod_gateway.dependencies import (
 from sandpod_gateway.errors import GatewayError, as_gateway_error
 from sandpod_gateway.executions import ExecutionContext, create_execution, get_owned_execution
 from sandpod_gateway.judge0_callbacks import Judge0Callbacks
+from sandpod_gateway.kube.resources import Resource
+from sandpod_gateway.kube.service import ExecutionNotFound
 from sandpod_gateway.metrics import GatewayMetrics
-from sandpod_gateway.resources import Resource
-from sandpod_gateway.service import ExecutionNotFound
 
 PREFIX = "/judge0"
 AUTH_HEADER = "X-Auth-Token"

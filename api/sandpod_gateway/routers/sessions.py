@@ -15,7 +15,8 @@ from sandpod_gateway.dependencies import (
 )
 from sandpod_gateway.errors import error_responses, responses_with
 from sandpod_gateway.executions import get_owned_execution, list_page
-from sandpod_gateway.resources import Resource, session_info
+from sandpod_gateway.kube.resources import Resource, session_info
+from sandpod_gateway.kube.service import ExecutionNotFound
 from sandpod_gateway.routers.executions import (
     COMMON_ERRORS,
     CreateCallDep,
@@ -31,7 +32,6 @@ from sandpod_gateway.schemas import (
     TrustedName,
 )
 from sandpod_gateway.security_headers import attachment_response
-from sandpod_gateway.service import ExecutionNotFound
 from sandpod_gateway.session_files import FileInfo, download_file, upload_file
 from sandpod_gateway.sessions import close_session, get_owned_session, open_session, run_in_session
 from sandpod_gateway.streaming import execution_events

@@ -24,8 +24,8 @@ from sandpod_contract.names import (
 )
 from sandpod_contract.runner import FrameDecoder, OutputChunk
 
-from sandpod_gateway.resources import Resource, is_terminal
-from sandpod_gateway.service import (
+from sandpod_gateway.kube.resources import Resource, is_terminal
+from sandpod_gateway.kube.service import (
     ExecutionAlreadyExists,
     ExecutionNotFound,
     ExecutionRejected,
