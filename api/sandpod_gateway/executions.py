@@ -14,16 +14,8 @@ from typing import Protocol
 from sandpod_contract.models import execution_name_problem
 from sandpod_contract.names import TENANT_LABEL
 
-from sandpod_gateway.admission import (
-    AdmissionControl,
-    check_concurrency,
-    check_request,
-    resolved_limits,
-)
-from sandpod_gateway.auth import Tenant
 from sandpod_gateway.direct_runs import DirectRunner, NotServingNow
 from sandpod_gateway.errors import ErrorDetail, GatewayError
-from sandpod_gateway.idempotency import Getter, execution_name, replay
 from sandpod_gateway.kube.resources import (
     Resource,
     belongs_to,
@@ -43,6 +35,14 @@ from sandpod_gateway.kube.service import (
     ResourceNotFound,
 )
 from sandpod_gateway.languages import LanguageCatalog
+from sandpod_gateway.policy.admission import (
+    AdmissionControl,
+    check_concurrency,
+    check_request,
+    resolved_limits,
+)
+from sandpod_gateway.policy.auth import Tenant
+from sandpod_gateway.policy.idempotency import Getter, execution_name, replay
 from sandpod_gateway.schemas import CreateExecutionRequest, ExecutionResult
 from sandpod_gateway.settings import GatewaySettings
 from sandpod_gateway.waiting import finished

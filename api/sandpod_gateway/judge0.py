@@ -35,10 +35,10 @@ from sandpod_contract.models import (
 )
 from sandpod_contract.quantities import parse_quantity
 
-from sandpod_gateway.admission import default_limits
-from sandpod_gateway.auth import Tenant
 from sandpod_gateway.kube.resources import Resource, execution_result, read_status
 from sandpod_gateway.languages import LanguageCatalog
+from sandpod_gateway.policy.admission import default_limits
+from sandpod_gateway.policy.auth import Tenant
 from sandpod_gateway.schemas import (
     CreateExecutionRequest,
     ExecutionResult,

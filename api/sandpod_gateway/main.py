@@ -8,8 +8,6 @@ from pathlib import Path
 from fastapi import FastAPI
 from sandpod_contract.kube import open_api_client
 
-from sandpod_gateway.admission import AdmissionControl
-from sandpod_gateway.auth import SecretApiKeyStore
 from sandpod_gateway.body_limit import BodySizeLimitMiddleware
 from sandpod_gateway.direct_runs import OperatorDirectRunner
 from sandpod_gateway.docs import install_docs
@@ -20,6 +18,8 @@ from sandpod_gateway.languages import load_language_catalog
 from sandpod_gateway.mcp_server import build_mcp_server, new_session_manager
 from sandpod_gateway.metrics import GatewayMetrics, MetricsMiddleware
 from sandpod_gateway.pad import PAD_DIR, install_pad
+from sandpod_gateway.policy.admission import AdmissionControl
+from sandpod_gateway.policy.auth import SecretApiKeyStore
 from sandpod_gateway.routers import (
     executions,
     health,

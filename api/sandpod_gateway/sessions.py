@@ -9,8 +9,6 @@ session's other runs and are audited like them.
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from sandpod_gateway.admission import check_session_count, resolved_session_spec
-from sandpod_gateway.auth import Tenant
 from sandpod_gateway.errors import ErrorDetail, GatewayError
 from sandpod_gateway.executions import (
     CreateOutcome,
@@ -20,7 +18,6 @@ from sandpod_gateway.executions import (
     refused_by_cluster,
     run_directly,
 )
-from sandpod_gateway.idempotency import SESSION_PREFIX, replay, resource_name
 from sandpod_gateway.kube.resources import (
     Resource,
     build_code_session,
@@ -34,6 +31,9 @@ from sandpod_gateway.kube.service import (
     SessionNotFound,
     SessionService,
 )
+from sandpod_gateway.policy.admission import check_session_count, resolved_session_spec
+from sandpod_gateway.policy.auth import Tenant
+from sandpod_gateway.policy.idempotency import SESSION_PREFIX, replay, resource_name
 from sandpod_gateway.schemas import (
     CreateExecutionRequest,
     CreateSessionRequest,

@@ -16,8 +16,8 @@ from sandpod_contract.models import (
     MIN_TIMEOUT_SECONDS,
 )
 
-from sandpod_gateway.auth import TenantLimits
 from sandpod_gateway.languages import LanguageCatalog
+from sandpod_gateway.policy.auth import TenantLimits
 from sandpod_gateway.schemas import AllowHosts, Mode
 
 RUN_CODE_NAME = "run_code"

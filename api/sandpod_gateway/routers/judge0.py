@@ -17,8 +17,6 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
 from sandpod_gateway import judge0
-from sandpod_gateway.admission import check_concurrency
-from sandpod_gateway.auth import Tenant
 from sandpod_gateway.dependencies import (
     AdmissionDep,
     CatalogDep,
@@ -35,6 +33,8 @@ from sandpod_gateway.judge0_callbacks import Judge0Callbacks
 from sandpod_gateway.kube.resources import Resource
 from sandpod_gateway.kube.service import ExecutionNotFound
 from sandpod_gateway.metrics import GatewayMetrics
+from sandpod_gateway.policy.admission import check_concurrency
+from sandpod_gateway.policy.auth import Tenant
 
 PREFIX = "/judge0"
 AUTH_HEADER = "X-Auth-Token"
