@@ -16,7 +16,7 @@ from sandpod_gateway import judge0
 from sandpod_gateway.kube.resources import Resource, is_terminal
 from sandpod_gateway.kube.service import ExecutionNotFound, ExecutionService, KubernetesUnavailable
 from sandpod_gateway.settings import GatewaySettings
-from sandpod_gateway.waiting import finished
+from sandpod_gateway.usecases.waiting import finished
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,6 @@ from fastapi import FastAPI
 from sandpod_contract.kube import open_api_client
 
 from sandpod_gateway.body_limit import BodySizeLimitMiddleware
-from sandpod_gateway.direct_runs import OperatorDirectRunner
 from sandpod_gateway.docs import install_docs
 from sandpod_gateway.errors import install_error_handlers
 from sandpod_gateway.judge0_callbacks import Judge0Callbacks
@@ -31,8 +30,9 @@ from sandpod_gateway.routers import (
     tools,
 )
 from sandpod_gateway.security_headers import SecurityHeadersMiddleware
-from sandpod_gateway.sessions import KnownSessions
 from sandpod_gateway.settings import GatewaySettings
+from sandpod_gateway.usecases.direct_runs import OperatorDirectRunner
+from sandpod_gateway.usecases.sessions import KnownSessions
 
 DESCRIPTION = """\
 Run untrusted code in short-lived gVisor sandboxes on Kubernetes.

@@ -18,7 +18,6 @@ from mcp_types import ToolAnnotations
 from pydantic import BaseModel, ValidationError
 
 from sandpod_gateway.errors import GatewayError, as_gateway_error
-from sandpod_gateway.executions import CreateOutcome, create_execution
 from sandpod_gateway.kube.service import (
     ExecutionNotFound,
     KubernetesUnavailable,
@@ -33,12 +32,6 @@ from sandpod_gateway.schemas import (
     SessionExecutionRequest,
     SessionInfo,
 )
-from sandpod_gateway.sessions import (
-    SessionContext,
-    close_session,
-    open_session,
-    run_in_session,
-)
 from sandpod_gateway.settings import GatewaySettings
 from sandpod_gateway.tool_definitions import (
     CLOSE_SESSION,
@@ -47,6 +40,13 @@ from sandpod_gateway.tool_definitions import (
     RUN_IN_SESSION,
     TOOLS,
     ToolDefinition,
+)
+from sandpod_gateway.usecases.executions import CreateOutcome, create_execution
+from sandpod_gateway.usecases.sessions import (
+    SessionContext,
+    close_session,
+    open_session,
+    run_in_session,
 )
 
 TOOL_CALL_STATE = "sandpod_tool_call"

@@ -43,7 +43,7 @@ from sandpod_gateway.schemas import (
     SessionInfo,
     SessionStatus,
 )
-from sandpod_gateway.tracebacks import uncaught_exception_note
+from sandpod_gateway.usecases.tracebacks import uncaught_exception_note
 
 PHASE_STATUS: dict[str, ExecutionStatus] = {
     "Pending": ExecutionStatus.pending,

@@ -16,15 +16,6 @@ from sandpod_gateway.dependencies import (
     SettingsDep,
 )
 from sandpod_gateway.errors import error_responses, responses_with
-from sandpod_gateway.executions import (
-    CreateOutcome,
-    PageQuery,
-    create_execution,
-    get_owned_execution,
-    list_page,
-    read_output_file,
-    result_with_files,
-)
 from sandpod_gateway.kube.resources import Resource, execution_result, is_terminal
 from sandpod_gateway.metrics import GatewayMetrics
 from sandpod_gateway.schemas import (
@@ -34,7 +25,16 @@ from sandpod_gateway.schemas import (
     ExecutionResult,
 )
 from sandpod_gateway.security_headers import attachment_response
-from sandpod_gateway.streaming import execution_events
+from sandpod_gateway.usecases.executions import (
+    CreateOutcome,
+    PageQuery,
+    create_execution,
+    get_owned_execution,
+    list_page,
+    read_output_file,
+    result_with_files,
+)
+from sandpod_gateway.usecases.streaming import execution_events
 
 # Every route here authenticates (401), validates (422), counts against the tenant's request
 # rate (429) and talks to the cluster (503).

@@ -28,13 +28,17 @@ from sandpod_gateway.dependencies import (
     execution_context_of,
 )
 from sandpod_gateway.errors import GatewayError, as_gateway_error
-from sandpod_gateway.executions import ExecutionContext, create_execution, get_owned_execution
 from sandpod_gateway.judge0_callbacks import Judge0Callbacks
 from sandpod_gateway.kube.resources import Resource
 from sandpod_gateway.kube.service import ExecutionNotFound
 from sandpod_gateway.metrics import GatewayMetrics
 from sandpod_gateway.policy.admission import check_concurrency
 from sandpod_gateway.policy.auth import Tenant
+from sandpod_gateway.usecases.executions import (
+    ExecutionContext,
+    create_execution,
+    get_owned_execution,
+)
 
 PREFIX = "/judge0"
 AUTH_HEADER = "X-Auth-Token"

@@ -14,7 +14,6 @@ from sandpod_gateway.dependencies import (
     SessionServiceDep,
 )
 from sandpod_gateway.errors import error_responses, responses_with
-from sandpod_gateway.executions import get_owned_execution, list_page
 from sandpod_gateway.kube.resources import Resource, session_info
 from sandpod_gateway.kube.service import ExecutionNotFound
 from sandpod_gateway.routers.executions import (
@@ -32,9 +31,15 @@ from sandpod_gateway.schemas import (
     TrustedName,
 )
 from sandpod_gateway.security_headers import attachment_response
-from sandpod_gateway.session_files import FileInfo, download_file, upload_file
-from sandpod_gateway.sessions import close_session, get_owned_session, open_session, run_in_session
-from sandpod_gateway.streaming import execution_events
+from sandpod_gateway.usecases.executions import get_owned_execution, list_page
+from sandpod_gateway.usecases.session_files import FileInfo, download_file, upload_file
+from sandpod_gateway.usecases.sessions import (
+    close_session,
+    get_owned_session,
+    open_session,
+    run_in_session,
+)
+from sandpod_gateway.usecases.streaming import execution_events
 
 router = APIRouter(
     prefix="/v1/sessions", tags=["sessions"], responses=error_responses(*COMMON_ERRORS)

@@ -9,7 +9,7 @@ from sandpod_gateway.kube.resources import Resource, execution_result
 from sandpod_gateway.kube.service import ExecutionNotFound, ExecutionService, KubernetesUnavailable
 from sandpod_gateway.schemas import ExecutionResult, OutputEvent
 from sandpod_gateway.settings import GatewaySettings
-from sandpod_gateway.waiting import finished, wait_timeout
+from sandpod_gateway.usecases.waiting import finished, wait_timeout
 
 logger = logging.getLogger(__name__)
 

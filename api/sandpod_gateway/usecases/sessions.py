@@ -10,14 +10,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from sandpod_gateway.errors import ErrorDetail, GatewayError
-from sandpod_gateway.executions import (
-    CreateOutcome,
-    ExecutionContext,
-    create_execution,
-    get_owned,
-    refused_by_cluster,
-    run_directly,
-)
 from sandpod_gateway.kube.resources import (
     Resource,
     build_code_session,
@@ -39,6 +31,14 @@ from sandpod_gateway.schemas import (
     CreateSessionRequest,
     SessionExecutionRequest,
     SessionInfo,
+)
+from sandpod_gateway.usecases.executions import (
+    CreateOutcome,
+    ExecutionContext,
+    create_execution,
+    get_owned,
+    refused_by_cluster,
+    run_directly,
 )
 
 

@@ -14,7 +14,6 @@ from typing import Protocol
 from sandpod_contract.models import execution_name_problem
 from sandpod_contract.names import TENANT_LABEL
 
-from sandpod_gateway.direct_runs import DirectRunner, NotServingNow
 from sandpod_gateway.errors import ErrorDetail, GatewayError
 from sandpod_gateway.kube.resources import (
     Resource,
@@ -45,7 +44,8 @@ from sandpod_gateway.policy.auth import Tenant
 from sandpod_gateway.policy.idempotency import Getter, execution_name, replay
 from sandpod_gateway.schemas import CreateExecutionRequest, ExecutionResult
 from sandpod_gateway.settings import GatewaySettings
-from sandpod_gateway.waiting import finished
+from sandpod_gateway.usecases.direct_runs import DirectRunner, NotServingNow
+from sandpod_gateway.usecases.waiting import finished
 
 
 class Lister(Protocol):
