@@ -8,14 +8,10 @@ from pathlib import Path
 from fastapi import FastAPI
 from sandpod_contract.kube import open_api_client
 
-from sandpod_gateway.body_limit import BodySizeLimitMiddleware
-from sandpod_gateway.docs import install_docs
-from sandpod_gateway.errors import install_error_handlers
 from sandpod_gateway.judge0_callbacks import Judge0Callbacks
 from sandpod_gateway.kube.kube_service import KubernetesExecutionService, KubernetesSessionService
 from sandpod_gateway.languages import load_language_catalog
 from sandpod_gateway.mcp_server import build_mcp_server, new_session_manager
-from sandpod_gateway.metrics import GatewayMetrics, MetricsMiddleware
 from sandpod_gateway.pad import PAD_DIR, install_pad
 from sandpod_gateway.policy.admission import AdmissionControl
 from sandpod_gateway.policy.auth import SecretApiKeyStore
@@ -29,10 +25,14 @@ from sandpod_gateway.routers import (
     tenant,
     tools,
 )
-from sandpod_gateway.security_headers import SecurityHeadersMiddleware
 from sandpod_gateway.settings import GatewaySettings
 from sandpod_gateway.usecases.direct_runs import OperatorDirectRunner
 from sandpod_gateway.usecases.sessions import KnownSessions
+from sandpod_gateway.web.body_limit import BodySizeLimitMiddleware
+from sandpod_gateway.web.docs import install_docs
+from sandpod_gateway.web.errors import install_error_handlers
+from sandpod_gateway.web.metrics import GatewayMetrics, MetricsMiddleware
+from sandpod_gateway.web.security_headers import SecurityHeadersMiddleware
 
 DESCRIPTION = """\
 Run untrusted code in short-lived gVisor sandboxes on Kubernetes.

@@ -17,14 +17,12 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, ValidationError
 
-from sandpod_gateway.errors import GatewayError, as_gateway_error
 from sandpod_gateway.kube.service import (
     ExecutionNotFound,
     KubernetesUnavailable,
     SessionNotFound,
 )
 from sandpod_gateway.languages import LanguageCatalog
-from sandpod_gateway.metrics import GatewayMetrics
 from sandpod_gateway.schemas import (
     CreateExecutionRequest,
     CreateSessionRequest,
@@ -48,6 +46,8 @@ from sandpod_gateway.usecases.sessions import (
     open_session,
     run_in_session,
 )
+from sandpod_gateway.web.errors import GatewayError, as_gateway_error
+from sandpod_gateway.web.metrics import GatewayMetrics
 
 TOOL_CALL_STATE = "sandpod_tool_call"
 

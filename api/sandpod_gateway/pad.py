@@ -7,7 +7,7 @@ from fastapi import FastAPI
 from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
-from sandpod_gateway.errors import GatewayError
+from sandpod_gateway.web.errors import GatewayError
 
 PAD_PATH = "/pad"
 # Where hack/web/build.sh (and the gateway image's build) put the bundled page.

@@ -13,10 +13,10 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from gateway_fakes import FakeExecutionService, FakeSessionService, created_from, make_app, tenant
-from sandpod_gateway.dependencies import get_direct_runner
-from sandpod_gateway.errors import GatewayError
 from sandpod_gateway.kube.service import SessionNotFound
 from sandpod_gateway.usecases.direct_runs import NotServingNow
+from sandpod_gateway.web.dependencies import get_direct_runner
+from sandpod_gateway.web.errors import GatewayError
 
 ALICE = "sk-alice-0123456789"
 

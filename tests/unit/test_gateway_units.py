@@ -17,7 +17,6 @@ from sandpod_contract.models import (
 )
 from sandpod_contract.names import API_VERSION, KIND, REQUEST_HASH_ANNOTATION, TENANT_LABEL
 from sandpod_contract.runner import MAX_FRAME_BYTES, FrameDecoder, OutputChunk, decode_frame
-from sandpod_gateway.errors import GatewayError, format_location
 from sandpod_gateway.kube.resources import (
     build_code_execution,
     execution_result,
@@ -38,6 +37,7 @@ from sandpod_gateway.tool_definitions import (
     ToolDefinition,
     tool_parameters,
 )
+from sandpod_gateway.web.errors import GatewayError, format_location
 
 
 def request(**fields: Any) -> CreateExecutionRequest:

@@ -31,7 +31,6 @@ from sandpod_contract.names import (
     TENANT_LABEL,
 )
 
-from sandpod_gateway.errors import ErrorDetail, GatewayError, format_location
 from sandpod_gateway.schemas import (
     CreateExecutionRequest,
     CreateSessionRequest,
@@ -44,6 +43,7 @@ from sandpod_gateway.schemas import (
     SessionStatus,
 )
 from sandpod_gateway.usecases.tracebacks import uncaught_exception_note
+from sandpod_gateway.web.errors import ErrorDetail, GatewayError, format_location
 
 PHASE_STATUS: dict[str, ExecutionStatus] = {
     "Pending": ExecutionStatus.pending,

@@ -21,13 +21,13 @@ from sandpod_contract.models import (
 from sandpod_contract.names import FINISHED_LABEL, TENANT_LABEL
 from sandpod_contract.quantities import parse_quantity, smaller_quantity
 
-from sandpod_gateway.errors import ErrorDetail, GatewayError
 from sandpod_gateway.kube.resources import Resource, is_ended
 from sandpod_gateway.kube.service import ExecutionService, SessionService
 from sandpod_gateway.languages import LanguageCatalog
 from sandpod_gateway.policy.auth import Tenant, TenantLimits
 from sandpod_gateway.schemas import CreateExecutionRequest, CreateSessionRequest, LanguageInfo
 from sandpod_gateway.settings import GatewaySettings
+from sandpod_gateway.web.errors import ErrorDetail, GatewayError
 
 MAX_RETRY_AFTER_SECONDS = 60
 

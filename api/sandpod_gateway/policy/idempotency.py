@@ -7,10 +7,10 @@ from collections.abc import Awaitable, Callable
 
 from sandpod_contract.names import REQUEST_HASH_ANNOTATION
 
-from sandpod_gateway.errors import ErrorDetail, GatewayError
 from sandpod_gateway.kube.resources import Resource, belongs_to
 from sandpod_gateway.kube.service import ResourceNotFound
 from sandpod_gateway.policy.auth import Tenant
+from sandpod_gateway.web.errors import ErrorDetail, GatewayError
 
 NAME_PREFIX = "cx-"
 SESSION_PREFIX = "cxs-"

@@ -7,24 +7,13 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Header, Query, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
-from sandpod_gateway.dependencies import (
-    AdmissionDep,
-    CurrentTenant,
-    ExecutionContextDep,
-    ExecutionServiceDep,
-    MetricsDep,
-    SettingsDep,
-)
-from sandpod_gateway.errors import error_responses, responses_with
 from sandpod_gateway.kube.resources import Resource, execution_result, is_terminal
-from sandpod_gateway.metrics import GatewayMetrics
 from sandpod_gateway.schemas import (
     TERMINAL_STATUSES,
     CreateExecutionRequest,
     ExecutionPage,
     ExecutionResult,
 )
-from sandpod_gateway.security_headers import attachment_response
 from sandpod_gateway.usecases.executions import (
     CreateOutcome,
     PageQuery,
@@ -35,6 +24,17 @@ from sandpod_gateway.usecases.executions import (
     result_with_files,
 )
 from sandpod_gateway.usecases.streaming import execution_events
+from sandpod_gateway.web.dependencies import (
+    AdmissionDep,
+    CurrentTenant,
+    ExecutionContextDep,
+    ExecutionServiceDep,
+    MetricsDep,
+    SettingsDep,
+)
+from sandpod_gateway.web.errors import error_responses, responses_with
+from sandpod_gateway.web.metrics import GatewayMetrics
+from sandpod_gateway.web.security_headers import attachment_response
 
 # Every route here authenticates (401), validates (422), counts against the tenant's request
 # rate (429) and talks to the cluster (503).

@@ -7,10 +7,10 @@ from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 
-from sandpod_gateway.dependencies import ExecutionServiceDep, KeyStoreDep, MetricsDep
-from sandpod_gateway.errors import GatewayError, error_responses
 from sandpod_gateway.kube.service import KubernetesUnavailable
 from sandpod_gateway.policy.auth import KeyStoreUnavailable
+from sandpod_gateway.web.dependencies import ExecutionServiceDep, KeyStoreDep, MetricsDep
+from sandpod_gateway.web.errors import GatewayError, error_responses
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,17 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
 from sandpod_gateway import judge0
-from sandpod_gateway.dependencies import (
+from sandpod_gateway.judge0_callbacks import Judge0Callbacks
+from sandpod_gateway.kube.resources import Resource
+from sandpod_gateway.kube.service import ExecutionNotFound
+from sandpod_gateway.policy.admission import check_concurrency
+from sandpod_gateway.policy.auth import Tenant
+from sandpod_gateway.usecases.executions import (
+    ExecutionContext,
+    create_execution,
+    get_owned_execution,
+)
+from sandpod_gateway.web.dependencies import (
     AdmissionDep,
     CatalogDep,
     Judge0CallbacksDep,
@@ -27,18 +37,8 @@ from sandpod_gateway.dependencies import (
     authenticate,
     execution_context_of,
 )
-from sandpod_gateway.errors import GatewayError, as_gateway_error
-from sandpod_gateway.judge0_callbacks import Judge0Callbacks
-from sandpod_gateway.kube.resources import Resource
-from sandpod_gateway.kube.service import ExecutionNotFound
-from sandpod_gateway.metrics import GatewayMetrics
-from sandpod_gateway.policy.admission import check_concurrency
-from sandpod_gateway.policy.auth import Tenant
-from sandpod_gateway.usecases.executions import (
-    ExecutionContext,
-    create_execution,
-    get_owned_execution,
-)
+from sandpod_gateway.web.errors import GatewayError, as_gateway_error
+from sandpod_gateway.web.metrics import GatewayMetrics
 
 PREFIX = "/judge0"
 AUTH_HEADER = "X-Auth-Token"

@@ -7,13 +7,6 @@ from fastapi import APIRouter, Depends, Path, Request, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from sandpod_contract.models import RELATIVE_PATH_PATTERN
 
-from sandpod_gateway.dependencies import (
-    CurrentTenant,
-    ExecutionServiceDep,
-    SessionContextDep,
-    SessionServiceDep,
-)
-from sandpod_gateway.errors import error_responses, responses_with
 from sandpod_gateway.kube.resources import Resource, session_info
 from sandpod_gateway.kube.service import ExecutionNotFound
 from sandpod_gateway.routers.executions import (
@@ -30,7 +23,6 @@ from sandpod_gateway.schemas import (
     SessionPage,
     TrustedName,
 )
-from sandpod_gateway.security_headers import attachment_response
 from sandpod_gateway.usecases.executions import get_owned_execution, list_page
 from sandpod_gateway.usecases.session_files import FileInfo, download_file, upload_file
 from sandpod_gateway.usecases.sessions import (
@@ -40,6 +32,14 @@ from sandpod_gateway.usecases.sessions import (
     run_in_session,
 )
 from sandpod_gateway.usecases.streaming import execution_events
+from sandpod_gateway.web.dependencies import (
+    CurrentTenant,
+    ExecutionServiceDep,
+    SessionContextDep,
+    SessionServiceDep,
+)
+from sandpod_gateway.web.errors import error_responses, responses_with
+from sandpod_gateway.web.security_headers import attachment_response
 
 router = APIRouter(
     prefix="/v1/sessions", tags=["sessions"], responses=error_responses(*COMMON_ERRORS)

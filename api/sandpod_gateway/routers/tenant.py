@@ -4,10 +4,10 @@ from dataclasses import asdict
 
 from fastapi import APIRouter
 
-from sandpod_gateway.dependencies import CurrentTenant, SettingsDep
-from sandpod_gateway.errors import error_responses
 from sandpod_gateway.policy.admission import default_limits
 from sandpod_gateway.schemas import TenantDefaults, TenantInfo, TenantLimitsInfo
+from sandpod_gateway.web.dependencies import CurrentTenant, SettingsDep
+from sandpod_gateway.web.errors import error_responses
 
 router = APIRouter(prefix="/v1/tenant", tags=["tenant"], responses=error_responses(401, 429, 503))
 

@@ -2,9 +2,9 @@
 
 from fastapi import APIRouter
 
-from sandpod_gateway.dependencies import CatalogDep, CurrentTenant
-from sandpod_gateway.errors import error_responses
 from sandpod_gateway.tool_definitions import OpenAITool, openai_tools
+from sandpod_gateway.web.dependencies import CatalogDep, CurrentTenant
+from sandpod_gateway.web.errors import error_responses
 
 router = APIRouter(prefix="/v1/tools", tags=["tools"], responses=error_responses(401, 429, 503))
 

@@ -17,10 +17,10 @@ from kubernetes_asyncio.client import ApiClient, CoreV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 from sandpod_contract.names import DIRECT_POOL_RUN_PATH, DIRECT_RUN_PATH
 
-from sandpod_gateway.errors import GatewayError
 from sandpod_gateway.kube.resources import Resource
 from sandpod_gateway.kube.service import SessionNotFound
 from sandpod_gateway.settings import GatewaySettings
+from sandpod_gateway.web.errors import GatewayError
 
 # Beyond the run's own timeout: the operator's turn queue and the record of outputs.
 ANSWER_MARGIN_SECONDS = 60

@@ -14,7 +14,6 @@ from typing import Protocol
 from sandpod_contract.models import execution_name_problem
 from sandpod_contract.names import TENANT_LABEL
 
-from sandpod_gateway.errors import ErrorDetail, GatewayError
 from sandpod_gateway.kube.resources import (
     Resource,
     belongs_to,
@@ -46,6 +45,7 @@ from sandpod_gateway.schemas import CreateExecutionRequest, ExecutionResult
 from sandpod_gateway.settings import GatewaySettings
 from sandpod_gateway.usecases.direct_runs import DirectRunner, NotServingNow
 from sandpod_gateway.usecases.waiting import finished
+from sandpod_gateway.web.errors import ErrorDetail, GatewayError
 
 
 class Lister(Protocol):

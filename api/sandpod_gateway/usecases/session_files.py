@@ -13,10 +13,10 @@ import math
 
 from pydantic import BaseModel, Field, ValidationError
 
-from sandpod_gateway.errors import ErrorDetail, GatewayError
 from sandpod_gateway.schemas import ExecutionStatus, FileInput, SessionExecutionRequest
 from sandpod_gateway.usecases.executions import CreateOutcome
 from sandpod_gateway.usecases.sessions import SessionContext, live_session, run_in_session
+from sandpod_gateway.web.errors import ErrorDetail, GatewayError
 
 # Exit status of a download program when the path is not a regular file.
 MISSING_FILE_EXIT = 3

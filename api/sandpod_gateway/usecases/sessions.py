@@ -9,7 +9,6 @@ session's other runs and are audited like them.
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from sandpod_gateway.errors import ErrorDetail, GatewayError
 from sandpod_gateway.kube.resources import (
     Resource,
     build_code_session,
@@ -40,6 +39,7 @@ from sandpod_gateway.usecases.executions import (
     refused_by_cluster,
     run_directly,
 )
+from sandpod_gateway.web.errors import ErrorDetail, GatewayError
 
 
 @dataclass(frozen=True)

@@ -8,17 +8,17 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from sandpod_gateway.errors import GatewayError
 from sandpod_gateway.judge0_callbacks import Judge0Callbacks
 from sandpod_gateway.kube.service import ExecutionService, SessionService
 from sandpod_gateway.languages import LanguageCatalog
-from sandpod_gateway.metrics import GatewayMetrics
 from sandpod_gateway.policy.admission import AdmissionControl
 from sandpod_gateway.policy.auth import ApiKeyStore, KeyStoreUnavailable, Tenant
 from sandpod_gateway.settings import GatewaySettings
 from sandpod_gateway.usecases.direct_runs import DirectRunner
 from sandpod_gateway.usecases.executions import ExecutionContext
 from sandpod_gateway.usecases.sessions import KnownSessions, SessionContext
+from sandpod_gateway.web.errors import GatewayError
+from sandpod_gateway.web.metrics import GatewayMetrics
 
 
 def _from_app_state(attribute: str) -> Callable[[Request], Any]:

@@ -4,7 +4,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sandpod_gateway.errors import ErrorDetail, GatewayError, error_response
+from sandpod_gateway.web.errors import ErrorDetail, GatewayError, error_response
 
 
 class RequestBodyTooLarge(HTTPException):
