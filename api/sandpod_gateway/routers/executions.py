@@ -1,22 +1,18 @@
 """/v1/executions: create (and wait), get, list, cancel, stream."""
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Query, Response
+from fastapi import APIRouter, Depends, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
 from sandpod_gateway.kube.resources import Resource, execution_result, is_terminal
 from sandpod_gateway.schemas import (
-    TERMINAL_STATUSES,
     CreateExecutionRequest,
     ExecutionPage,
     ExecutionResult,
 )
 from sandpod_gateway.usecases.executions import (
-    CreateOutcome,
-    PageQuery,
     create_execution,
     get_owned_execution,
     list_page,
@@ -24,75 +20,20 @@ from sandpod_gateway.usecases.executions import (
     result_with_files,
 )
 from sandpod_gateway.usecases.streaming import execution_events
+from sandpod_gateway.web.common import COMMON_ERRORS, EXECUTIONS_PATH, CreateCallDep, PageParams
 from sandpod_gateway.web.dependencies import (
     AdmissionDep,
     CurrentTenant,
     ExecutionContextDep,
     ExecutionServiceDep,
-    MetricsDep,
     SettingsDep,
 )
 from sandpod_gateway.web.errors import error_responses, responses_with
-from sandpod_gateway.web.metrics import GatewayMetrics
 from sandpod_gateway.web.security_headers import attachment_response
 
-# Every route here authenticates (401), validates (422), counts against the tenant's request
-# rate (429) and talks to the cluster (503).
-COMMON_ERRORS = (401, 422, 429, 503)
 router = APIRouter(
-    prefix="/v1/executions", tags=["executions"], responses=error_responses(*COMMON_ERRORS)
+    prefix=EXECUTIONS_PATH, tags=["executions"], responses=error_responses(*COMMON_ERRORS)
 )
-
-
-def page_query(
-    limit: Annotated[int, Query(ge=1, le=100)] = 20,
-    cursor: Annotated[str | None, Query(min_length=1, max_length=4096)] = None,
-) -> PageQuery:
-    return PageQuery(limit, cursor)
-
-
-PageParams = Annotated[PageQuery, Depends(page_query)]
-IdempotencyKey = Annotated[
-    str | None,
-    Header(
-        alias="Idempotency-Key",
-        min_length=1,
-        max_length=255,
-        pattern=r"^[\x21-\x7e]+$",
-        description="Retrying a create with the same key returns the same execution",
-    ),
-]
-
-
-@dataclass(frozen=True)
-class CreateCall:
-    """A create request's Idempotency-Key and ?wait=, and where its answer goes."""
-
-    idempotency_key: str | None
-    wait: bool
-    response: Response
-    metrics: GatewayMetrics
-
-    def answer(self, outcome: CreateOutcome) -> ExecutionResult:
-        """200 once finished, else 202; Location; counted when this request created it."""
-        result = outcome.result
-        if outcome.created:
-            self.metrics.executions.labels(result.language, result.status.value).inc()
-        self.response.status_code = 200 if result.status in TERMINAL_STATUSES else 202
-        self.response.headers["Location"] = f"{router.prefix}/{result.id}"
-        return result
-
-
-def create_call(
-    response: Response,
-    metrics: MetricsDep,
-    idempotency_key: IdempotencyKey = None,
-    wait: Annotated[bool, Query(description="Wait for the result")] = True,
-) -> CreateCall:
-    return CreateCall(idempotency_key, wait, response, metrics)
-
-
-CreateCallDep = Annotated[CreateCall, Depends(create_call)]
 
 
 async def owned_execution(

@@ -9,12 +9,6 @@ from sandpod_contract.models import RELATIVE_PATH_PATTERN
 
 from sandpod_gateway.kube.resources import Resource, session_info
 from sandpod_gateway.kube.service import ExecutionNotFound
-from sandpod_gateway.routers.executions import (
-    COMMON_ERRORS,
-    CreateCallDep,
-    IdempotencyKey,
-    PageParams,
-)
 from sandpod_gateway.schemas import (
     CreateSessionRequest,
     ExecutionResult,
@@ -32,6 +26,12 @@ from sandpod_gateway.usecases.sessions import (
     run_in_session,
 )
 from sandpod_gateway.usecases.streaming import execution_events
+from sandpod_gateway.web.common import (
+    COMMON_ERRORS,
+    CreateCallDep,
+    IdempotencyKey,
+    PageParams,
+)
 from sandpod_gateway.web.dependencies import (
     CurrentTenant,
     ExecutionServiceDep,
