@@ -8,23 +8,23 @@ from pathlib import Path
 from fastapi import FastAPI
 from sandpod_contract.kube import open_api_client
 
-from sandpod_gateway.judge0_callbacks import Judge0Callbacks
+from sandpod_gateway.families.judge0 import router as judge0
+from sandpod_gateway.families.judge0.callbacks import Judge0Callbacks
+from sandpod_gateway.families.mcp import router as mcp
+from sandpod_gateway.families.mcp.mcp_server import build_mcp_server, new_session_manager
+from sandpod_gateway.families.sandpod import (
+    executions_router,
+    health_router,
+    languages_router,
+    sessions_router,
+    tenant_router,
+)
+from sandpod_gateway.families.sandpod.pad import PAD_DIR, install_pad
+from sandpod_gateway.families.tools import router as tools
 from sandpod_gateway.kube.kube_service import KubernetesExecutionService, KubernetesSessionService
 from sandpod_gateway.languages import load_language_catalog
-from sandpod_gateway.mcp_server import build_mcp_server, new_session_manager
-from sandpod_gateway.pad import PAD_DIR, install_pad
 from sandpod_gateway.policy.admission import AdmissionControl
 from sandpod_gateway.policy.auth import SecretApiKeyStore
-from sandpod_gateway.routers import (
-    executions,
-    health,
-    judge0,
-    languages,
-    mcp,
-    sessions,
-    tenant,
-    tools,
-)
 from sandpod_gateway.settings import GatewaySettings
 from sandpod_gateway.usecases.direct_runs import OperatorDirectRunner
 from sandpod_gateway.usecases.sessions import KnownSessions
@@ -98,7 +98,16 @@ def create_app(settings: GatewaySettings | None = None, pad_dir: Path = PAD_DIR)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     # Outermost: every answer carries the headers, the 413s of the body limit included.
     app.add_middleware(SecurityHeadersMiddleware)
-    for module in (executions, sessions, languages, tenant, tools, health, mcp, judge0):
+    for module in (
+        executions_router,
+        sessions_router,
+        languages_router,
+        tenant_router,
+        tools,
+        health_router,
+        mcp,
+        judge0,
+    ):
         app.include_router(module.router)
     install_pad(app, pad_dir)
     install_docs(app)

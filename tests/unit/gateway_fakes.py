@@ -21,6 +21,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from sandpod_contract.models import TERMINAL_PHASES
 from sandpod_contract.names import CANCEL_ANNOTATION, FINISHED_LABEL
 from sandpod_contract.runner import OutputChunk
+from sandpod_gateway.families.sandpod.pad import PAD_DIR
 from sandpod_gateway.kube.kube_service import KubernetesExecutionService, KubernetesSessionService
 from sandpod_gateway.kube.service import (
     ExecutionAlreadyExists,
@@ -32,7 +33,6 @@ from sandpod_gateway.kube.service import (
     SessionNotFound,
 )
 from sandpod_gateway.main import create_app
-from sandpod_gateway.pad import PAD_DIR
 from sandpod_gateway.policy.auth import Tenant, TenantLimits
 from sandpod_gateway.settings import GatewaySettings
 from sandpod_gateway.web.dependencies import (

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from sandpod_gateway.judge0_callbacks import Judge0Callbacks
+from sandpod_gateway.families.judge0.callbacks import Judge0Callbacks
 from sandpod_gateway.kube.service import ExecutionService, SessionService
 from sandpod_gateway.languages import LanguageCatalog
 from sandpod_gateway.policy.admission import AdmissionControl

@@ -13,7 +13,7 @@ from starlette.datastructures import MutableHeaders
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sandpod_gateway.pad import PAD_PATH
+from sandpod_gateway.families.sandpod.pad import PAD_PATH
 from sandpod_gateway.web.docs import DOCS_PATHS
 
 API_POLICY = "default-src 'none'; frame-ancestors 'none'"

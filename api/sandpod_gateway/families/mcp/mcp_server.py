@@ -17,6 +17,14 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, ValidationError
 
+from sandpod_gateway.families.tools.tool_definitions import (
+    CLOSE_SESSION,
+    OPEN_SESSION,
+    RUN_CODE,
+    RUN_IN_SESSION,
+    TOOLS,
+    ToolDefinition,
+)
 from sandpod_gateway.kube.service import (
     ExecutionNotFound,
     KubernetesUnavailable,
@@ -31,14 +39,6 @@ from sandpod_gateway.schemas import (
     SessionInfo,
 )
 from sandpod_gateway.settings import GatewaySettings
-from sandpod_gateway.tool_definitions import (
-    CLOSE_SESSION,
-    OPEN_SESSION,
-    RUN_CODE,
-    RUN_IN_SESSION,
-    TOOLS,
-    ToolDefinition,
-)
 from sandpod_gateway.usecases.executions import CreateOutcome, create_execution
 from sandpod_gateway.usecases.sessions import (
     SessionContext,

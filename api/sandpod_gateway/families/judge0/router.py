@@ -16,8 +16,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
-from sandpod_gateway import judge0
-from sandpod_gateway.judge0_callbacks import Judge0Callbacks
+from sandpod_gateway.families.judge0 import judge0
+from sandpod_gateway.families.judge0.callbacks import Judge0Callbacks
 from sandpod_gateway.kube.resources import Resource
 from sandpod_gateway.kube.service import ExecutionNotFound
 from sandpod_gateway.policy.admission import check_concurrency

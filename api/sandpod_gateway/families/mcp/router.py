@@ -4,7 +4,7 @@ from fastapi import APIRouter, Request, Response
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.types import Receive, Scope, Send
 
-from sandpod_gateway.mcp_server import TOOL_CALL_STATE, ToolCallContext
+from sandpod_gateway.families.mcp.mcp_server import TOOL_CALL_STATE, ToolCallContext
 from sandpod_gateway.web.dependencies import MetricsDep, SessionContextDep
 
 router = APIRouter(tags=["mcp"])

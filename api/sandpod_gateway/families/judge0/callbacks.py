@@ -12,7 +12,7 @@ import logging
 
 import aiohttp
 
-from sandpod_gateway import judge0
+from sandpod_gateway.families.judge0 import judge0
 from sandpod_gateway.kube.resources import Resource, is_terminal
 from sandpod_gateway.kube.service import ExecutionNotFound, ExecutionService, KubernetesUnavailable
 from sandpod_gateway.settings import GatewaySettings

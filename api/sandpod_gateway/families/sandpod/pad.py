@@ -10,8 +10,9 @@ from fastapi.staticfiles import StaticFiles
 from sandpod_gateway.web.errors import GatewayError
 
 PAD_PATH = "/pad"
-# Where hack/web/build.sh (and the gateway image's build) put the bundled page.
-PAD_DIR = Path(__file__).with_name("pad")
+# Where hack/web/build.sh (and the gateway image's build) put the bundled page:
+# api/sandpod_gateway/pad/, beside the package's top.
+PAD_DIR = Path(__file__).parents[2] / "pad"
 
 
 def install_pad(app: FastAPI, directory: Path) -> None:
