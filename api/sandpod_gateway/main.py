@@ -19,7 +19,6 @@ from sandpod_gateway.families.sandpod import (
     sessions_router,
     tenant_router,
 )
-from sandpod_gateway.families.sandpod.pad import PAD_DIR, install_pad
 from sandpod_gateway.families.tools import router as tools
 from sandpod_gateway.kube.kube_service import KubernetesExecutionService, KubernetesSessionService
 from sandpod_gateway.languages import load_language_catalog
@@ -32,6 +31,7 @@ from sandpod_gateway.web.body_limit import BodySizeLimitMiddleware
 from sandpod_gateway.web.docs import install_docs
 from sandpod_gateway.web.errors import install_error_handlers
 from sandpod_gateway.web.metrics import GatewayMetrics, MetricsMiddleware
+from sandpod_gateway.web.pad import PAD_DIR, install_pad
 from sandpod_gateway.web.security_headers import SecurityHeadersMiddleware
 
 DESCRIPTION = """\

@@ -21,7 +21,6 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from sandpod_contract.models import TERMINAL_PHASES
 from sandpod_contract.names import CANCEL_ANNOTATION, FINISHED_LABEL
 from sandpod_contract.runner import OutputChunk
-from sandpod_gateway.families.sandpod.pad import PAD_DIR
 from sandpod_gateway.kube.kube_service import KubernetesExecutionService, KubernetesSessionService
 from sandpod_gateway.kube.service import (
     ExecutionAlreadyExists,
@@ -40,6 +39,7 @@ from sandpod_gateway.web.dependencies import (
     get_key_store,
     get_session_service,
 )
+from sandpod_gateway.web.pad import PAD_DIR
 from sandpod_testkit.processes import free_port, http_ok
 from sandpod_testkit.waiting import wait_until
 

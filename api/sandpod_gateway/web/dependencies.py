@@ -8,7 +8,6 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from sandpod_gateway.families.judge0.callbacks import Judge0Callbacks
 from sandpod_gateway.kube.service import ExecutionService, SessionService
 from sandpod_gateway.languages import LanguageCatalog
 from sandpod_gateway.policy.admission import AdmissionControl
@@ -21,7 +20,7 @@ from sandpod_gateway.web.errors import GatewayError
 from sandpod_gateway.web.metrics import GatewayMetrics
 
 
-def _from_app_state(attribute: str) -> Callable[[Request], Any]:
+def from_app_state(attribute: str) -> Callable[[Request], Any]:
     """A dependency returning what create_app stored as app.state.<attribute>."""
 
     def dependency(request: Request) -> Any:
@@ -31,16 +30,15 @@ def _from_app_state(attribute: str) -> Callable[[Request], Any]:
     return dependency
 
 
-get_settings: Callable[[Request], GatewaySettings] = _from_app_state("settings")
-get_catalog: Callable[[Request], LanguageCatalog] = _from_app_state("catalog")
-get_metrics: Callable[[Request], GatewayMetrics] = _from_app_state("metrics")
-get_admission: Callable[[Request], AdmissionControl] = _from_app_state("admission")
-get_key_store: Callable[[Request], ApiKeyStore] = _from_app_state("key_store")
-get_execution_service: Callable[[Request], ExecutionService] = _from_app_state("execution_service")
-get_session_service: Callable[[Request], SessionService] = _from_app_state("session_service")
-get_direct_runner: Callable[[Request], DirectRunner | None] = _from_app_state("direct_runner")
-get_known_sessions: Callable[[Request], KnownSessions] = _from_app_state("known_sessions")
-get_judge0_callbacks: Callable[[Request], Judge0Callbacks] = _from_app_state("judge0_callbacks")
+get_settings: Callable[[Request], GatewaySettings] = from_app_state("settings")
+get_catalog: Callable[[Request], LanguageCatalog] = from_app_state("catalog")
+get_metrics: Callable[[Request], GatewayMetrics] = from_app_state("metrics")
+get_admission: Callable[[Request], AdmissionControl] = from_app_state("admission")
+get_key_store: Callable[[Request], ApiKeyStore] = from_app_state("key_store")
+get_execution_service: Callable[[Request], ExecutionService] = from_app_state("execution_service")
+get_session_service: Callable[[Request], SessionService] = from_app_state("session_service")
+get_direct_runner: Callable[[Request], DirectRunner | None] = from_app_state("direct_runner")
+get_known_sessions: Callable[[Request], KnownSessions] = from_app_state("known_sessions")
 
 
 SettingsDep = Annotated[GatewaySettings, Depends(get_settings)]
@@ -52,7 +50,6 @@ ExecutionServiceDep = Annotated[ExecutionService, Depends(get_execution_service)
 SessionServiceDep = Annotated[SessionService, Depends(get_session_service)]
 DirectRunnerDep = Annotated[DirectRunner | None, Depends(get_direct_runner)]
 KnownSessionsDep = Annotated[KnownSessions, Depends(get_known_sessions)]
-Judge0CallbacksDep = Annotated[Judge0Callbacks, Depends(get_judge0_callbacks)]
 
 bearer_scheme = HTTPBearer(
     auto_error=False,

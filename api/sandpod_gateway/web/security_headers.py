@@ -13,8 +13,8 @@ from starlette.datastructures import MutableHeaders
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sandpod_gateway.families.sandpod.pad import PAD_PATH
 from sandpod_gateway.web.docs import DOCS_PATHS
+from sandpod_gateway.web.pad import PAD_PATH
 
 API_POLICY = "default-src 'none'; frame-ancestors 'none'"
 # The scratch pad shows what sandboxed programs print and make, next to the API key.

@@ -30,18 +30,21 @@ from sandpod_gateway.usecases.executions import (
 from sandpod_gateway.web.dependencies import (
     AdmissionDep,
     CatalogDep,
-    Judge0CallbacksDep,
     KeyStoreDep,
     MetricsDep,
     SettingsDep,
     authenticate,
     execution_context_of,
+    from_app_state,
 )
 from sandpod_gateway.web.errors import GatewayError, as_gateway_error
 from sandpod_gateway.web.metrics import GatewayMetrics
 
 PREFIX = "/judge0"
 AUTH_HEADER = "X-Auth-Token"
+
+get_judge0_callbacks: Callable[[Request], Judge0Callbacks] = from_app_state("judge0_callbacks")
+Judge0CallbacksDep = Annotated[Judge0Callbacks, Depends(get_judge0_callbacks)]
 
 
 def judge0_status(error: GatewayError) -> tuple[int, str]:

@@ -17,14 +17,6 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, ValidationError
 
-from sandpod_gateway.families.tools.tool_definitions import (
-    CLOSE_SESSION,
-    OPEN_SESSION,
-    RUN_CODE,
-    RUN_IN_SESSION,
-    TOOLS,
-    ToolDefinition,
-)
 from sandpod_gateway.kube.service import (
     ExecutionNotFound,
     KubernetesUnavailable,
@@ -45,6 +37,14 @@ from sandpod_gateway.usecases.sessions import (
     close_session,
     open_session,
     run_in_session,
+)
+from sandpod_gateway.usecases.tool_definitions import (
+    CLOSE_SESSION,
+    OPEN_SESSION,
+    RUN_CODE,
+    RUN_IN_SESSION,
+    TOOLS,
+    ToolDefinition,
 )
 from sandpod_gateway.web.errors import GatewayError, as_gateway_error
 from sandpod_gateway.web.metrics import GatewayMetrics

@@ -2,7 +2,7 @@
 
 from fastapi import APIRouter
 
-from sandpod_gateway.families.tools.tool_definitions import OpenAITool, openai_tools
+from sandpod_gateway.families.tools.openai_tools import OpenAITool, openai_tools
 from sandpod_gateway.web.dependencies import CatalogDep, CurrentTenant
 from sandpod_gateway.web.errors import error_responses
 

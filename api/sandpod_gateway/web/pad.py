@@ -11,8 +11,8 @@ from sandpod_gateway.web.errors import GatewayError
 
 PAD_PATH = "/pad"
 # Where hack/web/build.sh (and the gateway image's build) put the bundled page:
-# api/sandpod_gateway/pad/, beside the package's top.
-PAD_DIR = Path(__file__).parents[2] / "pad"
+# api/sandpod_gateway/pad/, at the package's top.
+PAD_DIR = Path(__file__).parents[1] / "pad"
 
 
 def install_pad(app: FastAPI, directory: Path) -> None:
