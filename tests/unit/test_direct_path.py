@@ -1,5 +1,5 @@
 """The direct path's pure parts (operator/sandpod_operator/direct.py) and its wire: the
-gateway's client (sandpod_gateway/direct_runs.py) against the operator's real endpoint
+gateway's client (sandpod_gateway/usecases/direct_runs.py) against the operator's real endpoint
 (sandpod_operator/direct_endpoint.py) on a local port, with the runs behind it played."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 import aiohttp
 import pytest
 from sandpod_contract.names import FINISHED_LABEL, RECORD_LABEL, TENANT_LABEL
-from sandpod_gateway.direct_runs import NotServingNow, OperatorDirectRunner
-from sandpod_gateway.errors import GatewayError
-from sandpod_gateway.service import SessionNotFound
+from sandpod_gateway.kube.service import SessionNotFound
+from sandpod_gateway.usecases.direct_runs import NotServingNow, OperatorDirectRunner
+from sandpod_gateway.web.errors import GatewayError
 from sandpod_operator import direct_endpoint
 from sandpod_operator.direct import RecordEntry, build_record, records_due
 from sandpod_operator.serving import InvalidRun, NotServing
