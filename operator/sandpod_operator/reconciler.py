@@ -50,7 +50,7 @@ from sandpod_operator.builders import (
     plan_execution,
     plan_outputs,
 )
-from sandpod_operator.egress_proxy import (
+from sandpod_operator.egress.proxy import (
     EgressProxy,
     ProxyClient,
     blocked_message,

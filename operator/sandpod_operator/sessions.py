@@ -10,7 +10,7 @@ operator restart the head of the queue is re-attached, never run twice; the resu
 from the runner's verified summary. The pod stays after a run; it goes with the session.
 
 A session whose allowlist names hosts gets its own pod (pool pods carry no proxy
-credentials), with the egress proxy's variables for a grant of its own (egress_proxy), and
+credentials), with the egress proxy's variables for a grant of its own (egress/proxy.py), and
 each of its runs reports what the proxy refused the session while it ran.
 """
 
@@ -51,7 +51,7 @@ from sandpod_operator.builders import (
     limits_within,
     plan_execution,
 )
-from sandpod_operator.egress_proxy import (
+from sandpod_operator.egress.proxy import (
     EgressProxy,
     ProxyClient,
     Refusals,

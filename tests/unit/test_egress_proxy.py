@@ -26,8 +26,8 @@ from sandpod_operator.builders import (
     check_egress,
     plan_execution,
 )
-from sandpod_operator.egress_policy import make_bounds
-from sandpod_operator.egress_proxy import (
+from sandpod_operator.egress.policy import make_bounds
+from sandpod_operator.egress.proxy import (
     EgressProxy,
     execution_grant,
     proxy_env,

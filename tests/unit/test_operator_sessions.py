@@ -32,7 +32,7 @@ from sandpod_contract.names import (
     SESSION_LABEL,
 )
 from sandpod_operator.direct import DirectRuns
-from sandpod_operator.egress_proxy import blocked_between
+from sandpod_operator.egress.proxy import blocked_between
 from sandpod_operator.kube import KubeError
 from sandpod_operator.reconciler import Reconciler
 from sandpod_operator.serving import NotServing
