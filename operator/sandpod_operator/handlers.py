@@ -33,16 +33,16 @@ from sandpod_contract.names import (
 )
 
 from sandpod_operator import (  # noqa: F401  (registers their handlers)
-    direct_endpoint,
     pool_handlers,
     session_handlers,
 )
 from sandpod_operator.builders import DENY_ALL_POLICY_NAME
-from sandpod_operator.direct import RECONCILED, DirectRuns, RecordEntry, keep_records
 from sandpod_operator.kube import API_ERRORS, Kube, RequestCounter
 from sandpod_operator.pools import PoolController
 from sandpod_operator.reconciler import Reconciler, is_transient
 from sandpod_operator.resync import resync_unstarted
+from sandpod_operator.serving import endpoint as direct_endpoint
+from sandpod_operator.serving.direct import RECONCILED, DirectRuns, RecordEntry, keep_records
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.stalls import StallDetector
 from sandpod_operator.status import Verdict
@@ -248,7 +248,7 @@ def direct_records(
     status: kopf.Status,
     **_: Any,
 ) -> dict[str, RecordEntry]:
-    """namespace -> its records of direct runs, as last seen: direct.keep_records looks
+    """namespace -> its records of direct runs, as last seen: serving/direct.py keep_records looks
     them over."""
     ttl = spec.get("ttlSecondsAfterFinished")
     entry = RecordEntry(

@@ -65,7 +65,7 @@ from sandpod_operator.kube import (
     Manifest,
 )
 from sandpod_operator.owners import as_body, owned_by
-from sandpod_operator.serving import serve_once
+from sandpod_operator.serving.core import serve_once
 from sandpod_operator.sessions import SessionController
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import (

@@ -9,9 +9,9 @@ from typing import Any, cast
 import kopf
 from sandpod_contract.names import GROUP, PLURAL, SESSION_PLURAL, VERSION
 
-from sandpod_operator.direct import RECONCILED
 from sandpod_operator.kube import API_ERRORS
 from sandpod_operator.reconciler import Reconciler, is_transient
+from sandpod_operator.serving.direct import RECONCILED
 from sandpod_operator.sessions import RESYNC_SECONDS, SessionController
 
 SESSIONS = (GROUP, VERSION, SESSION_PLURAL)

@@ -66,7 +66,7 @@ from sandpod_operator.pool_builders import (
     build_session_configmap,
     build_session_pod,
 )
-from sandpod_operator.serving import InvalidRun, NotServing, serve_once
+from sandpod_operator.serving.core import InvalidRun, NotServing, serve_once
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import (
     WAITING_FOR_SESSION,

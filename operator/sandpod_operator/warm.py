@@ -37,7 +37,7 @@ from sandpod_contract.runner import LogSummary
 from sandpod_operator.builders import InvalidSpecError, Plan, Sandbox, build_runner_config
 from sandpod_operator.kube import KubeApi, KubeError, Manifest
 from sandpod_operator.pool_builders import plan_pool
-from sandpod_operator.runner_client import RunnerAddress, RunnerUnavailable, cancel, run
+from sandpod_operator.serving.runner import RunnerAddress, RunnerUnavailable, cancel, run
 from sandpod_operator.settings import OperatorSettings
 
 logger = logging.getLogger(__name__)
@@ -476,7 +476,7 @@ class WarmPath:
             raise
 
     async def cancel(self, pod: Manifest, execution_id: str) -> bool:
-        """Stop the run of `execution_id` on the pod's runner (runner_client.cancel); False
+        """Stop the run of `execution_id` on the pod's runner (serving/runner.py cancel); False
         when it has none in progress or cannot be reached."""
         address = runner_address(pod)
         credential = await self.credential(pod)

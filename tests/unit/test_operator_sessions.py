@@ -31,11 +31,11 @@ from sandpod_contract.names import (
     POOL_STATE_LABEL,
     SESSION_LABEL,
 )
-from sandpod_operator.direct import DirectRuns
 from sandpod_operator.egress.proxy import blocked_between
 from sandpod_operator.kube import KubeError
 from sandpod_operator.reconciler import Reconciler
-from sandpod_operator.serving import NotServing
+from sandpod_operator.serving.core import NotServing
+from sandpod_operator.serving.direct import DirectRuns
 from sandpod_operator.sessions import (
     DEADLINE_SLACK_SECONDS,
     SESSION_ENDED_MESSAGE,

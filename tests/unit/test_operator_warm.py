@@ -24,11 +24,11 @@ from sandpod_contract.names import (
     POOL_STATE_LABEL,
 )
 from sandpod_operator.builders import plan_execution
-from sandpod_operator.direct import DirectRuns
 from sandpod_operator.kube import KubeError
 from sandpod_operator.reconciler import Reconciler
-from sandpod_operator.runner_client import RunnerAddress, RunnerUnavailable, run
-from sandpod_operator.serving import NotServing
+from sandpod_operator.serving.core import NotServing
+from sandpod_operator.serving.direct import DirectRuns
+from sandpod_operator.serving.runner import RunnerAddress, RunnerUnavailable, run
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.warm import (
     TIMINGS_LOG,

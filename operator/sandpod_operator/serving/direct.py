@@ -40,7 +40,7 @@ from sandpod_operator.kube import (
     KubeError,
     Manifest,
 )
-from sandpod_operator.serving import NotServing, planned, serve_once
+from sandpod_operator.serving.core import NotServing, planned, serve_once
 from sandpod_operator.sessions import SessionController, StoringOutputs, now
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import Verdict, next_status

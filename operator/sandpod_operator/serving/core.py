@@ -15,7 +15,7 @@ from sandpod_contract.runner import LogSummary
 
 from sandpod_operator.builders import InvalidSpecError, Plan, plan_execution
 from sandpod_operator.kube import Manifest
-from sandpod_operator.runner_client import RunnerUnavailable
+from sandpod_operator.serving.runner import RunnerUnavailable
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import (
     Verdict,
