@@ -17,7 +17,8 @@ import json
 import logging
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -392,10 +393,9 @@ class WarmPath:
             return claimed
         return None
 
-    def begin_marks(self, execution_uid: str, first: str = "claiming") -> None:
-        """Time this execution's warm run (a record-path session run is not timed); a
-        direct run is timed by its run id."""
-        self.marks[execution_uid] = {first: time.time()}
+    def begin_marks(self, execution_uid: str) -> None:
+        """Time this execution's warm run (a record-path session run is not timed)."""
+        self.marks[execution_uid] = {"claiming": time.time()}
 
     def mark(self, execution_uid: str, milestone: str) -> None:
         if execution_uid in self.marks:
@@ -410,8 +410,17 @@ class WarmPath:
                 "%s %s/%s %s", TIMINGS_LOG, meta["namespace"], meta["name"], json.dumps(marks)
             )
 
-    def log_direct_marks(self, run_id: str) -> None:
-        """One log line with the milestones of a direct run (`run_id`: namespace/name)."""
+    @contextmanager
+    def direct_marks(self, run_id: str) -> Iterator[None]:
+        """Time a direct run (`run_id`: namespace/name) from its arrival to its answer and log
+        one line with its milestones; a refused or failed run is left untimed."""
+        self.marks[run_id] = {"received": time.time()}
+        try:
+            yield
+        except BaseException:
+            self.marks.pop(run_id, None)
+            raise
+        self.mark(run_id, "done")
         marks = self.marks.pop(run_id, None)
         if marks:
             logger.info("%s %s %s", DIRECT_TIMINGS_LOG, run_id, json.dumps(marks))

@@ -183,16 +183,8 @@ class DirectRuns:
     async def _run(self, namespace: str, execution: Manifest, session: Manifest) -> Manifest:
         record = build_record(execution, namespace)
         run_id = f"{namespace}/{record['metadata']['name']}"
-        warm = self.sessions.warm
-        warm.begin_marks(run_id, "received")
-        try:
-            answered = await self._run_in_session(namespace, record, session, run_id)
-        except BaseException:  # refused (the gateway takes the record path) or failed: untimed
-            warm.marks.pop(run_id, None)
-            raise
-        warm.mark(run_id, "done")
-        warm.log_direct_marks(run_id)
-        return answered
+        with self.sessions.warm.direct_marks(run_id):
+            return await self._run_in_session(namespace, record, session, run_id)
 
     async def _run_in_session(
         self, namespace: str, record: Manifest, session: Manifest, run_id: str
@@ -217,25 +209,19 @@ class DirectRuns:
         spec, plan = planned(execution, self.sessions.catalog, settings)
         record = build_record(execution, namespace)
         run_id = f"{namespace}/{record['metadata']['name']}"
-        warm.begin_marks(run_id, "received")
-        pod = warm.reserve(execution_wants(spec, plan), pools, pods)
-        if pod is None:
-            warm.marks.pop(run_id, None)
-            raise NotServing("no ready sandbox of a pool fits this run now")
-        warm.mark(run_id, "turn")
-        creating = asyncio.create_task(self.kube.create_execution(record))
-        ran = asyncio.Event()
-        self._behind(self._hold_pod(creating, pod, ran))
-        started = now()
-        try:
-            answer = await serve_once(warm, pod, run_id, spec, plan, started, settings)
-        except BaseException:
-            warm.marks.pop(run_id, None)
-            raise
-        finally:
-            ran.set()
-        warm.mark(run_id, "done")
-        warm.log_direct_marks(run_id)
+        with warm.direct_marks(run_id):
+            pod = warm.reserve(execution_wants(spec, plan), pools, pods)
+            if pod is None:
+                raise NotServing("no ready sandbox of a pool fits this run now")
+            warm.mark(run_id, "turn")
+            creating = asyncio.create_task(self.kube.create_execution(record))
+            ran = asyncio.Event()
+            self._behind(self._hold_pod(creating, pod, ran))
+            started = now()
+            try:
+                answer = await serve_once(warm, pod, run_id, spec, plan, started, settings)
+            finally:
+                ran.set()
         verdict = replace(answer.verdict, start_mode="warm", wait_ms=0)
         return await self._recorded(
             record, creating, verdict, pod["metadata"]["name"], None, started
