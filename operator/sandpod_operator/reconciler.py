@@ -65,6 +65,7 @@ from sandpod_operator.kube import (
     Manifest,
 )
 from sandpod_operator.owners import as_body, owned_by
+from sandpod_operator.pools.warm import WarmPath, count_start, execution_wants, wait_ms
 from sandpod_operator.serving.core import serve_once
 from sandpod_operator.sessions import SessionController
 from sandpod_operator.settings import OperatorSettings
@@ -84,7 +85,6 @@ from sandpod_operator.status import (
     supersedes,
     terminated_state,
 )
-from sandpod_operator.warm import WarmPath, count_start, execution_wants, wait_ms
 
 logger = logging.getLogger(__name__)
 

@@ -60,12 +60,13 @@ from sandpod_operator.egress.proxy import (
 )
 from sandpod_operator.kube import API_ERRORS, Key, KubeApi, KubeError, Manifest
 from sandpod_operator.owners import as_body, owned_by
-from sandpod_operator.pool_builders import (
+from sandpod_operator.pools.builders import (
     SESSION_RUNNER_INGRESS_POLICY_NAME,
     build_runner_ingress_policy,
     build_session_configmap,
     build_session_pod,
 )
+from sandpod_operator.pools.warm import Wanted, WarmPath, pod_ready, wait_ms
 from sandpod_operator.serving.core import InvalidRun, NotServing, serve_once
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import (
@@ -79,7 +80,6 @@ from sandpod_operator.status import (
     status_patch,
 )
 from sandpod_operator.wakeups import Wakeups
-from sandpod_operator.warm import Wanted, WarmPath, pod_ready, wait_ms
 
 logger = logging.getLogger(__name__)
 

@@ -712,7 +712,7 @@ async def test_a_direct_run_in_a_session_logs_its_milestones_and_a_refused_one_n
     runs = DirectRuns(reconciler.sessions, kube, reconciler.store_outputs)
     spec = {"language": "python", "source": "print(1)", "session": SESSION}
     run = {"metadata": {"name": "direct-1"}, "spec": spec}
-    caplog.set_level("INFO", logger="sandpod_operator.warm")
+    caplog.set_level("INFO", logger="sandpod_operator.pools.warm")
 
     record = await runs.run(NAMESPACE, run, session_now(kube))
     ended = copy.deepcopy(session_now(kube))

@@ -15,6 +15,7 @@ from sandpod_contract.runner import LogSummary
 
 from sandpod_operator.builders import InvalidSpecError, Plan, plan_execution
 from sandpod_operator.kube import Manifest
+from sandpod_operator.pools.warm import WarmPath, run_request
 from sandpod_operator.serving.runner import RunnerUnavailable
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import (
@@ -25,7 +26,6 @@ from sandpod_operator.status import (
     run_deadline,
     runner_unavailable,
 )
-from sandpod_operator.warm import WarmPath, run_request
 
 
 class NotServing(Exception):

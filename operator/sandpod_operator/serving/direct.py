@@ -40,11 +40,11 @@ from sandpod_operator.kube import (
     KubeError,
     Manifest,
 )
+from sandpod_operator.pools.warm import claim_patch, execution_wants
 from sandpod_operator.serving.core import NotServing, planned, serve_once
 from sandpod_operator.sessions import SessionController, StoringOutputs, now
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import Verdict, next_status
-from sandpod_operator.warm import claim_patch, execution_wants
 
 logger = logging.getLogger(__name__)
 

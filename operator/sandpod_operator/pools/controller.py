@@ -37,7 +37,7 @@ from sandpod_operator.builders import (
 )
 from sandpod_operator.kube import Manifest, PoolKubeApi
 from sandpod_operator.owners import as_body
-from sandpod_operator.pool_builders import (
+from sandpod_operator.pools.builders import (
     build_pool_configmap,
     build_pool_pod,
     build_runner_ingress_policy,

@@ -9,7 +9,7 @@ import kopf
 from sandpod_contract.names import GROUP, POOL_LABEL, POOL_PLURAL, VERSION
 
 from sandpod_operator.kube import API_ERRORS
-from sandpod_operator.pools import PoolController
+from sandpod_operator.pools.controller import PoolController
 from sandpod_operator.reconciler import is_transient
 
 POOLS = (GROUP, VERSION, POOL_PLURAL)

@@ -37,7 +37,7 @@ from sandpod_contract.runner import LogSummary
 
 from sandpod_operator.builders import InvalidSpecError, Plan, Sandbox, build_runner_config
 from sandpod_operator.kube import KubeApi, KubeError, Manifest
-from sandpod_operator.pool_builders import plan_pool
+from sandpod_operator.pools.builders import plan_pool
 from sandpod_operator.serving.runner import RunnerAddress, RunnerUnavailable, cancel, run
 from sandpod_operator.settings import OperatorSettings
 
