@@ -32,15 +32,15 @@ from sandpod_contract.names import (
     VERSION,
 )
 
-from sandpod_operator import session_handlers  # noqa: F401  (registers its handlers)
 from sandpod_operator.builders import DENY_ALL_POLICY_NAME
 from sandpod_operator.kube import API_ERRORS, Kube, RequestCounter
-from sandpod_operator.pools import handlers as pool_handlers  # noqa: F401  (registers its handlers)
+from sandpod_operator.pools import handlers as pool_handlers  # noqa: F401  (registers)
 from sandpod_operator.pools.controller import PoolController
 from sandpod_operator.reconciler import Reconciler, is_transient
 from sandpod_operator.resync import resync_unstarted
 from sandpod_operator.serving import endpoint as direct_endpoint
 from sandpod_operator.serving.direct import RECONCILED, DirectRuns, RecordEntry, keep_records
+from sandpod_operator.sessions import handlers as session_handlers  # noqa: F401  (registers)
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.stalls import StallDetector
 from sandpod_operator.status import Verdict

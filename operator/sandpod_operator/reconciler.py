@@ -67,7 +67,7 @@ from sandpod_operator.kube import (
 from sandpod_operator.owners import as_body, owned_by
 from sandpod_operator.pools.warm import WarmPath, count_start, execution_wants, wait_ms
 from sandpod_operator.serving.core import serve_once
-from sandpod_operator.sessions import SessionController
+from sandpod_operator.sessions.controller import SessionController
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import (
     NodeRoom,

@@ -20,7 +20,7 @@ from sandpod_gateway.service import SessionNotFound
 from sandpod_operator.serving import endpoint as direct_endpoint
 from sandpod_operator.serving.core import InvalidRun, NotServing
 from sandpod_operator.serving.direct import RecordEntry, build_record, records_due
-from sandpod_operator.sessions import SessionBusy, SessionController
+from sandpod_operator.sessions.controller import SessionBusy, SessionController
 
 NOW = datetime(2026, 11, 26, 8, 0, 0, tzinfo=UTC)
 TOKEN = "t" * 48

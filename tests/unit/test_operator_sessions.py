@@ -36,7 +36,7 @@ from sandpod_operator.kube import KubeError
 from sandpod_operator.reconciler import Reconciler
 from sandpod_operator.serving.core import NotServing
 from sandpod_operator.serving.direct import DirectRuns
-from sandpod_operator.sessions import (
+from sandpod_operator.sessions.controller import (
     DEADLINE_SLACK_SECONDS,
     SESSION_ENDED_MESSAGE,
     SESSION_NOT_FOUND_MESSAGE,

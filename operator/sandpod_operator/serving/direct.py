@@ -42,7 +42,7 @@ from sandpod_operator.kube import (
 )
 from sandpod_operator.pools.warm import claim_patch, execution_wants
 from sandpod_operator.serving.core import NotServing, planned, serve_once
-from sandpod_operator.sessions import SessionController, StoringOutputs, now
+from sandpod_operator.sessions.controller import SessionController, StoringOutputs, now
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import Verdict, next_status
 

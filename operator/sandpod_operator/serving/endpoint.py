@@ -17,7 +17,7 @@ from sandpod_contract.names import DIRECT_POOL_RUN_PATH, DIRECT_RUN_PATH
 
 from sandpod_operator.kube import Manifest
 from sandpod_operator.serving.core import InvalidRun, NotServing
-from sandpod_operator.sessions import SessionBusy
+from sandpod_operator.sessions.controller import SessionBusy
 
 # (namespace, name) -> the session as the operator last saw it, or None.
 SessionLookup = Callable[[str, str], Manifest | None]

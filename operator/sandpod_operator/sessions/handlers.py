@@ -12,7 +12,7 @@ from sandpod_contract.names import GROUP, PLURAL, SESSION_PLURAL, VERSION
 from sandpod_operator.kube import API_ERRORS
 from sandpod_operator.reconciler import Reconciler, is_transient
 from sandpod_operator.serving.direct import RECONCILED
-from sandpod_operator.sessions import RESYNC_SECONDS, SessionController
+from sandpod_operator.sessions.controller import RESYNC_SECONDS, SessionController
 
 SESSIONS = (GROUP, VERSION, SESSION_PLURAL)
 EXECUTIONS = (GROUP, VERSION, PLURAL)
