@@ -19,7 +19,7 @@ from sandpod_contract.names import (
     ROLE_LABEL,
     SANDBOX_ROLE,
 )
-from sandpod_operator.builders import InvalidSpecError, build_pod, plan_execution
+from sandpod_operator.executions.builders import InvalidSpecError, build_pod, plan_execution
 from sandpod_operator.kube import KubeError
 from sandpod_operator.pools.builders import (
     RUNNER_INGRESS_POLICY_NAME,

@@ -32,8 +32,8 @@ from sandpod_contract.names import (
     SESSION_LABEL,
 )
 from sandpod_operator.egress.proxy import blocked_between
+from sandpod_operator.executions.reconciler import Reconciler
 from sandpod_operator.kube import KubeError
-from sandpod_operator.reconciler import Reconciler
 from sandpod_operator.serving.core import NotServing
 from sandpod_operator.serving.direct import DirectRuns
 from sandpod_operator.sessions.controller import (

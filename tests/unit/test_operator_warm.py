@@ -23,7 +23,8 @@ from sandpod_contract.names import (
     POOL_CLAIMED,
     POOL_STATE_LABEL,
 )
-from sandpod_operator.builders import plan_execution
+from sandpod_operator.executions.builders import plan_execution
+from sandpod_operator.executions.reconciler import Reconciler
 from sandpod_operator.kube import KubeError
 from sandpod_operator.pools.warm import (
     TIMINGS_LOG,
@@ -35,7 +36,6 @@ from sandpod_operator.pools.warm import (
     read_pool,
     run_request,
 )
-from sandpod_operator.reconciler import Reconciler
 from sandpod_operator.serving.core import NotServing
 from sandpod_operator.serving.direct import DirectRuns
 from sandpod_operator.serving.runner import RunnerAddress, RunnerUnavailable, run

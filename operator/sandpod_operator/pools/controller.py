@@ -30,7 +30,7 @@ from sandpod_contract.models import (
 )
 from sandpod_contract.names import POOL_FREE, POOL_STATE_LABEL, POOL_TEMPLATE_LABEL
 
-from sandpod_operator.builders import (
+from sandpod_operator.executions.builders import (
     InvalidSpecError,
     Sandbox,
     build_network_policy,

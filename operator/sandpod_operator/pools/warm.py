@@ -35,7 +35,12 @@ from sandpod_contract.names import DIRECT_TIMINGS_LOG, TIMINGS_LOG
 from sandpod_contract.quantities import parse_quantity
 from sandpod_contract.runner import LogSummary
 
-from sandpod_operator.builders import InvalidSpecError, Plan, Sandbox, build_runner_config
+from sandpod_operator.executions.builders import (
+    InvalidSpecError,
+    Plan,
+    Sandbox,
+    build_runner_config,
+)
 from sandpod_operator.kube import KubeApi, KubeError, Manifest
 from sandpod_operator.pools.builders import plan_pool
 from sandpod_operator.serving.runner import RunnerAddress, RunnerUnavailable, cancel, run

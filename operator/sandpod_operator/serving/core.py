@@ -13,7 +13,7 @@ from sandpod_contract.catalog import Catalog
 from sandpod_contract.models import CodeExecutionSpec
 from sandpod_contract.runner import LogSummary
 
-from sandpod_operator.builders import InvalidSpecError, Plan, plan_execution
+from sandpod_operator.executions.builders import InvalidSpecError, Plan, plan_execution
 from sandpod_operator.kube import Manifest
 from sandpod_operator.pools.warm import WarmPath, run_request
 from sandpod_operator.serving.runner import RunnerUnavailable

@@ -41,7 +41,14 @@ from sandpod_contract.models import (
 from sandpod_contract.names import SESSION_KIND, SESSION_LABEL, SESSION_PLURAL
 from sandpod_contract.runner import LogSummary
 
-from sandpod_operator.builders import (
+from sandpod_operator.egress.proxy import (
+    EgressProxy,
+    ProxyClient,
+    Refusals,
+    blocked_between,
+    session_grant,
+)
+from sandpod_operator.executions.builders import (
     InvalidSpecError,
     Sandbox,
     build_egress_policy,
@@ -50,13 +57,6 @@ from sandpod_operator.builders import (
     check_egress,
     limits_within,
     plan_execution,
-)
-from sandpod_operator.egress.proxy import (
-    EgressProxy,
-    ProxyClient,
-    Refusals,
-    blocked_between,
-    session_grant,
 )
 from sandpod_operator.kube import API_ERRORS, Key, KubeApi, KubeError, Manifest
 from sandpod_operator.owners import as_body, owned_by

@@ -38,7 +38,13 @@ from sandpod_contract.names import (
 )
 from sandpod_contract.runner import LogSummary
 
-from sandpod_operator.builders import (
+from sandpod_operator.egress.proxy import (
+    EgressProxy,
+    ProxyClient,
+    blocked_message,
+    execution_grant,
+)
+from sandpod_operator.executions.builders import (
     InvalidSpecError,
     Plan,
     build_configmap,
@@ -49,12 +55,6 @@ from sandpod_operator.builders import (
     check_egress,
     plan_execution,
     plan_outputs,
-)
-from sandpod_operator.egress.proxy import (
-    EgressProxy,
-    ProxyClient,
-    blocked_message,
-    execution_grant,
 )
 from sandpod_operator.kube import (
     API_ERRORS,
