@@ -1,5 +1,5 @@
-"""kopf handlers of CodeExecutions (thin): fetch, hand to the Reconciler, translate errors
-for kopf. Registered by importing this module (sandpod_operator.handlers does)."""
+"""kopf handlers and indexes of CodeExecutions (thin): fetch, hand to the Reconciler,
+translate errors for kopf. Registered by importing this module (sandpod_operator.handlers does)."""
 
 import copy
 from collections.abc import Mapping

@@ -1,6 +1,7 @@
 """kopf handlers of SandboxPools (thin): a daemon per pool runs the PoolController's passes;
 every event of the pool or of one of its pods (a claim, a deletion, a pod becoming ready)
-wakes it at once. Registered by importing this module (sandpod_operator.handlers does)."""
+wakes it at once; and the indexes of pools and their pods that a claim reads. Registered by
+importing this module (sandpod_operator.handlers does)."""
 
 from typing import Any, cast
 
