@@ -14,6 +14,7 @@ from sandpod_contract.names import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
     PLURAL,
+    RECORD_LABEL,
     ROLE_LABEL,
     SANDBOX_ROLE,
     VERSION,
@@ -23,7 +24,6 @@ from sandpod_operator.executions.builders import DENY_ALL_POLICY_NAME
 from sandpod_operator.executions.reconciler import Reconciler, is_transient
 from sandpod_operator.executions.stalls import StallDetector
 from sandpod_operator.kube import API_ERRORS
-from sandpod_operator.serving.direct import RECONCILED
 from sandpod_operator.status import Verdict
 
 EXECUTIONS = (GROUP, VERSION, PLURAL)
@@ -31,6 +31,8 @@ PODS = ("v1", "pods")
 NODES = ("v1", "nodes")
 NETWORK_POLICIES = ("networking.k8s.io", "v1", "networkpolicies")
 SANDBOX_POD_LABELS = {ROLE_LABEL: SANDBOX_ROLE, MANAGED_BY_LABEL: MANAGED_BY}
+# The filter of every handler of CodeExecutions: records (of direct runs) are not reconciled.
+RECONCILED = {RECORD_LABEL: kopf.ABSENT}
 # Transient API errors while starting an execution are retried this often (2 s apart),
 # then the execution ends with Error/OperatorError instead of staying Pending.
 START_RETRIES = 30

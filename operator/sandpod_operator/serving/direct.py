@@ -20,7 +20,6 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
-import kopf
 from sandpod_contract.models import BlockedEgress, format_time
 from sandpod_contract.names import (
     EXECUTION_LABEL,
@@ -47,9 +46,6 @@ from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import Verdict, next_status
 
 logger = logging.getLogger(__name__)
-
-# The filter of every handler of CodeExecutions: records are not reconciled.
-RECONCILED = {RECORD_LABEL: kopf.ABSENT}
 
 # Answers kept for a retry of a run that has ended (same name: same answer, never a rerun).
 RECENT_RUNS = 1024

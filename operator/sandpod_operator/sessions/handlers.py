@@ -8,10 +8,9 @@ from typing import Any, cast
 import kopf
 from sandpod_contract.names import GROUP, PLURAL, SESSION_PLURAL, VERSION
 
-from sandpod_operator.executions.handlers import plain
+from sandpod_operator.executions.handlers import RECONCILED, plain
 from sandpod_operator.executions.reconciler import Reconciler, is_transient
 from sandpod_operator.kube import API_ERRORS
-from sandpod_operator.serving.direct import RECONCILED
 from sandpod_operator.sessions.controller import RESYNC_SECONDS, SessionController
 
 SESSIONS = (GROUP, VERSION, SESSION_PLURAL)
