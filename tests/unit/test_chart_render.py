@@ -34,7 +34,7 @@ from sandpod_contract.names import (
 )
 from sandpod_gateway.policy.auth import KeyIndex, parse_tenants_config
 from sandpod_gateway.settings import GatewaySettings
-from sandpod_operator.egress_policy import (
+from sandpod_operator.egress.policy import (
     CLUSTER_NETWORK,
     PUBLIC_ONLY,
     RULE_REASONS,

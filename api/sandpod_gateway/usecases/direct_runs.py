@@ -1,6 +1,6 @@
 """The gateway's side of the direct path: a run in a live session, or a one-off run that a
 ready pool sandbox can take, is posted to the operator's endpoint
-(sandpod_operator/direct_endpoint.py), which runs it on that sandbox's runner at once and
+(sandpod_operator/serving/endpoint.py), which runs it on that sandbox's runner at once and
 answers with its record (the CodeExecution written behind, final status included). No
 write to the API server is waited on; runner credentials stay with the operator.
 """

@@ -20,7 +20,6 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
-import kopf
 from sandpod_contract.models import BlockedEgress, format_time
 from sandpod_contract.names import (
     EXECUTION_LABEL,
@@ -40,16 +39,13 @@ from sandpod_operator.kube import (
     KubeError,
     Manifest,
 )
-from sandpod_operator.serving import NotServing, planned, serve_once
-from sandpod_operator.sessions import SessionController, StoringOutputs, now
+from sandpod_operator.pools.warm import claim_patch, execution_wants
+from sandpod_operator.serving.core import NotServing, planned, serve_once
+from sandpod_operator.sessions.controller import SessionController, StoringOutputs, now
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import Verdict, next_status
-from sandpod_operator.warm import claim_patch, execution_wants
 
 logger = logging.getLogger(__name__)
-
-# The filter of every handler of CodeExecutions: records are not reconciled.
-RECONCILED = {RECORD_LABEL: kopf.ABSENT}
 
 # Answers kept for a retry of a run that has ended (same name: same answer, never a rerun).
 RECENT_RUNS = 1024
@@ -183,16 +179,8 @@ class DirectRuns:
     async def _run(self, namespace: str, execution: Manifest, session: Manifest) -> Manifest:
         record = build_record(execution, namespace)
         run_id = f"{namespace}/{record['metadata']['name']}"
-        warm = self.sessions.warm
-        warm.begin_marks(run_id, "received")
-        try:
-            answered = await self._run_in_session(namespace, record, session, run_id)
-        except BaseException:  # refused (the gateway takes the record path) or failed: untimed
-            warm.marks.pop(run_id, None)
-            raise
-        warm.mark(run_id, "done")
-        warm.log_direct_marks(run_id)
-        return answered
+        with self.sessions.warm.direct_marks(run_id):
+            return await self._run_in_session(namespace, record, session, run_id)
 
     async def _run_in_session(
         self, namespace: str, record: Manifest, session: Manifest, run_id: str
@@ -217,25 +205,19 @@ class DirectRuns:
         spec, plan = planned(execution, self.sessions.catalog, settings)
         record = build_record(execution, namespace)
         run_id = f"{namespace}/{record['metadata']['name']}"
-        warm.begin_marks(run_id, "received")
-        pod = warm.reserve(execution_wants(spec, plan), pools, pods)
-        if pod is None:
-            warm.marks.pop(run_id, None)
-            raise NotServing("no ready sandbox of a pool fits this run now")
-        warm.mark(run_id, "turn")
-        creating = asyncio.create_task(self.kube.create_execution(record))
-        ran = asyncio.Event()
-        self._behind(self._hold_pod(creating, pod, ran))
-        started = now()
-        try:
-            answer = await serve_once(warm, pod, run_id, spec, plan, started, settings)
-        except BaseException:
-            warm.marks.pop(run_id, None)
-            raise
-        finally:
-            ran.set()
-        warm.mark(run_id, "done")
-        warm.log_direct_marks(run_id)
+        with warm.direct_marks(run_id):
+            pod = warm.reserve(execution_wants(spec, plan), pools, pods)
+            if pod is None:
+                raise NotServing("no ready sandbox of a pool fits this run now")
+            warm.mark(run_id, "turn")
+            creating = asyncio.create_task(self.kube.create_execution(record))
+            ran = asyncio.Event()
+            self._behind(self._hold_pod(creating, pod, ran))
+            started = now()
+            try:
+                answer = await serve_once(warm, pod, run_id, spec, plan, started, settings)
+            finally:
+                ran.set()
         verdict = replace(answer.verdict, start_mode="warm", wait_ms=0)
         return await self._recorded(
             record, creating, verdict, pod["metadata"]["name"], None, started

@@ -2,17 +2,16 @@
 that runs its queue (woken at once by its pod's and its executions' events), and its end on
 deletion. Registered by importing this module (sandpod_operator.handlers does)."""
 
-import copy
 from collections.abc import Mapping
 from typing import Any, cast
 
 import kopf
 from sandpod_contract.names import GROUP, PLURAL, SESSION_PLURAL, VERSION
 
-from sandpod_operator.direct import RECONCILED
+from sandpod_operator.executions.handlers import RECONCILED, plain
+from sandpod_operator.executions.reconciler import Reconciler, is_transient
 from sandpod_operator.kube import API_ERRORS
-from sandpod_operator.reconciler import Reconciler, is_transient
-from sandpod_operator.sessions import RESYNC_SECONDS, SessionController
+from sandpod_operator.sessions.controller import RESYNC_SECONDS, SessionController
 
 SESSIONS = (GROUP, VERSION, SESSION_PLURAL)
 EXECUTIONS = (GROUP, VERSION, PLURAL)
@@ -23,10 +22,6 @@ DELETED_MESSAGE = "the session was deleted"
 
 def sessions_of(memo: kopf.Memo) -> SessionController:
     return cast(Reconciler, memo.reconciler).sessions
-
-
-def plain(body: Mapping[str, Any]) -> dict[str, Any]:
-    return copy.deepcopy(dict(body))
 
 
 def names_session(spec: kopf.Spec, **_: Any) -> bool:

@@ -30,14 +30,14 @@ from sandpod_contract.models import (
 )
 from sandpod_contract.names import POOL_FREE, POOL_STATE_LABEL, POOL_TEMPLATE_LABEL
 
-from sandpod_operator.builders import (
+from sandpod_operator.executions.builders import (
     InvalidSpecError,
     Sandbox,
     build_network_policy,
 )
 from sandpod_operator.kube import Manifest, PoolKubeApi
 from sandpod_operator.owners import as_body
-from sandpod_operator.pool_builders import (
+from sandpod_operator.pools.builders import (
     build_pool_configmap,
     build_pool_pod,
     build_runner_ingress_policy,

@@ -24,14 +24,14 @@ from sandpod_contract.names import (
 from sandpod_contract.quantities import parse_quantity, smaller_quantity
 from sandpod_contract.runner import VerifiedFile
 
-from sandpod_operator.egress_policy import (
+from sandpod_operator.egress.policy import (
     NO_PROXY_MESSAGE,
     EgressBounds,
     excepts,
     host_refusal,
     refusal,
 )
-from sandpod_operator.egress_proxy import EgressProxy, proxy_rule
+from sandpod_operator.egress.proxy import EgressProxy, proxy_rule
 from sandpod_operator.kube import Manifest
 from sandpod_operator.settings import CONFIG_KEY, INPUT_DIR, RUNNER_PATH, OperatorSettings
 

@@ -17,7 +17,8 @@ import json
 import logging
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -34,10 +35,15 @@ from sandpod_contract.names import DIRECT_TIMINGS_LOG, TIMINGS_LOG
 from sandpod_contract.quantities import parse_quantity
 from sandpod_contract.runner import LogSummary
 
-from sandpod_operator.builders import InvalidSpecError, Plan, Sandbox, build_runner_config
+from sandpod_operator.executions.builders import (
+    InvalidSpecError,
+    Plan,
+    Sandbox,
+    build_runner_config,
+)
 from sandpod_operator.kube import KubeApi, KubeError, Manifest
-from sandpod_operator.pool_builders import plan_pool
-from sandpod_operator.runner_client import RunnerAddress, RunnerUnavailable, cancel, run
+from sandpod_operator.pools.builders import plan_pool
+from sandpod_operator.serving.runner import RunnerAddress, RunnerUnavailable, cancel, run
 from sandpod_operator.settings import OperatorSettings
 
 logger = logging.getLogger(__name__)
@@ -392,10 +398,9 @@ class WarmPath:
             return claimed
         return None
 
-    def begin_marks(self, execution_uid: str, first: str = "claiming") -> None:
-        """Time this execution's warm run (a record-path session run is not timed); a
-        direct run is timed by its run id."""
-        self.marks[execution_uid] = {first: time.time()}
+    def begin_marks(self, execution_uid: str) -> None:
+        """Time this execution's warm run (a record-path session run is not timed)."""
+        self.marks[execution_uid] = {"claiming": time.time()}
 
     def mark(self, execution_uid: str, milestone: str) -> None:
         if execution_uid in self.marks:
@@ -410,8 +415,17 @@ class WarmPath:
                 "%s %s/%s %s", TIMINGS_LOG, meta["namespace"], meta["name"], json.dumps(marks)
             )
 
-    def log_direct_marks(self, run_id: str) -> None:
-        """One log line with the milestones of a direct run (`run_id`: namespace/name)."""
+    @contextmanager
+    def direct_marks(self, run_id: str) -> Iterator[None]:
+        """Time a direct run (`run_id`: namespace/name) from its arrival to its answer and log
+        one line with its milestones; a refused or failed run is left untimed."""
+        self.marks[run_id] = {"received": time.time()}
+        try:
+            yield
+        except BaseException:
+            self.marks.pop(run_id, None)
+            raise
+        self.mark(run_id, "done")
         marks = self.marks.pop(run_id, None)
         if marks:
             logger.info("%s %s %s", DIRECT_TIMINGS_LOG, run_id, json.dumps(marks))
@@ -476,7 +490,7 @@ class WarmPath:
             raise
 
     async def cancel(self, pod: Manifest, execution_id: str) -> bool:
-        """Stop the run of `execution_id` on the pod's runner (runner_client.cancel); False
+        """Stop the run of `execution_id` on the pod's runner (serving/runner.py cancel); False
         when it has none in progress or cannot be reached."""
         address = runner_address(pod)
         credential = await self.credential(pod)

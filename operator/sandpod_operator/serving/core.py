@@ -13,9 +13,10 @@ from sandpod_contract.catalog import Catalog
 from sandpod_contract.models import CodeExecutionSpec
 from sandpod_contract.runner import LogSummary
 
-from sandpod_operator.builders import InvalidSpecError, Plan, plan_execution
+from sandpod_operator.executions.builders import InvalidSpecError, Plan, plan_execution
 from sandpod_operator.kube import Manifest
-from sandpod_operator.runner_client import RunnerUnavailable
+from sandpod_operator.pools.warm import WarmPath, run_request
+from sandpod_operator.serving.runner import RunnerUnavailable
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import (
     Verdict,
@@ -25,7 +26,6 @@ from sandpod_operator.status import (
     run_deadline,
     runner_unavailable,
 )
-from sandpod_operator.warm import WarmPath, run_request
 
 
 class NotServing(Exception):

@@ -16,8 +16,8 @@ from aiohttp import web
 from sandpod_contract.names import DIRECT_POOL_RUN_PATH, DIRECT_RUN_PATH
 
 from sandpod_operator.kube import Manifest
-from sandpod_operator.serving import InvalidRun, NotServing
-from sandpod_operator.sessions import SessionBusy
+from sandpod_operator.serving.core import InvalidRun, NotServing
+from sandpod_operator.sessions.controller import SessionBusy
 
 # (namespace, name) -> the session as the operator last saw it, or None.
 SessionLookup = Callable[[str, str], Manifest | None]
@@ -26,7 +26,7 @@ PoolLookup = Callable[[str], tuple[list[Manifest], list[Manifest]]]
 
 
 class Runs(Protocol):
-    """What runs a direct run (direct.DirectRuns)."""
+    """What runs a direct run (serving/direct.py DirectRuns)."""
 
     async def run(self, namespace: str, execution: Manifest, session: Manifest) -> Manifest: ...
 

@@ -29,7 +29,7 @@ from sandpod_contract.names import (
     pool_runner_config_name,
 )
 
-from sandpod_operator.builders import (
+from sandpod_operator.executions.builders import (
     InvalidSpecError,
     Sandbox,
     catalog_language,

@@ -38,7 +38,13 @@ from sandpod_contract.names import (
 )
 from sandpod_contract.runner import LogSummary
 
-from sandpod_operator.builders import (
+from sandpod_operator.egress.proxy import (
+    EgressProxy,
+    ProxyClient,
+    blocked_message,
+    execution_grant,
+)
+from sandpod_operator.executions.builders import (
     InvalidSpecError,
     Plan,
     build_configmap,
@@ -50,12 +56,6 @@ from sandpod_operator.builders import (
     plan_execution,
     plan_outputs,
 )
-from sandpod_operator.egress_proxy import (
-    EgressProxy,
-    ProxyClient,
-    blocked_message,
-    execution_grant,
-)
 from sandpod_operator.kube import (
     API_ERRORS,
     TRANSIENT_ERRORS,
@@ -65,8 +65,9 @@ from sandpod_operator.kube import (
     Manifest,
 )
 from sandpod_operator.owners import as_body, owned_by
-from sandpod_operator.serving import serve_once
-from sandpod_operator.sessions import SessionController
+from sandpod_operator.pools.warm import WarmPath, count_start, execution_wants, wait_ms
+from sandpod_operator.serving.core import serve_once
+from sandpod_operator.sessions.controller import SessionController
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import (
     NodeRoom,
@@ -84,7 +85,6 @@ from sandpod_operator.status import (
     supersedes,
     terminated_state,
 )
-from sandpod_operator.warm import WarmPath, count_start, execution_wants, wait_ms
 
 logger = logging.getLogger(__name__)
 

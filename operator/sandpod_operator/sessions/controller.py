@@ -10,7 +10,7 @@ operator restart the head of the queue is re-attached, never run twice; the resu
 from the runner's verified summary. The pod stays after a run; it goes with the session.
 
 A session whose allowlist names hosts gets its own pod (pool pods carry no proxy
-credentials), with the egress proxy's variables for a grant of its own (egress_proxy), and
+credentials), with the egress proxy's variables for a grant of its own (egress/proxy.py), and
 each of its runs reports what the proxy refused the session while it ran.
 """
 
@@ -41,7 +41,14 @@ from sandpod_contract.models import (
 from sandpod_contract.names import SESSION_KIND, SESSION_LABEL, SESSION_PLURAL
 from sandpod_contract.runner import LogSummary
 
-from sandpod_operator.builders import (
+from sandpod_operator.egress.proxy import (
+    EgressProxy,
+    ProxyClient,
+    Refusals,
+    blocked_between,
+    session_grant,
+)
+from sandpod_operator.executions.builders import (
     InvalidSpecError,
     Sandbox,
     build_egress_policy,
@@ -51,22 +58,16 @@ from sandpod_operator.builders import (
     limits_within,
     plan_execution,
 )
-from sandpod_operator.egress_proxy import (
-    EgressProxy,
-    ProxyClient,
-    Refusals,
-    blocked_between,
-    session_grant,
-)
 from sandpod_operator.kube import API_ERRORS, Key, KubeApi, KubeError, Manifest
 from sandpod_operator.owners import as_body, owned_by
-from sandpod_operator.pool_builders import (
+from sandpod_operator.pools.builders import (
     SESSION_RUNNER_INGRESS_POLICY_NAME,
     build_runner_ingress_policy,
     build_session_configmap,
     build_session_pod,
 )
-from sandpod_operator.serving import InvalidRun, NotServing, serve_once
+from sandpod_operator.pools.warm import Wanted, WarmPath, pod_ready, wait_ms
+from sandpod_operator.serving.core import InvalidRun, NotServing, serve_once
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import (
     WAITING_FOR_SESSION,
@@ -79,7 +80,6 @@ from sandpod_operator.status import (
     status_patch,
 )
 from sandpod_operator.wakeups import Wakeups
-from sandpod_operator.warm import Wanted, WarmPath, pod_ready, wait_ms
 
 logger = logging.getLogger(__name__)
 
