@@ -8,31 +8,31 @@ from pathlib import Path
 from fastapi import FastAPI
 from sandpod_contract.kube import open_api_client
 
-from sandpod_gateway.admission import AdmissionControl
-from sandpod_gateway.auth import SecretApiKeyStore
-from sandpod_gateway.body_limit import BodySizeLimitMiddleware
-from sandpod_gateway.direct_runs import OperatorDirectRunner
-from sandpod_gateway.docs import install_docs
-from sandpod_gateway.errors import install_error_handlers
-from sandpod_gateway.judge0_callbacks import Judge0Callbacks
-from sandpod_gateway.kube_service import KubernetesExecutionService, KubernetesSessionService
-from sandpod_gateway.languages import load_language_catalog
-from sandpod_gateway.mcp_server import build_mcp_server, new_session_manager
-from sandpod_gateway.metrics import GatewayMetrics, MetricsMiddleware
-from sandpod_gateway.pad import PAD_DIR, install_pad
-from sandpod_gateway.routers import (
-    executions,
-    health,
-    judge0,
-    languages,
-    mcp,
-    sessions,
-    tenant,
-    tools,
+from sandpod_gateway.families.judge0 import router as judge0
+from sandpod_gateway.families.judge0.callbacks import Judge0Callbacks
+from sandpod_gateway.families.mcp import router as mcp
+from sandpod_gateway.families.mcp.mcp_server import build_mcp_server, new_session_manager
+from sandpod_gateway.families.sandpod import (
+    executions_router,
+    health_router,
+    languages_router,
+    sessions_router,
+    tenant_router,
 )
-from sandpod_gateway.security_headers import SecurityHeadersMiddleware
-from sandpod_gateway.sessions import KnownSessions
+from sandpod_gateway.families.tools import router as tools
+from sandpod_gateway.kube.kube_service import KubernetesExecutionService, KubernetesSessionService
+from sandpod_gateway.languages import load_language_catalog
+from sandpod_gateway.policy.admission import AdmissionControl
+from sandpod_gateway.policy.auth import SecretApiKeyStore
 from sandpod_gateway.settings import GatewaySettings
+from sandpod_gateway.usecases.direct_runs import OperatorDirectRunner
+from sandpod_gateway.usecases.sessions import KnownSessions
+from sandpod_gateway.web.body_limit import BodySizeLimitMiddleware
+from sandpod_gateway.web.docs import install_docs
+from sandpod_gateway.web.errors import install_error_handlers
+from sandpod_gateway.web.metrics import GatewayMetrics, MetricsMiddleware
+from sandpod_gateway.web.pad import PAD_DIR, install_pad
+from sandpod_gateway.web.security_headers import SecurityHeadersMiddleware
 
 DESCRIPTION = """\
 Run untrusted code in short-lived gVisor sandboxes on Kubernetes.
@@ -98,7 +98,16 @@ def create_app(settings: GatewaySettings | None = None, pad_dir: Path = PAD_DIR)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     # Outermost: every answer carries the headers, the 413s of the body limit included.
     app.add_middleware(SecurityHeadersMiddleware)
-    for module in (executions, sessions, languages, tenant, tools, health, mcp, judge0):
+    for module in (
+        executions_router,
+        sessions_router,
+        languages_router,
+        tenant_router,
+        tools,
+        health_router,
+        mcp,
+        judge0,
+    ):
         app.include_router(module.router)
     install_pad(app, pad_dir)
     install_docs(app)

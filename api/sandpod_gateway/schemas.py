@@ -45,7 +45,7 @@ from sandpod_contract.models import (
     ReportedBy,
 )
 
-from sandpod_gateway.service import PageData, Resource
+from sandpod_gateway.kube.service import PageData, Resource
 
 Item = TypeVar("Item")
 

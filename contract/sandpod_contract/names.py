@@ -36,8 +36,8 @@ DIRECT_POOL_RUN_PATH = "/v1/pool-runs"
 # path (a pool pod claimed for a CodeExecution), and a run of the direct path.
 TIMINGS_LOG = "warm timings"
 DIRECT_TIMINGS_LOG = "direct timings"
-# Set by the operator on an execution it has seen without a status for a while (resync.py):
-# the change makes its watch deliver the execution again.
+# Set by the operator on an execution it has seen without a status for a while
+# (executions/resync.py): the change makes its watch deliver the execution again.
 RESYNC_ANNOTATION = f"{GROUP}/resync-at"
 
 POOL_KIND = "SandboxPool"

@@ -1,108 +1,39 @@
-"""kopf handlers (thin): fetch, hand to the Reconciler, translate errors for kopf.
+"""The operator's kopf entry module: its startup and cleanup, its liveness probe, and the
+rooms' handlers, registered by importing their modules (executions, pools, sessions, serving).
 
 Run:  kopf run -m sandpod_operator.handlers --all-namespaces --standalone
 """
 
 import asyncio
-import copy
 import logging
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import kopf
 import prometheus_client
 from sandpod_contract.catalog import load_catalog
 from sandpod_contract.kube import open_api_client
-from sandpod_contract.models import is_terminal
-from sandpod_contract.names import (
-    CANCEL_ANNOTATION,
-    EXECUTION_LABEL,
-    FINALIZER,
-    GROUP,
-    MANAGED_BY,
-    MANAGED_BY_LABEL,
-    PLURAL,
-    POOL_LABEL,
-    POOL_PLURAL,
-    RECORD_DIRECT,
-    RECORD_LABEL,
-    ROLE_LABEL,
-    SANDBOX_ROLE,
-    VERSION,
-)
+from sandpod_contract.names import FINALIZER, GROUP, MANAGED_BY, MANAGED_BY_LABEL
 
-from sandpod_operator import (  # noqa: F401  (registers their handlers)
-    direct_endpoint,
-    pool_handlers,
-    session_handlers,
+from sandpod_operator.executions.handlers import (
+    NETWORK_POLICIES,
+    PODS,
+    SANDBOX_POD_LABELS,
+    index_of,
+    reconciler_of,
+    stalls_of,
 )
-from sandpod_operator.builders import DENY_ALL_POLICY_NAME
-from sandpod_operator.direct import RECONCILED, DirectRuns, RecordEntry, keep_records
-from sandpod_operator.kube import API_ERRORS, Kube, RequestCounter
-from sandpod_operator.pools import PoolController
-from sandpod_operator.reconciler import Reconciler, is_transient
-from sandpod_operator.resync import resync_unstarted
+from sandpod_operator.executions.reconciler import Reconciler
+from sandpod_operator.executions.resync import resync_unstarted
+from sandpod_operator.executions.stalls import StallDetector
+from sandpod_operator.kube import Kube, RequestCounter
+from sandpod_operator.pools import handlers as pool_handlers  # noqa: F401  (registers)
+from sandpod_operator.pools.controller import PoolController
+from sandpod_operator.serving.handlers import start_direct_path
+from sandpod_operator.sessions import handlers as session_handlers  # noqa: F401  (registers)
 from sandpod_operator.settings import OperatorSettings
-from sandpod_operator.stalls import StallDetector
-from sandpod_operator.status import Verdict
 
-EXECUTIONS = (GROUP, VERSION, PLURAL)
-POOLS = (GROUP, VERSION, POOL_PLURAL)
-PODS = ("v1", "pods")
-NODES = ("v1", "nodes")
-NETWORK_POLICIES = ("networking.k8s.io", "v1", "networkpolicies")
-SANDBOX_POD_LABELS = {ROLE_LABEL: SANDBOX_ROLE, MANAGED_BY_LABEL: MANAGED_BY}
 KOPF_PREFIX = f"kopf.{GROUP}"
-# Transient API errors while starting an execution are retried this often (2 s apart),
-# then the execution ends with Error/OperatorError instead of staying Pending.
-START_RETRIES = 30
-TRANSIENT_DELAY_SECONDS = 2
 WATCH_SERVER_TIMEOUT_SECONDS = 300
-
-
-def plain(body: Mapping[str, Any]) -> dict[str, Any]:
-    """A detached plain-dict copy of a kopf body (reconciler code works on plain dicts)."""
-    return copy.deepcopy(dict(body))
-
-
-def reconciler_of(memo: kopf.Memo) -> Reconciler:
-    return cast(Reconciler, memo.reconciler)
-
-
-def stalls_of(memo: kopf.Memo) -> StallDetector:
-    return cast(StallDetector, memo.stalls)
-
-
-def index_of(handler_kwargs: Mapping[str, Any], name: str) -> kopf.Index[Any, Any]:
-    """kopf hands every index to every handler as a keyword argument named after it."""
-    return cast(kopf.Index[Any, Any], handler_kwargs[name])
-
-
-def session_of(handler_kwargs: Mapping[str, Any], execution: dict[str, Any]) -> Any:
-    """The session an execution names, as last seen (None: none named, or not seen)."""
-    name = (execution.get("spec") or {}).get("session")
-    if not name:
-        return None
-    key = (execution["metadata"]["namespace"], name)
-    found: Any = index_of(handler_kwargs, "code_sessions").get(key, [])
-    return plain(next(iter(found))) if found else None
-
-
-def unfinished(status: kopf.Status, **_: Any) -> bool:
-    return not is_terminal(status.get("phase"))
-
-
-def finished(status: kopf.Status, **_: Any) -> bool:
-    return is_terminal(status.get("phase"))
-
-
-def running_warm(status: kopf.Status, **_: Any) -> bool:
-    return status.get("startMode") == "warm" and not is_terminal(status.get("phase"))
-
-
-def is_deny_all(name: str | None, **_: Any) -> bool:
-    return name == DENY_ALL_POLICY_NAME
 
 
 @kopf.on.startup()
@@ -146,43 +77,12 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: 
 
 @kopf.on.probe(id="handlers")
 def handlers_run(memo: kopf.Memo, **_: Any) -> str:
-    """The liveness probe fails while kopf runs no handlers (stalls.py)."""
+    """The liveness probe fails while kopf runs no handlers (executions/stalls.py)."""
     stalls: StallDetector | None = memo.get("stalls")  # None until the startup has run
     why = stalls.stalled() if stalls is not None else None
     if why is not None:
         raise kopf.PermanentError(why)
     return "running"
-
-
-async def start_direct_path(
-    memo: kopf.Memo, sandpod: OperatorSettings, handler_kwargs: Mapping[str, Any]
-) -> None:
-    """The direct path's endpoint (when configured) and the keeping of its records."""
-    reconciler = reconciler_of(memo)
-    runs = DirectRuns(reconciler.sessions, reconciler.kube, reconciler.store_outputs)
-    memo.direct_runs = runs
-    memo.records = asyncio.create_task(
-        keep_records(runs, index_of(handler_kwargs, "direct_records"), sandpod)
-    )
-    memo.direct_endpoint = None
-    if not (sandpod.direct_port and sandpod.direct_token_file):
-        return
-    token = Path(sandpod.direct_token_file).read_text().strip()
-    sessions = index_of(handler_kwargs, "code_sessions")
-
-    def session(namespace: str, name: str) -> dict[str, Any] | None:
-        found = list(sessions.get((namespace, name), []))
-        return reconciler.sessions.freshest(plain(found[0])) if found else None
-
-    pools_index = index_of(handler_kwargs, "sandbox_pools")
-    pods_index = index_of(handler_kwargs, "pool_pods")
-
-    def pools(namespace: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        return list(pools_index.get(namespace, [])), list(pods_index.get(namespace, []))
-
-    wait = sandpod.pod_startup_timeout_seconds
-    app = direct_endpoint.create_app(runs, token, session, pools, starting_wait_seconds=wait)
-    memo.direct_endpoint = await direct_endpoint.start(app, sandpod.direct_port)
 
 
 @kopf.on.cleanup()
@@ -192,229 +92,3 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
     if memo.direct_endpoint is not None:
         await memo.direct_endpoint.cleanup()
     await reconciler_of(memo).close()
-
-
-@kopf.index(*PODS, labels=SANDBOX_POD_LABELS)
-def sandbox_pods(
-    body: kopf.Body, namespace: str | None, labels: kopf.Labels, **_: Any
-) -> dict[tuple[str, str], dict[str, Any]]:
-    """(namespace, execution name) -> its pod, as last seen: the watchdog reads this."""
-    return {(namespace or "", labels.get(EXECUTION_LABEL, "")): plain(body)}
-
-
-@kopf.index(*NETWORK_POLICIES, labels={MANAGED_BY_LABEL: MANAGED_BY}, when=is_deny_all)
-def deny_all_policies(namespace: str | None, **_: Any) -> dict[str, bool]:
-    """Namespaces that have the deny-all policy, so it is created once, not per execution."""
-    return {namespace or "": True}
-
-
-@kopf.index(*POOLS)
-def sandbox_pools(body: kopf.Body, namespace: str | None, **_: Any) -> dict[str, dict[str, Any]]:
-    """namespace -> its pools, as last seen: an execution that fits one claims its pod."""
-    return {namespace or "": plain(body)}
-
-
-@kopf.index(*PODS, labels={POOL_LABEL: kopf.PRESENT})
-def pool_pods(body: kopf.Body, namespace: str | None, **_: Any) -> dict[str, dict[str, Any]]:
-    """namespace -> its pool pods, as last seen: a claim picks a free ready one without a
-    list (a stale entry only costs a 409 and then a list)."""
-    return {namespace or "": plain(body)}
-
-
-def not_started(status: kopf.Status, type: str | None, **_: Any) -> bool:
-    return not status and type != "DELETED"
-
-
-def waiting_to_start(status: kopf.Status, meta: kopf.Meta, **_: Any) -> bool:
-    return not status and not meta.get("deletionTimestamp")
-
-
-@kopf.index(*EXECUTIONS, labels=RECONCILED, when=waiting_to_start)
-def unstarted_executions(
-    namespace: str | None, name: str | None, uid: str | None, meta: kopf.Meta, **_: Any
-) -> dict[tuple[str, str], tuple[str, str]]:
-    """(namespace, name) -> (uid, creation time) of each execution last seen without a
-    status: resync.py looks at those that stay so."""
-    return {(namespace or "", name or ""): (uid or "", meta.get("creationTimestamp") or "")}
-
-
-@kopf.index(*EXECUTIONS, labels={RECORD_LABEL: RECORD_DIRECT})
-def direct_records(
-    namespace: str | None,
-    name: str | None,
-    uid: str | None,
-    meta: kopf.Meta,
-    spec: kopf.Spec,
-    status: kopf.Status,
-    **_: Any,
-) -> dict[str, RecordEntry]:
-    """namespace -> its records of direct runs, as last seen: direct.keep_records looks
-    them over."""
-    ttl = spec.get("ttlSecondsAfterFinished")
-    entry = RecordEntry(
-        name=name or "",
-        uid=uid or "",
-        created=meta.get("creationTimestamp") or "",
-        finished=status.get("finishedAt") or "",
-        ttl_seconds=ttl if isinstance(ttl, int) else None,
-    )
-    return {namespace or "": entry}
-
-
-# Before kopf's first cycle (adding its finalizer) lets on.create run: saves a round trip
-# to the API server on the warm path. Not retried: the create handler does the rest.
-@kopf.on.event(*EXECUTIONS, labels=RECONCILED, when=not_started)
-async def claim_early(
-    body: kopf.Body, namespace: str | None, memo: kopf.Memo, logger: kopf.Logger, **kwargs: Any
-) -> None:
-    stalls_of(memo).handler_ran(body.get("metadata", {}).get("uid"))
-    pools = list(index_of(kwargs, "sandbox_pools").get(namespace or "", []))
-    if not pools:
-        return
-    pods = list(index_of(kwargs, "pool_pods").get(namespace or "", []))
-    try:
-        await reconciler_of(memo).start_early(plain(body), pools=pools, pool_pods=pods)
-    except (*API_ERRORS, kopf.TemporaryError, kopf.PermanentError) as error:
-        logger.warning("claiming early failed, the create handler retries: %s", error)
-
-
-@kopf.on.resume(*EXECUTIONS, labels=RECONCILED)
-@kopf.on.create(*EXECUTIONS, labels=RECONCILED)
-async def start_execution(
-    body: kopf.Body, namespace: str | None, retry: int, memo: kopf.Memo, **kwargs: Any
-) -> None:
-    reconciler = reconciler_of(memo)
-    execution = plain(body)
-    protected = bool(index_of(kwargs, "deny_all_policies").get(namespace or ""))
-    pools = list(index_of(kwargs, "sandbox_pools").get(namespace or "", []))
-    session = session_of(kwargs, execution)
-    # A retry lists the pods afresh (the index may not show what the last attempt did).
-    pods = None if retry else list(index_of(kwargs, "pool_pods").get(namespace or "", []))
-    try:
-        await reconciler.start(
-            execution, deny_all_present=protected, pools=pools, session=session, pool_pods=pods
-        )
-    except API_ERRORS as error:
-        if is_transient(error) and retry < START_RETRIES:
-            raise kopf.TemporaryError(str(error), delay=TRANSIENT_DELAY_SECONDS) from error
-        message = f"the operator could not start the sandbox: {error}"
-        await reconciler.record(
-            execution, Verdict("Error", "OperatorError", message, retryable=True)
-        )
-        raise kopf.PermanentError(message) from error
-
-
-@kopf.on.event(
-    *EXECUTIONS, labels=RECONCILED, annotations={CANCEL_ANNOTATION: "true"}, when=unfinished
-)
-async def cancel_execution(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    await reconciler_of(memo).cancel(plain(body))
-
-
-# A record is not reconciled, but its run can still be stopped: the gateway's DELETE (or
-# kubectl) sets the same annotation on it.
-@kopf.on.event(
-    *EXECUTIONS,
-    labels={RECORD_LABEL: RECORD_DIRECT},
-    annotations={CANCEL_ANNOTATION: "true"},
-    when=lambda status, **_: not status,
-)
-async def cancel_direct_run(
-    namespace: str | None, name: str | None, memo: kopf.Memo, **_: Any
-) -> None:
-    await cast(DirectRuns, memo.direct_runs).cancel(namespace or "", name or "")
-
-
-@kopf.on.delete(*EXECUTIONS, labels=RECONCILED, optional=True)
-async def stop_deleted_execution(
-    namespace: str | None, uid: str, memo: kopf.Memo, status: kopf.Status, **_: Any
-) -> None:
-    """Remove a deleted execution's pod at once instead of waiting for garbage collection."""
-    reconciler = reconciler_of(memo)
-    reconciler.forget(uid)
-    kube = reconciler.kube
-    # A session's pod is the session's: it stays for the session's other executions.
-    if namespace and status.get("podName") and not status.get("session"):
-        await kube.delete_pod(namespace, status["podName"], uid=None)
-
-
-@kopf.on.event(*NODES)
-def node_changed(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    stalls_of(memo).handler_ran()
-    reconciler_of(memo).on_node_event(event.get("type"), dict(event["object"]))
-
-
-@kopf.on.event(*PODS, labels=SANDBOX_POD_LABELS)
-async def sandbox_pod_changed(
-    event: kopf.RawEvent, memo: kopf.Memo, logger: kopf.Logger, **_: Any
-) -> None:
-    try:
-        await reconciler_of(memo).on_pod_event(event.get("type"), dict(event["object"]))
-    except (*API_ERRORS, kopf.TemporaryError) as error:
-        # Event handlers are not retried; the watchdog picks the execution up again.
-        logger.warning("following the pod failed, the watchdog will retry: %s", error)
-
-
-# Stopped (when the execution finishes) only between checks: a check that is recording a
-# verdict and removing the pod must not be cut off half-way.
-@kopf.daemon(
-    *EXECUTIONS, labels=RECONCILED, when=unfinished, cancellation_backoff=30, cancellation_timeout=5
-)
-async def watchdog(
-    stopped: kopf.DaemonStopped,
-    body: kopf.Body,
-    memo: kopf.Memo,
-    logger: kopf.Logger,
-    **kwargs: Any,
-) -> None:
-    """Time-based verdicts (startup timeout, unschedulable, the program's deadline) and lost
-    pods, for one execution."""
-    reconciler = reconciler_of(memo)
-    sandbox_pods = index_of(kwargs, "sandbox_pods")
-    while not stopped:
-        # Each tick, or at the program's deadline if that comes first (not by ticking faster).
-        await stopped.wait(reconciler.next_check_in(plain(body)))
-        if stopped:
-            return
-        execution = plain(body)
-        key = (execution["metadata"]["namespace"], execution["metadata"]["name"])
-        try:
-            await reconciler.watch(
-                execution, list(sandbox_pods.get(key, [])), session_of(kwargs, execution)
-            )
-        except (*API_ERRORS, kopf.TemporaryError) as error:
-            logger.warning("watchdog check failed, retrying: %s", error)
-
-
-# The create handler starts the warm run itself (a task); this daemon waits for it, and
-# after a restart (or when that run could not record) re-attaches to the runner (same
-# executionId), which replays the run's frames instead of running it again.
-@kopf.daemon(*EXECUTIONS, labels=RECONCILED, when=running_warm, cancellation_timeout=5)
-async def serve_warm(body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
-    """Run a warm execution in the pod it claimed and record the runner's result."""
-    try:
-        await reconciler_of(memo).run_warm(plain(body))
-    except (*API_ERRORS, kopf.TemporaryError) as error:
-        raise kopf.TemporaryError(f"recording the warm run failed: {error}", delay=1) from error
-
-
-@kopf.daemon(*EXECUTIONS, labels=RECONCILED, when=finished, cancellation_timeout=5)
-async def expire_finished(
-    stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, **_: Any
-) -> None:
-    """Delete a finished execution ttlSecondsAfterFinished after it finished (restart-safe:
-    the deadline is computed from status.finishedAt)."""
-    reconciler = reconciler_of(memo)
-    try:
-        await reconciler.mark_finished(plain(body))
-    except API_ERRORS as error:
-        raise kopf.TemporaryError(f"could not label finished: {error}", delay=5) from error
-    remaining = reconciler.ttl_remaining(plain(body))
-    if remaining > 0:
-        await stopped.wait(remaining)
-    if stopped:
-        return
-    try:
-        await reconciler.expire(plain(body))
-    except API_ERRORS as error:
-        raise kopf.TemporaryError(f"could not delete: {error}", delay=5) from error

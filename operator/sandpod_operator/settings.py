@@ -10,7 +10,7 @@ from sandpod_contract.egress_grant import valid_host_pattern
 from sandpod_contract.models import MAX_TIMEOUT_SECONDS, MAX_TTL_SECONDS
 from sandpod_contract.quantities import Quantity, parse_quantity
 
-from sandpod_operator.egress_policy import (
+from sandpod_operator.egress.policy import (
     CLUSTER_RANGE_KINDS,
     EgressBounds,
     make_bounds,

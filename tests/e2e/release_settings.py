@@ -72,7 +72,7 @@ def session_values(namespace_pattern: str) -> dict[str, Any]:
     return {
         "operator": {
             "watchNamespaces": [namespace_pattern],
-            # A stalled operator (stalls.py) is restarted within a minute, not after the
+            # A stalled operator (executions/stalls.py) is restarted within a minute, not after the
             # module's waits have all run out.
             "config": {
                 "allowedRuntimeClasses": [MISSING_RUNTIME_CLASS],

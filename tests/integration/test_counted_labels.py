@@ -5,8 +5,8 @@ those of test_gateway_kube_service.py."""
 
 from kubernetes_asyncio.client import CustomObjectsApi
 from sandpod_contract.names import FINISHED_LABEL, GROUP, PLURAL, TENANT_LABEL, VERSION
-from sandpod_gateway.admission import unfinished_selector
-from sandpod_gateway.kube_service import KubernetesExecutionService
+from sandpod_gateway.kube.kube_service import KubernetesExecutionService
+from sandpod_gateway.policy.admission import unfinished_selector
 from sandpod_operator.kube import Kube, RequestCounter
 from test_gateway_kube_service import PrivateApiServer, api_server, kube, manifest, namespace
 

@@ -20,16 +20,16 @@ from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
 from sandpod_contract.kube import open_api_client
 from sandpod_contract.names import CANCEL_ANNOTATION, GROUP, PLURAL, TENANT_LABEL, VERSION
 from sandpod_contract.runner import OutputChunk
-from sandpod_gateway.auth import KeyStoreUnavailable, SecretApiKeyStore, hash_api_key
-from sandpod_gateway.kube_service import KubernetesExecutionService
-from sandpod_gateway.main import create_app
-from sandpod_gateway.service import (
+from sandpod_gateway.kube.kube_service import KubernetesExecutionService
+from sandpod_gateway.kube.service import (
     ExecutionAlreadyExists,
     ExecutionNotFound,
     InvalidCursor,
     QuotaExceeded,
     QuotaNotCounted,
 )
+from sandpod_gateway.main import create_app
+from sandpod_gateway.policy.auth import KeyStoreUnavailable, SecretApiKeyStore, hash_api_key
 from sandpod_gateway.settings import GatewaySettings
 from sandpod_testkit.apiserver import PrivateApiServer, require_kube_bin_dir
 from sandpod_testkit.paths import CRD_PATH

@@ -21,16 +21,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from sandpod_contract.models import TERMINAL_PHASES
 from sandpod_contract.names import CANCEL_ANNOTATION, FINISHED_LABEL
 from sandpod_contract.runner import OutputChunk
-from sandpod_gateway.auth import Tenant, TenantLimits
-from sandpod_gateway.dependencies import (
-    get_execution_service,
-    get_key_store,
-    get_session_service,
-)
-from sandpod_gateway.kube_service import KubernetesExecutionService, KubernetesSessionService
-from sandpod_gateway.main import create_app
-from sandpod_gateway.pad import PAD_DIR
-from sandpod_gateway.service import (
+from sandpod_gateway.kube.kube_service import KubernetesExecutionService, KubernetesSessionService
+from sandpod_gateway.kube.service import (
     ExecutionAlreadyExists,
     ExecutionNotFound,
     InvalidCursor,
@@ -39,7 +31,15 @@ from sandpod_gateway.service import (
     SessionAlreadyExists,
     SessionNotFound,
 )
+from sandpod_gateway.main import create_app
+from sandpod_gateway.policy.auth import Tenant, TenantLimits
 from sandpod_gateway.settings import GatewaySettings
+from sandpod_gateway.web.dependencies import (
+    get_execution_service,
+    get_key_store,
+    get_session_service,
+)
+from sandpod_gateway.web.pad import PAD_DIR
 from sandpod_testkit.processes import free_port, http_ok
 from sandpod_testkit.waiting import wait_until
 

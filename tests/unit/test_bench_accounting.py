@@ -20,7 +20,7 @@ from sandpod_bench.throughput import Finished, audit
 from sandpod_bench.workloads import Attempt, run_many
 from sandpod_contract.catalog import load_catalog
 from sandpod_contract.models import CodeExecutionSpec
-from sandpod_operator.builders import build_pod, plan_execution
+from sandpod_operator.executions.builders import build_pod, plan_execution
 from sandpod_operator.settings import OperatorSettings
 
 

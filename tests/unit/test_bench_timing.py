@@ -167,11 +167,11 @@ def test_status_sizes_in_bytes() -> None:
 
 
 WARM_LINE = (
-    "[2026-11-26 11:00:00,000] sandpod_operator.warm [INFO] warm timings ns/cx-1 "
+    "[2026-11-26 11:00:00,000] sandpod_operator.pools.warm [INFO] warm timings ns/cx-1 "
     '{"claiming": 100.0, "claimed": 100.02, "posted": 100.05}'
 )
 DIRECT_LINE = (
-    "[2026-11-26 11:00:01,000] sandpod_operator.warm [INFO] direct timings ns/cx-2 "
+    "[2026-11-26 11:00:01,000] sandpod_operator.pools.warm [INFO] direct timings ns/cx-2 "
     '{"received": 200.0, "turn": 200.001, "posted": 200.002, "first_frame": 200.004, '
     '"summary": 200.005, "done": 200.006, "answered": 200.003}'
 )

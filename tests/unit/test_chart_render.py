@@ -32,9 +32,9 @@ from sandpod_contract.names import (
     SESSION_PLURAL,
     TENANT_LABEL,
 )
-from sandpod_gateway.auth import KeyIndex, parse_tenants_config
+from sandpod_gateway.policy.auth import KeyIndex, parse_tenants_config
 from sandpod_gateway.settings import GatewaySettings
-from sandpod_operator.egress_policy import (
+from sandpod_operator.egress.policy import (
     CLUSTER_NETWORK,
     PUBLIC_ONLY,
     RULE_REASONS,

@@ -1,6 +1,6 @@
-"""The direct path's pure parts (operator/sandpod_operator/direct.py) and its wire: the
-gateway's client (sandpod_gateway/direct_runs.py) against the operator's real endpoint
-(sandpod_operator/direct_endpoint.py) on a local port, with the runs behind it played."""
+"""The direct path's pure parts (operator/sandpod_operator/serving/direct.py) and its wire: the
+gateway's client (sandpod_gateway/usecases/direct_runs.py) against the operator's real endpoint
+(sandpod_operator/serving/endpoint.py) on a local port, with the runs behind it played."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from typing import Any
 import aiohttp
 import pytest
 from sandpod_contract.names import FINISHED_LABEL, RECORD_LABEL, TENANT_LABEL
-from sandpod_gateway.direct_runs import NotServingNow, OperatorDirectRunner
-from sandpod_gateway.errors import GatewayError
-from sandpod_gateway.service import SessionNotFound
-from sandpod_operator import direct_endpoint
-from sandpod_operator.direct import RecordEntry, build_record, records_due
-from sandpod_operator.serving import InvalidRun, NotServing
-from sandpod_operator.sessions import SessionBusy, SessionController
+from sandpod_gateway.kube.service import SessionNotFound
+from sandpod_gateway.usecases.direct_runs import NotServingNow, OperatorDirectRunner
+from sandpod_gateway.web.errors import GatewayError
+from sandpod_operator.serving import endpoint as direct_endpoint
+from sandpod_operator.serving.core import InvalidRun, NotServing
+from sandpod_operator.serving.direct import RecordEntry, build_record, records_due
+from sandpod_operator.sessions.controller import SessionBusy, SessionController
 
 NOW = datetime(2026, 11, 26, 8, 0, 0, tzinfo=UTC)
 TOKEN = "t" * 48

@@ -4,7 +4,7 @@ import ipaddress
 
 import pytest
 from sandpod_contract.non_public_ranges import NON_PUBLIC_RANGES
-from sandpod_operator.egress_policy import (
+from sandpod_operator.egress.policy import (
     CLUSTER_NETWORK,
     PUBLIC_ONLY,
     TENANT,

@@ -19,21 +19,21 @@ from sandpod_contract.egress_grant import (
     verify,
 )
 from sandpod_contract.models import CodeExecutionSpec, EgressRule, Network
-from sandpod_operator.builders import (
-    InvalidSpecError,
-    build_configmap,
-    build_egress_policy,
-    check_egress,
-    plan_execution,
-)
-from sandpod_operator.egress_policy import make_bounds
-from sandpod_operator.egress_proxy import (
+from sandpod_operator.egress.policy import make_bounds
+from sandpod_operator.egress.proxy import (
     EgressProxy,
     execution_grant,
     proxy_env,
     proxy_peer,
     ranked_blocked,
     tally_blocked,
+)
+from sandpod_operator.executions.builders import (
+    InvalidSpecError,
+    build_configmap,
+    build_egress_policy,
+    check_egress,
+    plan_execution,
 )
 from sandpod_operator.settings import CONFIG_KEY, OperatorSettings
 from sandpod_proxy.grant_helper import SPLICED_TAG, decide

@@ -12,10 +12,10 @@ from fastapi import FastAPI
 from gateway_fakes import FakeExecutionService, make_app, tenant
 from sandpod_contract.names import TENANT_LABEL
 from sandpod_contract.runner import OutputChunk
-from sandpod_gateway.auth import KeyStoreUnavailable, Tenant
-from sandpod_gateway.dependencies import get_direct_runner, get_key_store
-from sandpod_gateway.direct_runs import NotServingNow
-from sandpod_gateway.service import KubernetesUnavailable, PageData
+from sandpod_gateway.kube.service import KubernetesUnavailable, PageData
+from sandpod_gateway.policy.auth import KeyStoreUnavailable, Tenant
+from sandpod_gateway.usecases.direct_runs import NotServingNow
+from sandpod_gateway.web.dependencies import get_direct_runner, get_key_store
 
 ALICE = "sk-alice-0123456789"
 BOB = "sk-bob-0123456789"

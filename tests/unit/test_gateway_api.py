@@ -9,8 +9,8 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from gateway_fakes import FakeExecutionService, make_app, parse_sse, tenant
 from sandpod_contract.names import CANCEL_ANNOTATION, TENANT_LABEL
-from sandpod_gateway.dependencies import get_execution_service
-from sandpod_gateway.service import ExecutionNotFound, KubernetesUnavailable, PageData
+from sandpod_gateway.kube.service import ExecutionNotFound, KubernetesUnavailable, PageData
+from sandpod_gateway.web.dependencies import get_execution_service
 from sandpod_testkit.expected import AGENT_TOOLS, CATALOG_LANGUAGES
 
 ALICE = "sk-alice-0123456789"

@@ -1,7 +1,7 @@
 """Runs in a session, and waiting one-off runs, through the direct path
-(sandpod_gateway/direct_runs.py), the operator's side played by a fake DirectRunner: answered
-from it, recorded by it (not created by the gateway), the record path when it cannot take the
-run, and a retry that runs nothing twice."""
+(sandpod_gateway/usecases/direct_runs.py), the operator's side played by a fake DirectRunner:
+answered from it, recorded by it (not created by the gateway), the record path when it cannot
+take the run, and a retry that runs nothing twice."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from gateway_fakes import FakeExecutionService, FakeSessionService, created_from, make_app, tenant
-from sandpod_gateway.dependencies import get_direct_runner
-from sandpod_gateway.direct_runs import NotServingNow
-from sandpod_gateway.errors import GatewayError
-from sandpod_gateway.service import SessionNotFound
+from sandpod_gateway.kube.service import SessionNotFound
+from sandpod_gateway.usecases.direct_runs import NotServingNow
+from sandpod_gateway.web.dependencies import get_direct_runner
+from sandpod_gateway.web.errors import GatewayError
 
 ALICE = "sk-alice-0123456789"
 

@@ -16,8 +16,8 @@ import judge0
 import pytest
 from fastapi import FastAPI
 from gateway_fakes import FakeExecutionService, Run, make_app, served, tenant
-from sandpod_gateway import judge0 as translation
-from sandpod_gateway.judge0 import InvalidSubmission, Status, SubmissionRequest
+from sandpod_gateway.families.judge0 import judge0 as translation
+from sandpod_gateway.families.judge0.judge0 import InvalidSubmission, Status, SubmissionRequest
 from sandpod_gateway.languages import LanguageCatalog
 from sandpod_gateway.schemas import ExecutionResult, ExecutionStatus, LanguageInfo
 from sandpod_gateway.settings import GatewaySettings

@@ -20,7 +20,7 @@ from gateway_fakes import (
 from kubernetes_asyncio.client import ApiClient
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from sandpod_gateway.service import ExecutionRejected
+from sandpod_gateway.kube.service import ExecutionRejected
 
 KEY = "sk-net-0123456789"
 PIP_HOSTS = {"egress": "allowlist", "allow": [{"host": "pypi.org", "ports": []}]}

@@ -10,7 +10,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from gateway_fakes import FakeExecutionService, Run, make_app, tenant
-from sandpod_gateway.security_headers import ATTACHMENT_HEADERS
+from sandpod_gateway.web.security_headers import ATTACHMENT_HEADERS
 
 ALICE = "sk-alice-0123456789"
 BOB = "sk-bob-0123456789"

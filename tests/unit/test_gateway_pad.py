@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 from gateway_fakes import FakeExecutionService, make_app, tenant
-from sandpod_gateway.security_headers import PAD_HEADERS
+from sandpod_gateway.web.security_headers import PAD_HEADERS
 
 KEY = "sk-pad-0123456789"
 

@@ -16,10 +16,10 @@ from gateway_fakes import (
     tenant,
 )
 from kubernetes_asyncio.client import ApiClient
-from sandpod_gateway.admission import AdmissionControl, RateShare, TokenBucket
-from sandpod_gateway.auth import Tenant, TenantLimits
-from sandpod_gateway.errors import GatewayError, as_gateway_error
-from sandpod_gateway.service import KubernetesUnavailable, QuotaExceeded, QuotaNotCounted
+from sandpod_gateway.kube.service import KubernetesUnavailable, QuotaExceeded, QuotaNotCounted
+from sandpod_gateway.policy.admission import AdmissionControl, RateShare, TokenBucket
+from sandpod_gateway.policy.auth import Tenant, TenantLimits
+from sandpod_gateway.web.errors import GatewayError, as_gateway_error
 
 ALICE = "sk-alice-0123456789"
 BOB = "sk-bob-0123456789"

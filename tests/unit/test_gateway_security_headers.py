@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 from gateway_fakes import FakeExecutionService, http_client, make_app, tenant
-from sandpod_gateway.security_headers import (
+from sandpod_gateway.web.security_headers import (
     API_HEADERS,
     DOCS_HEADERS,
     PAD_HEADERS,

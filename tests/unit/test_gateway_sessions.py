@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from gateway_fakes import FakeExecutionService, FakeSessionService, Run, make_app, parse_sse, tenant
 from sandpod_contract.names import SESSION_KIND, TENANT_LABEL
 from sandpod_contract.runner import OutputChunk
-from sandpod_gateway.security_headers import ATTACHMENT_HEADERS
+from sandpod_gateway.web.security_headers import ATTACHMENT_HEADERS
 
 ALICE = "sk-alice-0123456789"
 BOB = "sk-bob-0123456789"

@@ -2,8 +2,8 @@
 message, quoted from its stderr as the program's words."""
 
 import pytest
-from sandpod_gateway.resources import execution_result
-from sandpod_gateway.tracebacks import MAX_EXCEPTION_CHARS, last_exception
+from sandpod_gateway.kube.resources import execution_result
+from sandpod_gateway.usecases.tracebacks import MAX_EXCEPTION_CHARS, last_exception
 
 NAME_ERROR = (
     "Traceback (most recent call last):\n"

@@ -17,27 +17,27 @@ from sandpod_contract.models import (
 )
 from sandpod_contract.names import API_VERSION, KIND, REQUEST_HASH_ANNOTATION, TENANT_LABEL
 from sandpod_contract.runner import MAX_FRAME_BYTES, FrameDecoder, OutputChunk, decode_frame
-from sandpod_gateway.admission import retry_after_seconds
-from sandpod_gateway.auth import KeyIndex, TenantLimits, hash_api_key, parse_tenants_config
-from sandpod_gateway.errors import GatewayError, format_location
-from sandpod_gateway.idempotency import execution_name
-from sandpod_gateway.languages import load_language_catalog
-from sandpod_gateway.mcp_server import build_mcp_server
-from sandpod_gateway.resources import (
+from sandpod_gateway.families.mcp.mcp_server import build_mcp_server
+from sandpod_gateway.families.tools.openai_tools import tool_parameters
+from sandpod_gateway.kube.resources import (
     build_code_execution,
     execution_result,
     read_status,
     request_fingerprint,
 )
+from sandpod_gateway.languages import load_language_catalog
+from sandpod_gateway.policy.admission import retry_after_seconds
+from sandpod_gateway.policy.auth import KeyIndex, TenantLimits, hash_api_key, parse_tenants_config
+from sandpod_gateway.policy.idempotency import execution_name
 from sandpod_gateway.schemas import CreateExecutionRequest, CreateSessionRequest, ExecutionStatus
-from sandpod_gateway.tool_definitions import (
+from sandpod_gateway.usecases.tool_definitions import (
     OPEN_SESSION,
     RUN_CODE,
     RUN_IN_SESSION,
     TOOLS,
     ToolDefinition,
-    tool_parameters,
 )
+from sandpod_gateway.web.errors import GatewayError, format_location
 
 
 def request(**fields: Any) -> CreateExecutionRequest:

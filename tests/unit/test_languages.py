@@ -13,11 +13,15 @@ import runner_wire
 from sandpod_contract.catalog import DEFAULT_CATALOG_PATH, load_catalog
 from sandpod_contract.models import CodeExecutionSpec, SandboxPoolSpec
 from sandpod_contract.runner import LogReader, RunnerResult, parse_summary
+from sandpod_gateway.kube.resources import execution_result
 from sandpod_gateway.languages import load_language_catalog
-from sandpod_gateway.resources import execution_result
 from sandpod_gateway.schemas import ExecutionStatus
-from sandpod_operator.builders import InvalidSpecError, build_runner_config, plan_execution
-from sandpod_operator.pool_builders import plan_pool
+from sandpod_operator.executions.builders import (
+    InvalidSpecError,
+    build_runner_config,
+    plan_execution,
+)
+from sandpod_operator.pools.builders import plan_pool
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import Verdict, next_status, observe_pod
 from sandpod_testkit.paths import REPO_ROOT

@@ -9,7 +9,7 @@ from sandpod_contract.catalog import Catalog
 from sandpod_contract.models import CodeExecutionSpec, Network
 from sandpod_contract.names import child_name
 from sandpod_contract.runner import VerifiedFile
-from sandpod_operator.builders import (
+from sandpod_operator.executions.builders import (
     DENY_ALL_POLICY_NAME,
     InvalidSpecError,
     Manifest,

@@ -10,7 +10,7 @@ from fake_kube import FakeKube, Key, terminated_status
 from runner_wire import file_frames, listing
 from sandpod_contract.catalog import load_catalog
 from sandpod_contract.names import child_name
-from sandpod_operator.reconciler import Reconciler
+from sandpod_operator.executions.reconciler import Reconciler
 from sandpod_operator.settings import OperatorSettings
 from test_operator_reconciler import (
     NAMESPACE,

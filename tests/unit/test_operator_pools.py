@@ -19,16 +19,16 @@ from sandpod_contract.names import (
     ROLE_LABEL,
     SANDBOX_ROLE,
 )
-from sandpod_operator.builders import InvalidSpecError, build_pod, plan_execution
+from sandpod_operator.executions.builders import InvalidSpecError, build_pod, plan_execution
 from sandpod_operator.kube import KubeError
-from sandpod_operator.pool_builders import (
+from sandpod_operator.pools.builders import (
     RUNNER_INGRESS_POLICY_NAME,
     build_pool_configmap,
     build_pool_pod,
     build_runner_ingress_policy,
     plan_pool,
 )
-from sandpod_operator.pools import PoolController
+from sandpod_operator.pools.controller import PoolController
 from sandpod_operator.settings import OperatorSettings
 
 NAMESPACE = "team-a"

@@ -31,8 +31,8 @@ from fake_kube import (
 )
 from sandpod_contract.catalog import load_catalog
 from sandpod_contract.names import CANCEL_ANNOTATION, FINISHED_LABEL, child_name
+from sandpod_operator.executions.reconciler import MAX_WRITE_ATTEMPTS, Reconciler
 from sandpod_operator.kube import KubeError
-from sandpod_operator.reconciler import MAX_WRITE_ATTEMPTS, Reconciler
 from sandpod_operator.settings import OperatorSettings
 
 pytestmark = pytest.mark.usefixtures("clean_environment")

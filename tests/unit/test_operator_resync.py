@@ -1,10 +1,10 @@
-"""Which executions the resync touches (operator/sandpod_operator/resync.py)."""
+"""Which executions the resync touches (operator/sandpod_operator/executions/resync.py)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from sandpod_operator.resync import due
+from sandpod_operator.executions.resync import due
 
 NOW = datetime(2026, 11, 25, 22, 0, 0, tzinfo=UTC)
 AFTER = timedelta(seconds=30)

@@ -31,12 +31,12 @@ from sandpod_contract.names import (
     POOL_STATE_LABEL,
     SESSION_LABEL,
 )
-from sandpod_operator.direct import DirectRuns
-from sandpod_operator.egress_proxy import blocked_between
+from sandpod_operator.egress.proxy import blocked_between
+from sandpod_operator.executions.reconciler import Reconciler
 from sandpod_operator.kube import KubeError
-from sandpod_operator.reconciler import Reconciler
-from sandpod_operator.serving import NotServing
-from sandpod_operator.sessions import (
+from sandpod_operator.serving.core import NotServing
+from sandpod_operator.serving.direct import DirectRuns
+from sandpod_operator.sessions.controller import (
     DEADLINE_SLACK_SECONDS,
     SESSION_ENDED_MESSAGE,
     SESSION_NOT_FOUND_MESSAGE,
@@ -712,7 +712,7 @@ async def test_a_direct_run_in_a_session_logs_its_milestones_and_a_refused_one_n
     runs = DirectRuns(reconciler.sessions, kube, reconciler.store_outputs)
     spec = {"language": "python", "source": "print(1)", "session": SESSION}
     run = {"metadata": {"name": "direct-1"}, "spec": spec}
-    caplog.set_level("INFO", logger="sandpod_operator.warm")
+    caplog.set_level("INFO", logger="sandpod_operator.pools.warm")
 
     record = await runs.run(NAMESPACE, run, session_now(kube))
     ended = copy.deepcopy(session_now(kube))

@@ -1,8 +1,9 @@
-"""When the operator's liveness probe says kopf runs no handlers (sandpod_operator/stalls.py)."""
+"""When the operator's liveness probe says kopf runs no handlers
+(sandpod_operator/executions/stalls.py)."""
 
 from __future__ import annotations
 
-from sandpod_operator.stalls import StallDetector
+from sandpod_operator.executions.stalls import StallDetector
 
 
 class Clock:

@@ -23,14 +23,10 @@ from sandpod_contract.names import (
     POOL_CLAIMED,
     POOL_STATE_LABEL,
 )
-from sandpod_operator.builders import plan_execution
-from sandpod_operator.direct import DirectRuns
+from sandpod_operator.executions.builders import plan_execution
+from sandpod_operator.executions.reconciler import Reconciler
 from sandpod_operator.kube import KubeError
-from sandpod_operator.reconciler import Reconciler
-from sandpod_operator.runner_client import RunnerAddress, RunnerUnavailable, run
-from sandpod_operator.serving import NotServing
-from sandpod_operator.settings import OperatorSettings
-from sandpod_operator.warm import (
+from sandpod_operator.pools.warm import (
     TIMINGS_LOG,
     candidates,
     claim_patch,
@@ -40,6 +36,10 @@ from sandpod_operator.warm import (
     read_pool,
     run_request,
 )
+from sandpod_operator.serving.core import NotServing
+from sandpod_operator.serving.direct import DirectRuns
+from sandpod_operator.serving.runner import RunnerAddress, RunnerUnavailable, run
+from sandpod_operator.settings import OperatorSettings
 from serve_double import Script, ServeDouble
 from test_operator_reconciler import latest, status_of, submit
 
@@ -529,7 +529,7 @@ async def test_the_claim_starts_the_run_at_once_and_the_daemon_only_waits_for_it
     await start(reconciler, kube)
     running = latest(kube)  # the body kopf's serve daemon starts with
     uid = running["metadata"]["uid"]
-    caplog.set_level("INFO", logger="sandpod_operator.warm")
+    caplog.set_level("INFO", logger="sandpod_operator.pools.warm")
     await asyncio.wait_for(reconciler.warm_runs[uid], timeout=10)
     assert (status_of(kube)["phase"], status_of(kube)["stdout"]) == ("Succeeded", "hi\n")
     calls = len(kube.calls)
@@ -674,7 +674,7 @@ async def test_a_direct_run_logs_its_milestones_once_and_keeps_none_when_refused
     await reconciler.warm.pool_pod_changed("ADDED", pod)
     runs = DirectRuns(reconciler.sessions, kube, reconciler.store_outputs)
     one_off = {"metadata": {"name": "direct-1"}, "spec": {"language": "python", "source": "1"}}
-    caplog.set_level("INFO", logger="sandpod_operator.warm")
+    caplog.set_level("INFO", logger="sandpod_operator.pools.warm")
 
     await runs.run_from_pool(NAMESPACE, one_off, [pool()], [pod])
     with pytest.raises(NotServing):  # no free pod left

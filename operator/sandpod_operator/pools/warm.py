@@ -1,0 +1,510 @@
+"""The warm path (docs: the warm design): run an execution in a ready pod claimed from a
+SandboxPool instead of creating one.
+
+Pure parts first (does an execution fit a pool, which pods to try, the claim patch, the run
+request, the runner's credential line), then `WarmPath`, which claims a pod exactly once and
+runs the execution in it. The Reconciler writes the status; nothing here does.
+
+A claim is one optimistic-concurrency patch of a free pod (its resourceVersion in the body):
+of two claimers only one gets the pod, the other a 409 and tries the next. An execution
+first looks for a pod it claimed before (claimed-by=<its uid>): its status write may have
+been lost. The program runs only in the pod its status names (the run starts after that
+write), and a second POST with the same executionId re-attaches to the run, never re-runs.
+"""
+
+import asyncio
+import json
+import logging
+import re
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+import aiohttp
+import kopf
+from prometheus_client import Counter, Histogram
+from pydantic import ValidationError
+from sandpod_contract import names
+from sandpod_contract.catalog import Catalog
+from sandpod_contract.models import CodeExecutionSpec, SandboxPoolSpec
+from sandpod_contract.names import DIRECT_TIMINGS_LOG, TIMINGS_LOG
+from sandpod_contract.quantities import parse_quantity
+from sandpod_contract.runner import LogSummary
+
+from sandpod_operator.executions.builders import (
+    InvalidSpecError,
+    Plan,
+    Sandbox,
+    build_runner_config,
+)
+from sandpod_operator.kube import KubeApi, KubeError, Manifest
+from sandpod_operator.pools.builders import plan_pool
+from sandpod_operator.serving.runner import RunnerAddress, RunnerUnavailable, cancel, run
+from sandpod_operator.settings import OperatorSettings
+
+logger = logging.getLogger(__name__)
+
+# The runner's first log line is short; more than this is not it.
+CREDENTIAL_LINE_BYTES = 4096
+CREDENTIAL_PATTERN = re.compile(r"^[0-9a-f]{64}$")
+
+STARTS = Counter(
+    "sandpod_operator_executions_started_total",
+    "Executions whose program started, by how: warm (a claimed pool pod) or cold.",
+    ["mode"],
+)
+WAITS = Histogram(
+    "sandpod_operator_execution_wait_seconds",
+    "From an execution's creation to its program's start (creationTimestamp: whole seconds).",
+    ["mode"],
+    buckets=(0.05, 0.1, 0.2, 0.5, 1, 2, 3, 5, 10, 30, 60),
+)
+CLAIM_CONFLICTS = Counter(
+    "sandpod_operator_pool_claim_conflicts_total",
+    "Claims of a pool pod lost to another claimer (409) or to its deletion (404).",
+)
+POOL_MISSES = Counter(
+    "sandpod_operator_pool_misses_total",
+    "Executions that fit a pool but found no free ready pod, and went cold.",
+)
+RUNNER_FAILURES = Counter(
+    "sandpod_operator_runner_failures_total",
+    "Warm runs that ended without the runner's whole answer.",
+    ["why"],
+)
+
+
+# --- pure ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A SandboxPool as matching needs it: its language, its pods' sandbox, and whether they
+    serve sessions."""
+
+    name: str
+    language: str
+    sandbox: Sandbox
+    sessions: bool = False
+
+    def limits(self) -> tuple[Decimal, Decimal, Decimal]:
+        return _limits(self.sandbox)
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """What an execution or a session needs of a pool pod."""
+
+    language: str
+    egress: str
+    sandbox: Sandbox
+    sessions: bool = False
+
+
+def _limits(sandbox: Sandbox) -> tuple[Decimal, Decimal, Decimal]:
+    quantities = (sandbox.memory, sandbox.cpu, sandbox.ephemeral_storage)
+    return (
+        parse_quantity(quantities[0]),
+        parse_quantity(quantities[1]),
+        parse_quantity(quantities[2]),
+    )
+
+
+def read_pool(pool: Manifest, catalog: Catalog, settings: OperatorSettings) -> Pool | None:
+    """A pool as its controller plans its pods; None when its spec is not one it can."""
+    try:
+        spec = SandboxPoolSpec.model_validate(pool.get("spec") or {})
+        sandbox = plan_pool(spec, catalog, settings)
+    except (ValidationError, InvalidSpecError):
+        return None
+    name = str((pool.get("metadata") or {}).get("name"))
+    return Pool(name, spec.language, sandbox, spec.sessions)
+
+
+def fits(wanted: Wanted, pool: Pool) -> bool:
+    """Whether a pod of `pool` serves what is wanted: the pool's language and kind (sessions
+    or single executions), no network, the pool's RuntimeClass, each limit at most the pool's."""
+    return (
+        wanted.sessions == pool.sessions
+        and wanted.language == pool.language
+        and wanted.egress == "none"
+        and wanted.sandbox.runtime_class_name == pool.sandbox.runtime_class_name
+        and all(
+            own <= most for own, most in zip(_limits(wanted.sandbox), pool.limits(), strict=True)
+        )
+    )
+
+
+def execution_wants(spec: CodeExecutionSpec, plan: Plan) -> Wanted | None:
+    """What a one-off execution needs of a pool pod; None: only runs use pools."""
+    if spec.mode != "run":
+        return None
+    return Wanted(spec.language, spec.network.egress, plan)
+
+
+def fitting_pools(
+    wanted: Wanted | None,
+    pools: Iterable[Manifest],
+    catalog: Catalog,
+    settings: OperatorSettings,
+) -> list[Pool]:
+    """The pools that fit, smallest first (large pods stay for large executions)."""
+    if wanted is None:
+        return []
+    found = [
+        pool
+        for manifest in pools
+        if (pool := read_pool(manifest, catalog, settings)) and fits(wanted, pool)
+    ]
+    return sorted(found, key=lambda pool: (pool.limits(), pool.name))
+
+
+def pod_ready(pod: Manifest) -> bool:
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    return ready and not meta.get("deletionTimestamp") and bool(status.get("podIP"))
+
+
+def _labels(pod: Manifest) -> dict[str, str]:
+    return dict((pod.get("metadata") or {}).get("labels") or {})
+
+
+def earlier_claim(pods: Iterable[Manifest], execution_uid: str) -> Manifest | None:
+    """A pod this execution claimed before (its status write may have been lost)."""
+    for pod in pods:
+        gone = (pod.get("metadata") or {}).get("deletionTimestamp")
+        if _labels(pod).get(names.CLAIMED_BY_LABEL) == execution_uid and not gone:
+            return pod
+    return None
+
+
+def candidates(pods: Iterable[Manifest], pools: list[Pool]) -> list[Manifest]:
+    """Free ready pods of `pools`, in the pools' order, oldest first within a pool."""
+    rank = {pool.name: index for index, pool in enumerate(pools)}
+    free = [
+        pod
+        for pod in pods
+        if _labels(pod).get(names.POOL_STATE_LABEL) == names.POOL_FREE
+        and _labels(pod).get(names.POOL_LABEL) in rank
+        and pod_ready(pod)
+    ]
+    return sorted(
+        free,
+        key=lambda pod: (
+            rank[_labels(pod)[names.POOL_LABEL]],
+            str(pod["metadata"].get("creationTimestamp") or ""),
+            str(pod["metadata"].get("name")),
+        ),
+    )
+
+
+def claim_patch(pod: Manifest, owner: Manifest, owner_label: str) -> Manifest:
+    """The one patch that claims `pod` for `owner` (an execution or a session), only if
+    nobody changed it since it was read: claimed labels (`owner_label` names the owner), and
+    the owner as its only (controlling) owner, so the pool stops counting it and garbage
+    collection ties it to the owner."""
+    meta = owner["metadata"]
+    reference = kopf.build_owner_reference(kopf.Body(owner))  # type: ignore[arg-type]
+    return {
+        "metadata": {
+            "resourceVersion": pod["metadata"]["resourceVersion"],
+            "labels": {
+                names.POOL_STATE_LABEL: names.POOL_CLAIMED,
+                names.CLAIMED_BY_LABEL: meta["uid"],
+                owner_label: meta["name"],
+            },
+            "ownerReferences": [reference],
+        }
+    }
+
+
+def run_request(
+    execution_uid: str,
+    spec: CodeExecutionSpec,
+    plan: Plan,
+    settings: OperatorSettings,
+    extra_env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The body of POST /v1/run: the same config as config.json (`extra_env`: what the
+    serving pod was started with, a session's egress proxy variables), and the inputs."""
+    return {
+        "executionId": execution_uid,
+        "config": build_runner_config(spec, plan, settings, extra_env),
+        "source": spec.source,
+        "stdin": spec.stdin,
+        "files": [
+            {
+                "path": f.path,
+                "content": f.content,
+                **({"encoding": f.encoding} if f.encoding else {}),
+            }
+            for f in spec.files
+        ],
+    }
+
+
+def parse_credential(head: bytes) -> str | None:
+    """The credential from the runner's first log line, `{"serve":{..."credential":...}}`.
+    Only a whole first line counts (the program writes after it, never before)."""
+    end = head.find(b"\n")
+    if end < 0:
+        return None
+    try:
+        line = json.loads(head[:end])
+    except ValueError:
+        return None
+    serve = line.get("serve") if isinstance(line, dict) else None
+    credential = serve.get("credential") if isinstance(serve, dict) else None
+    if isinstance(credential, str) and CREDENTIAL_PATTERN.match(credential):
+        return credential
+    return None
+
+
+def runner_address(pod: Manifest) -> RunnerAddress | None:
+    """Where the pod's runner listens: its IP and the port this operator gave it."""
+    ip = (pod.get("status") or {}).get("podIP")
+    if not ip:
+        return None
+    port = names.RUNNER_PORT
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for declared in container.get("ports") or []:
+            if declared.get("name") == names.RUNNER_PORT_NAME:
+                port = int(declared.get("containerPort") or names.RUNNER_PORT)
+    return RunnerAddress(host=str(ip), port=port)
+
+
+def wait_ms(execution: Manifest, started_at: datetime) -> int:
+    created = (execution.get("metadata") or {}).get("creationTimestamp")
+    try:
+        since = datetime.fromisoformat(str(created))
+    except ValueError:
+        return 0
+    return max(0, int((started_at - since).total_seconds() * 1000))
+
+
+def count_start(previous: Manifest, new: Manifest) -> None:
+    """Metrics, once per execution: the status write that first names how it started."""
+    mode = new.get("startMode")
+    if mode and not previous.get("startMode") and new.get("waitMs") is not None:
+        STARTS.labels(mode=mode).inc()
+        WAITS.labels(mode=mode).observe(new["waitMs"] / 1000)
+
+
+# --- claiming and running -----------------------------------------------------------------
+
+
+@dataclass
+class WarmPath:
+    kube: KubeApi
+    settings: OperatorSettings
+    catalog: Catalog
+    # Per pod uid: the runner's credential (read once from its log).
+    credentials: dict[str, str] = field(default_factory=dict)
+    # Per execution uid: the pod just claimed, handed to its serve daemon (saves a read).
+    claimed: dict[str, Manifest] = field(default_factory=dict)
+    # Executions whose last claim patch got no answer (it may have been applied).
+    unsure: set[str] = field(default_factory=set)
+    # Per execution uid: wall-clock times of its warm run's milestones in this process.
+    marks: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Pool pods (uid) the direct path took in this process, claimed in the API behind.
+    reserved: set[str] = field(default_factory=set)
+    _session: aiohttp.ClientSession | None = None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def claim(
+        self,
+        owner: Manifest,
+        owner_label: str,
+        wanted: Wanted | None,
+        pools: list[Manifest],
+        known_pods: list[Manifest] | None = None,
+    ) -> Manifest | None:
+        """A pod claimed for `owner` (earlier or now), or None: go cold. `known_pods` (the
+        operator's index of pool pods) saves the list when it is fresh enough: a claim of a
+        pod whose index entry is behind gets a 409, and then the pods are listed."""
+        if not pools:
+            return None
+        meta = owner["metadata"]
+        namespace, uid = meta["namespace"], meta["uid"]
+        if uid in self.claimed:
+            return self.claimed[uid]  # claimed by this process, its status not yet written
+        fitting = fitting_pools(wanted, pools, self.catalog, self.settings)
+        # After an uncertain claim (its answer lost) only a fresh list shows what it did.
+        sources = [known_pods] if known_pods is not None and uid not in self.unsure else []
+        for pods in [*sources, None]:
+            if pods is None:
+                pods = await self.kube.list_pods(
+                    namespace, label_selector=names.POOL_LABEL, uid=uid
+                )
+            earlier = earlier_claim(pods, uid)
+            if earlier is not None:
+                return earlier
+            if not fitting:
+                return None
+            claimed = await self._claim_one(owner, owner_label, candidates(pods, fitting))
+            if claimed is not None:
+                return claimed
+        POOL_MISSES.inc()
+        self.marks.pop(uid, None)
+        return None
+
+    def reserve(
+        self, wanted: Wanted | None, pools: list[Manifest], pods: list[Manifest]
+    ) -> Manifest | None:
+        """The direct path's claim: a free ready pod that fits, taken in this process at once
+        (no API write; the claim and every other claimer of this process respect it)."""
+        fitting = fitting_pools(wanted, pools, self.catalog, self.settings)
+        for pod in candidates(pods, fitting):
+            uid = str(pod["metadata"].get("uid"))
+            if uid not in self.reserved and uid in self.credentials:
+                self.reserved.add(uid)
+                return pod
+        return None
+
+    async def _claim_one(
+        self, owner: Manifest, owner_label: str, pods: list[Manifest]
+    ) -> Manifest | None:
+        meta = owner["metadata"]
+        pods = [pod for pod in pods if str(pod["metadata"].get("uid")) not in self.reserved]
+        for pod in pods:
+            try:
+                claimed = await self.kube.patch_pod(
+                    meta["namespace"],
+                    pod["metadata"]["name"],
+                    uid=meta["uid"],
+                    patch=claim_patch(pod, owner, owner_label),
+                )
+            except KubeError as error:
+                if error.status not in (404, 409):
+                    self.unsure.add(meta["uid"])
+                    raise
+                CLAIM_CONFLICTS.inc()
+                continue
+            except Exception:
+                self.unsure.add(meta["uid"])
+                raise
+            self.unsure.discard(meta["uid"])
+            self.mark(meta["uid"], "claimed")
+            return claimed
+        return None
+
+    def begin_marks(self, execution_uid: str) -> None:
+        """Time this execution's warm run (a record-path session run is not timed)."""
+        self.marks[execution_uid] = {"claiming": time.time()}
+
+    def mark(self, execution_uid: str, milestone: str) -> None:
+        if execution_uid in self.marks:
+            self.marks[execution_uid].setdefault(milestone, time.time())
+
+    def log_marks(self, execution: Manifest) -> None:
+        """One log line with the run's milestones in this process (cheap, always on)."""
+        meta = execution["metadata"]
+        marks = self.marks.pop(meta["uid"], None)
+        if marks:
+            logger.info(
+                "%s %s/%s %s", TIMINGS_LOG, meta["namespace"], meta["name"], json.dumps(marks)
+            )
+
+    @contextmanager
+    def direct_marks(self, run_id: str) -> Iterator[None]:
+        """Time a direct run (`run_id`: namespace/name) from its arrival to its answer and log
+        one line with its milestones; a refused or failed run is left untimed."""
+        self.marks[run_id] = {"received": time.time()}
+        try:
+            yield
+        except BaseException:
+            self.marks.pop(run_id, None)
+            raise
+        self.mark(run_id, "done")
+        marks = self.marks.pop(run_id, None)
+        if marks:
+            logger.info("%s %s %s", DIRECT_TIMINGS_LOG, run_id, json.dumps(marks))
+
+    async def credential(self, pod: Manifest) -> str | None:
+        pod_uid = str(pod["metadata"].get("uid"))
+        if pod_uid not in self.credentials:
+            head = await self.kube.read_log_head(
+                pod["metadata"]["namespace"],
+                pod["metadata"]["name"],
+                uid=None,
+                limit_bytes=CREDENTIAL_LINE_BYTES,
+            )
+            credential = parse_credential(head)
+            if credential is None:
+                return None
+            self.credentials[pod_uid] = credential
+        return self.credentials[pod_uid]
+
+    def forget_if_gone(self, event_type: str | None, pod: Manifest) -> bool:
+        """Forget a pod's credential with the pod; whether it is gone."""
+        if event_type == "DELETED" or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            uid = str((pod.get("metadata") or {}).get("uid"))
+            self.credentials.pop(uid, None)
+            self.reserved.discard(uid)
+            return True
+        return False
+
+    async def pool_pod_changed(self, event_type: str | None, pod: Manifest) -> None:
+        """Read a free pod's credential as soon as it is ready (off a claim's critical path);
+        forget it with the pod."""
+        if self.forget_if_gone(event_type, pod):
+            return
+        if _labels(pod).get(names.POOL_STATE_LABEL) == names.POOL_FREE and pod_ready(pod):
+            await self.credential(pod)
+
+    async def run(
+        self, pod: Manifest, request: dict[str, Any], *, seconds_left: float
+    ) -> LogSummary:
+        """Run (or re-attach to) the execution in its claimed pod: the verified answer.
+        RunnerUnavailable when there is none; TimeoutError when `seconds_left` ran out."""
+        address = runner_address(pod)
+        credential = await self.credential(pod)
+        if address is None or credential is None:
+            RUNNER_FAILURES.labels(why="no credential").inc()
+            raise RunnerUnavailable("no address or credential")
+        try:
+            async with asyncio.timeout(max(seconds_left, 0)):
+                return await run(
+                    self._client(),
+                    address,
+                    credential,
+                    request,
+                    tail_bytes=self.settings.status_output_bytes,
+                    limit_bytes=self.settings.log_read_limit_bytes,
+                    files_bytes=self.settings.outputs_stored_bytes,
+                    marks=self.marks.get(str(request["executionId"])),
+                )
+        except RunnerUnavailable as error:
+            RUNNER_FAILURES.labels(why=error.why).inc()
+            logger.warning("runner of pod %s: %s", pod["metadata"]["name"], error.why)
+            raise
+
+    async def cancel(self, pod: Manifest, execution_id: str) -> bool:
+        """Stop the run of `execution_id` on the pod's runner (serving/runner.py cancel); False
+        when it has none in progress or cannot be reached."""
+        address = runner_address(pod)
+        credential = await self.credential(pod)
+        if address is None or credential is None:
+            return False
+        try:
+            return await cancel(self._client(), address, credential, execution_id)
+        except RunnerUnavailable as error:
+            logger.warning("cancel on pod %s: %s", pod["metadata"]["name"], error.why)
+            return False
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=5)
+            )
+        return self._session

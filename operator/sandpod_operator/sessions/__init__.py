@@ -1,0 +1,2 @@
+"""CodeSessions: a live sandbox per session that runs its executions in order (controller)
+and its kopf handlers."""
