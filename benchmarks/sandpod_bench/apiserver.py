@@ -124,9 +124,14 @@ def _sandpod(kind: str) -> bool:
     return _resource(kind).startswith(SANDPOD_GROUP + "/")
 
 
-def read_requests(api: client.ApiClient) -> Requests:
-    """The API server's request counts now (GET /metrics through the kube API)."""
+def read_metrics(api: client.ApiClient) -> str:
+    """The API server's metrics text now (GET /metrics through the kube API)."""
     request = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
     response = api.call_api(*request, _request_timeout=30)
     body: bytes = response.read()  # type: ignore[no-untyped-call]
-    return parse_requests(body.decode())
+    return body.decode()
+
+
+def read_requests(api: client.ApiClient) -> Requests:
+    """The API server's request counts now."""
+    return parse_requests(read_metrics(api))

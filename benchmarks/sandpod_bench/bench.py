@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,6 +32,7 @@ from sandpod_bench.options import Options
 from sandpod_bench.pool import node_address
 from sandpod_bench.processes import GatewayProcess, OperatorProcess
 from sandpod_bench.recorder import Recorder
+from sandpod_bench.soak import ABUSIVE_LIMITS, ABUSIVE_TENANT
 from sandpod_bench.stats import median, summarize
 from sandpod_bench.timings import Marks
 from sandpod_bench.workloads import RUN_TIMEOUT_SECONDS, Attempt, SandpodApi, Workload, run_many
@@ -43,19 +44,25 @@ BENCH_REQUESTS_PER_SECOND = 10000
 MAX_SESSIONS = 32
 
 
-def tenants_secret(tenants: dict[str, tuple[str, str]]) -> client.V1Secret:
-    """The gateway's keys Secret: tenant -> (namespace, API key)."""
+BENCH_LIMITS = {
+    "maxTimeoutSeconds": 60,
+    "maxConcurrent": 256,
+    "maxSessions": MAX_SESSIONS,
+    "requestsPerSecond": BENCH_REQUESTS_PER_SECOND,
+    "requestBurst": BENCH_REQUESTS_PER_SECOND,
+}
+
+
+def tenants_secret(
+    tenants: dict[str, tuple[str, str]], limits: Mapping[str, Mapping[str, int]] | None = None
+) -> client.V1Secret:
+    """The gateway's keys Secret: tenant -> (namespace, API key); each tenant with the
+    bench's limits, or its own in `limits`."""
     document = {
         "tenants": {
             name: {
                 "namespace": namespace,
-                "limits": {
-                    "maxTimeoutSeconds": 60,
-                    "maxConcurrent": 256,
-                    "maxSessions": MAX_SESSIONS,
-                    "requestsPerSecond": BENCH_REQUESTS_PER_SECOND,
-                    "requestBurst": BENCH_REQUESTS_PER_SECOND,
-                },
+                "limits": dict((limits or {}).get(name, BENCH_LIMITS)),
                 "apiKeys": [{"name": "bench", "sha256": hashlib.sha256(key.encode()).hexdigest()}],
             }
             for name, (namespace, key) in tenants.items()
@@ -162,7 +169,8 @@ class Recorders:
 @dataclass(frozen=True)
 class GatewayClients:
     """One gateway client per tenant: latency, load, pool, session; and what an MCP client
-    of the session tenant needs (the gateway's URL, the tenant's key)."""
+    of the session tenant needs (the gateway's URL, the tenant's key); the soak's tenants'
+    clients and keys (with the soak section)."""
 
     gateway: httpx.Client
     load: httpx.Client
@@ -170,6 +178,8 @@ class GatewayClients:
     session: httpx.Client
     url: str
     session_key: str
+    soak: dict[str, httpx.Client] = field(default_factory=dict)
+    soak_keys: dict[str, str] = field(default_factory=dict)
 
 
 def ran_warm(recorder: Recorder, name: str) -> bool:
@@ -242,10 +252,11 @@ class Bench:
             self._sandbox_pod = observation.pod
         return self._sandbox_pod
 
-    def warm(self, what: str, workload: Workload) -> None:
+    def warm(self, what: str, workload: Workload) -> Attempt:
         attempt = run_many(workload, runs=1, concurrency=1)[0]
         if not attempt.ok:
             raise BenchError(f"warm-up of {what} failed: {attempt.error}")
+        return attempt
 
     def measure(
         self,
@@ -288,6 +299,9 @@ class Bench:
             tenant: f"sk-{secrets.token_urlsafe(24)}"
             for tenant in ("gateway", "load", "pool", "session")
         }
+        soak_keys = {
+            tenant: f"sk-{secrets.token_urlsafe(24)}" for tenant in self.namespaces.soak_tenants
+        }
         self.core.create_namespaced_secret(
             self.namespaces.gateway,
             tenants_secret(
@@ -296,7 +310,12 @@ class Bench:
                     "bench-load": (self.namespaces.load, keys["load"]),
                     "bench-pool": (self.namespaces.pool, keys["pool"]),
                     "bench-session": (self.namespaces.session, keys["session"]),
-                }
+                    **{
+                        f"bench-{tenant}": (namespace, soak_keys[tenant])
+                        for tenant, namespace in self.namespaces.soak_tenants.items()
+                    },
+                },
+                {f"bench-{ABUSIVE_TENANT}": ABUSIVE_LIMITS},
             ),
         )
         # The direct path between the two, as the chart sets it up (a token both read).
@@ -329,6 +348,11 @@ class Bench:
             },
             url=gateway.url,
             session_key=keys["session"],
+            soak={
+                tenant: stack.enter_context(gateway_client(gateway.url, key))
+                for tenant, key in soak_keys.items()
+            },
+            soak_keys=soak_keys,
         )
         return operator, clients
 

@@ -96,9 +96,14 @@ def ensure_runtime_class(api: client.ApiClient, name: str) -> None:
         raise
 
 
+# The soak section's tenants: two quiet ones and an abusive one, each a namespace of its own.
+SOAK_TENANTS = ("soak-a", "soak-b", "soak-abuse")
+
+
 @dataclass
 class Namespaces:
     prefix: str
+    soak: bool = False  # with the soak section's tenants
 
     @property
     def kubectl(self) -> str:
@@ -129,9 +134,21 @@ class Namespaces:
         return f"{self.prefix}-session"
 
     @property
+    def soak_tenants(self) -> dict[str, str]:
+        """The soak section's tenants and their namespaces (none without the section)."""
+        return {tenant: f"{self.prefix}-{tenant}" for tenant in SOAK_TENANTS if self.soak}
+
+    @property
     def sandpod(self) -> list[str]:
         """Those the main operator watches."""
-        return [self.kubectl, self.gateway, self.load, self.pool, self.session]
+        return [
+            self.kubectl,
+            self.gateway,
+            self.load,
+            self.pool,
+            self.session,
+            *self.soak_tenants.values(),
+        ]
 
 
 def delete_executions(

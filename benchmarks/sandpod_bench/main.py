@@ -46,7 +46,7 @@ from sandpod_bench.kube import connect
 from sandpod_bench.options import POOL_SECTIONS, SESSION_SECTIONS, Options, parse_options
 from sandpod_bench.procstat import ProcessSample
 from sandpod_bench.report import render
-from sandpod_bench.sections import baselines, cost, latency, pool, session, throughput
+from sandpod_bench.sections import baselines, cost, latency, pool, session, soak, throughput
 from sandpod_bench.workloads import SandpodGateway
 
 CONTAINERD_SOCKET = REPO_ROOT / ".cluster" / "run" / "containerd.sock"
@@ -82,6 +82,8 @@ def run_sections(bench: Bench) -> None:
             pool.run(bench, clients.pool, recorders.pool)
         if any(section in sections for section in SESSION_SECTIONS):
             session.run(bench, clients, recorders.session, recorders.kubectl)
+        if "soak" in sections:
+            soak.run(bench, clients, operator)
         baselines.record_ratios(bench)
         record_main_operator(bench, operator_start, operator.sample(), recorders)
         progress("removing the executions (the operator releases them)")
@@ -138,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = datetime.now(UTC)
     stamp = started.strftime("%Y%m%dT%H%M%SZ")
     run_id = uuid.uuid4().hex[:6]
-    namespaces = Namespaces(f"bench-{run_id}")
+    namespaces = Namespaces(f"bench-{run_id}", soak="soak" in options.sections)
     log_dir = options.output_dir / "logs" / stamp
     log_dir.mkdir(parents=True, exist_ok=True)
     api = connect(options.kubeconfig, pool=max(32, options.throughput_concurrency * 2))

@@ -23,6 +23,8 @@ SECTIONS = (
     "session-throughput",
     "cost",
 )
+# Run only when named: not part of a default run (or of make bench).
+EXTRA_SECTIONS = ("soak",)
 POOL_SECTIONS = ("pool", "pool-throughput")
 SESSION_SECTIONS = ("session", "session-throughput")
 BASELINES = ("job", "pod", "llm-sandbox")
@@ -44,6 +46,8 @@ class Options:
     pool_size: int
     session_runs: int
     session_clients: int
+    soak_minutes: float
+    soak_quiet_minutes: float
     sections: tuple[str, ...]
     baselines: tuple[str, ...]
     quick: bool
@@ -107,10 +111,20 @@ def argument_parser() -> argparse.ArgumentParser:
         help="clients of the session throughput, each with its own session (default 16)",
     )
     parser.add_argument(
+        "--soak-minutes",
+        type=float,
+        help="the soak section's length, minutes (default 30; --quick 4)",
+    )
+    parser.add_argument(
+        "--soak-quiet-minutes",
+        type=float,
+        help="of which the first, without the abusive tenant (default a quarter)",
+    )
+    parser.add_argument(
         "--sections",
         default=",".join(SECTIONS),
         help=f"comma-separated subset of {','.join(SECTIONS)} (the breakdowns come with latency, "
-        "pool and session)",
+        f"pool and session), or {','.join(EXTRA_SECTIONS)}, which only runs when named",
     )
     parser.add_argument(
         "--baselines",
@@ -150,11 +164,17 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     runs = pick(arguments.runs, 50, 5)
     sections = tuple(s for s in arguments.sections.split(",") if s)
     baselines = tuple(b for b in arguments.baselines.split(",") if b)
-    unknown = [s for s in sections if s not in SECTIONS] + [
+    unknown = [s for s in sections if s not in SECTIONS + EXTRA_SECTIONS] + [
         b for b in baselines if b not in BASELINES
     ]
     if unknown:
         parser.error(f"unknown section or baseline: {', '.join(unknown)}")
+    soak_minutes = pick(arguments.soak_minutes, 30.0, 4.0)
+    soak_quiet_minutes = (
+        soak_minutes / 4 if arguments.soak_quiet_minutes is None else arguments.soak_quiet_minutes
+    )
+    if not 0 < soak_quiet_minutes < soak_minutes:
+        parser.error("--soak-quiet-minutes must be more than 0 and less than --soak-minutes")
     return Options(
         runs=runs,
         concurrency=pick(arguments.concurrency, 8, 2),
@@ -168,6 +188,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         pool_size=pick(arguments.pool_size, 8, 4),
         session_runs=pick(arguments.session_runs, 200, 30),
         session_clients=pick(arguments.session_clients, 16, 4),
+        soak_minutes=soak_minutes,
+        soak_quiet_minutes=soak_quiet_minutes,
         sections=sections,
         baselines=baselines,
         quick=quick,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sandpod_bench.soak import ABUSIVE, P99_FACTOR_TARGET, QUIET
 from sandpod_bench.stats import ratio
 
 LATENCY_COLUMNS = ("n", "fail", "p50 s", "p95 s", "p99 s", "mean s")
@@ -299,6 +300,124 @@ def cost_table(cost: Mapping[str, Any]) -> str:
     return table(["operator cost", "value"], rows)
 
 
+def phase_cells(summary: Mapping[str, Any]) -> list[str]:
+    """n (and failures), p50, p99 of one phase of a soak row."""
+    failures = summary.get("failures") or 0
+    count = f"{summary.get('count', 0)}" + (f" ({failures} failed)" if failures else "")
+    return [count, seconds(summary.get("p50"), 3), seconds(summary.get("p99"), 3)]
+
+
+def soak_latency_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    headers = [
+        "soak: the quiet tenants (s)",
+        "quiet n",
+        "p50",
+        "p99",
+        "abusive n",
+        "p50",
+        "p99",
+        "p99 x",
+    ]
+    cells = [
+        [
+            f"{row['tenant']}, {row['kind']}",
+            *phase_cells(row[QUIET]),
+            *phase_cells(row[ABUSIVE]),
+            times(row.get("p99_ratio")),
+        ]
+        for row in rows
+    ]
+    return table(headers, cells)
+
+
+def soak_target(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Issue 26's target: the quiet tenants' p99 within 2x of the quiet phase's, per kind."""
+    missed = [f"{r['tenant']}, {r['kind']}" for r in rows if r.get("p99_within_target") is False]
+    unknown = [f"{r['tenant']}, {r['kind']}" for r in rows if r.get("p99_within_target") is None]
+    text = (
+        f"target: the quiet tenants' p99 within {P99_FACTOR_TARGET:g}x of the quiet phase's "
+        f"while the other tenant abuses: {verdict(not missed and not unknown)}"
+    )
+    if missed:
+        text += f" (beyond for {'; '.join(missed)})"
+    if unknown:
+        text += f" (not measured for {'; '.join(unknown)})"
+    return text
+
+
+def soak_audit_table(audits: Mapping[str, Mapping[str, Any]]) -> str:
+    rows = [
+        [
+            tenant,
+            str(found["requests"]),
+            str(found["succeeded"]),
+            str(found["failed"]),
+            str(found["lost"]),
+            str(found["duplicated"]),
+        ]
+        for tenant, found in audits.items()
+    ]
+    return table(
+        ["soak: every create, audited", "requests", "ok", "failed", "lost", "duplicated"], rows
+    )
+
+
+def soak_answers_table(answers: Mapping[str, Mapping[str, int]]) -> str:
+    rows = []
+    for behaviour, outcomes in answers.items():
+        for index, (answer, count) in enumerate(outcomes.items()):
+            rows.append([behaviour if index == 0 else "", answer, str(count)])
+    return table(["soak: the abusive tenant's requests", "answer", "count"], rows)
+
+
+def resource_value(series: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    if series.endswith("_bytes"):
+        return f"{value / 1024 / 1024:.1f} MiB"
+    return f"{value:.0f}"
+
+
+def soak_resources_table(resources: Mapping[str, Mapping[str, Any] | None]) -> str:
+    rows = []
+    for series, found in resources.items():
+        if not found:
+            rows.append([series, "not read", "", "", "", ""])
+            continue
+        fraction = found.get("change_fraction")
+        rows.append(
+            [
+                series,
+                resource_value(series, found["start"]),
+                resource_value(series, found["end"]),
+                resource_value(series, found["peak"]),
+                "-" if fraction is None else f"{fraction:+.0%}",
+                resource_value(series, found.get("per_minute")),
+            ]
+        )
+    return table(["soak: size over the run", "start", "end", "peak", "change", "per min"], rows)
+
+
+def soak_report(soak: Mapping[str, Any]) -> list[str]:
+    return [
+        "",
+        f"soak: {soak['minutes']:g} min, tenant {soak['abusive_tenant']} abusive from minute "
+        f"{soak['quiet_minutes']:g}",
+        soak_latency_table(soak["kinds"]),
+        soak_target(soak["kinds"]),
+        *(
+            f"started: {key}: {start_modes(modes)}"
+            for key, modes in (soak.get("start_modes") or {}).items()
+        ),
+        "",
+        soak_audit_table(soak["audit"]),
+        "",
+        soak_answers_table(soak["abusive_answers"]),
+        "",
+        soak_resources_table(soak["resources"]),
+    ]
+
+
 def render(results: Mapping[str, Any]) -> str:
     machine = results.get("machine") or {}
     parts = [
@@ -350,6 +469,8 @@ def render(results: Mapping[str, Any]) -> str:
             runner_durations(results["direct_breakdown"]),
         ]
     parts += targets(results)
+    if results.get("soak"):
+        parts += soak_report(results["soak"])
     if results.get("operator_cost"):
         parts += ["", cost_table(results["operator_cost"])]
     main_operator = results.get("main_operator")

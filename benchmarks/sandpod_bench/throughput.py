@@ -34,9 +34,14 @@ class Audit:
 
 
 def audit(
-    finished: Sequence[Finished], observations: Sequence[Observation], window_seconds: float
+    finished: Sequence[Finished],
+    observations: Sequence[Observation],
+    window_seconds: float,
+    refusals: tuple[str, ...] = ("HTTP 4",),
 ) -> Audit:
-    """Pure: compares the clients' answers with what the namespace saw."""
+    """Pure: compares the clients' answers with what the namespace saw. An error answer
+    that starts with one of `refusals` is a refusal (failed), not a loss; an execution it
+    made all the same is still lost (orphaned: no client heard of it)."""
     names = Counter(f.attempt.name for f in finished if f.attempt.name)
     by_name = {o.name: o for o in observations}
     succeeded = [f for f in finished if f.attempt.ok]
@@ -47,7 +52,7 @@ def audit(
         if item.attempt.ok:
             continue
         observation = by_name.get(item.attempt.name) if item.attempt.name else None
-        refused = (item.attempt.error or "").startswith("HTTP 4")
+        refused = (item.attempt.error or "").startswith(refusals)
         if (observation is not None and observation.terminal) or refused:
             failed += 1
         else:

@@ -146,35 +146,83 @@ class SandpodKubectl:
         return Attempt(problem is None, seconds, name, problem, milestones)
 
 
+def json_body(response: httpx.Response) -> dict[str, Any]:
+    """The answer's JSON object, or {} when it is none."""
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def timed_post(
+    http: httpx.Client, path: str, **request: Any
+) -> tuple[httpx.Response, dict[str, Any], float, dict[str, float]]:
+    """POST, timed: the answer, its JSON object, the seconds it took and the client's
+    milestones (submitted, client_returned)."""
+    submitted = time.time()
+    started = time.perf_counter()
+    response = http.post(path, **request)
+    seconds = time.perf_counter() - started
+    milestones = {"submitted": submitted, "client_returned": time.time()}
+    return response, json_body(response), seconds, milestones
+
+
 @dataclass
 class SandpodGateway:
     """POST /v1/executions (or a session's executions) and wait for the result (the
-    gateway's default)."""
+    gateway's default); print(1) in python unless told another program."""
 
     http: httpx.Client
     recorder: Recorder
     path: str = "/v1/executions"
+    language: str = LANGUAGE
+    program: str = PROGRAM
+    expected_stdout: str = EXPECTED_STDOUT
 
     def __call__(self, index: int) -> Attempt:
-        submitted = time.time()
-        started = time.perf_counter()
-        response = self.http.post(
+        response, body, seconds, milestones = timed_post(
+            self.http,
             self.path,
-            json={"language": LANGUAGE, "code": PROGRAM},
+            json={"language": self.language, "code": self.program},
             headers={"Idempotency-Key": uuid.uuid4().hex},
         )
-        seconds = time.perf_counter() - started
-        milestones = {"submitted": submitted, "client_returned": time.time()}
-        try:
-            body: dict[str, Any] = response.json()
-        except ValueError:
-            body = {}
         name = str(body.get("id") or "")
         if response.status_code != 200:
             problem = f"HTTP {response.status_code}: {response.text[:300]}"
             return Attempt(False, seconds, name, problem, milestones)
-        if body.get("status") != "success" or body.get("stdout") != EXPECTED_STDOUT:
+        if body.get("status") != "success" or body.get("stdout") != self.expected_stdout:
             problem = f"{body.get('status')}: {body.get('error_message')} {body.get('stdout')!r}"
+            return Attempt(False, seconds, name, problem, milestones)
+        return Attempt(True, seconds, name, None, milestones)
+
+
+# Judge0's id of Python 3 (its CE 1.13.1 list), and its status "Accepted".
+JUDGE0_PYTHON = 71
+JUDGE0_ACCEPTED = 3
+
+
+@dataclass
+class Judge0Submission:
+    """print(1) through the gateway's Judge0 API: POST /judge0/submissions?wait=true, as
+    Judge0's clients submit (its token is the execution's name)."""
+
+    http: httpx.Client
+
+    def __call__(self, index: int) -> Attempt:
+        response, body, seconds, milestones = timed_post(
+            self.http,
+            "/judge0/submissions",
+            params={"wait": "true", "fields": "token,stdout,status"},
+            json={"source_code": PROGRAM, "language_id": JUDGE0_PYTHON},
+        )
+        name = str(body.get("token") or "")
+        if response.status_code != 201:
+            problem = f"HTTP {response.status_code}: {response.text[:300]}"
+            return Attempt(False, seconds, name, problem, milestones)
+        status = body.get("status") or {}
+        if status.get("id") != JUDGE0_ACCEPTED or body.get("stdout") != EXPECTED_STDOUT:
+            problem = f"{status.get('description')}: {body.get('stdout')!r}"
             return Attempt(False, seconds, name, problem, milestones)
         return Attempt(True, seconds, name, None, milestones)
 
