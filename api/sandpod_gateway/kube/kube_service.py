@@ -205,6 +205,28 @@ class KubernetesSessionService(CustomObjects):
             api_client, SESSION_PLURAL, SESSION_KIND, SessionNotFound, SessionAlreadyExists
         )
 
+    async def annotate(self, namespace: str, name: str, annotations: dict[str, str]) -> Resource:
+        what = f"annotating the {self._kind}"
+        patch = {"metadata": {"annotations": annotations}}
+        try:
+            patched: Resource = await self._custom.patch_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                namespace,
+                self.plural,
+                name,
+                patch,
+                # Supported at runtime, missing from the type stubs.
+                _content_type="application/merge-patch+json",  # type: ignore[call-arg]
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                raise self._not_found(name) from exc
+            raise _unavailable(what, exc) from exc
+        except TRANSPORT_ERRORS as exc:
+            raise _unavailable(what, exc) from exc
+        return patched
+
 
 class KubernetesExecutionService:
     def __init__(

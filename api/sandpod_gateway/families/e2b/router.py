@@ -1,0 +1,459 @@
+"""E2B's API (/e2b: sandboxes) and its sandboxes' data plane (/e2b/sandbox: the code
+interpreter's /execute and /contexts, envd's /health and /files), over sandpod sessions.
+
+E2B's official SDKs work unchanged with E2B_API_URL=<gateway>/e2b,
+E2B_SANDBOX_URL=<gateway>/e2b/sandbox and E2B_API_KEY=<API key> (docs/e2b.md). The API
+authenticates with the tenant's key (X-API-KEY); the data plane with the sandbox's own access
+token (X-Access-Token, or E2B-Traffic-Access-Token, which the code interpreter sends), the
+sandbox named by E2b-Sandbox-Id.
+"""
+
+import hashlib
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, ConfigDict, Field
+from sandpod_contract.names import TENANT_LABEL
+
+from sandpod_gateway.families.e2b import protocol
+from sandpod_gateway.families.e2b.protocol import E2bError
+from sandpod_gateway.kube.resources import Resource
+from sandpod_gateway.kube.service import SessionNotFound
+from sandpod_gateway.policy.auth import Tenant
+from sandpod_gateway.schemas import CreateSessionRequest, ExecutionResult, SessionExecutionRequest
+from sandpod_gateway.settings import GatewaySettings
+from sandpod_gateway.usecases.sessions import (
+    SessionContext,
+    close_session,
+    get_owned_session,
+    open_session,
+    run_in_session,
+)
+from sandpod_gateway.web.dependencies import (
+    AdmissionDep,
+    CatalogDep,
+    DirectRunnerDep,
+    ExecutionServiceDep,
+    KeyStoreDep,
+    KnownSessionsDep,
+    SessionServiceDep,
+    SettingsDep,
+    authenticate,
+)
+from sandpod_gateway.web.errors import as_gateway_error
+
+PREFIX = "/e2b"
+SANDBOX_PREFIX = f"{PREFIX}/sandbox"
+API_KEY_HEADER = "X-API-KEY"
+E2B_FAMILY = "e2b"
+
+
+def token_key(settings: GatewaySettings) -> bytes | None:
+    """The key E2B access tokens are derived under: from the direct path's token (a secret
+    every gateway replica shares), under a label of its own. None without the direct path."""
+    if not settings.direct_token_file:
+        return None
+    secret = Path(settings.direct_token_file).read_bytes().strip()
+    return hashlib.sha256(b"sandpod e2b token key\x00" + secret).digest()
+
+
+def e2b_error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"code": status, "message": message}, status_code=status, headers=headers)
+
+
+class E2bRoute(APIRoute):
+    """A route whose errors (its dependencies' included) take E2B's shape."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def e2b_handler(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except E2bError as exc:
+                return e2b_error(exc.status, exc.message)
+            except RequestValidationError as exc:
+                first = exc.errors()[0] if exc.errors() else {}
+                where = ".".join(str(part) for part in first.get("loc", ()))
+                return e2b_error(400, f"{where}: {first.get('msg', 'is invalid')}")
+            except Exception as exc:
+                retry_after = request.app.state.settings.default_retry_after_seconds
+                error = as_gateway_error(exc, retry_after)
+                if error is None:
+                    raise
+                return e2b_error(error.status_code, error.message, error.headers or None)
+
+        return e2b_handler
+
+
+api = APIRouter(prefix=PREFIX, tags=["e2b"], route_class=E2bRoute, include_in_schema=False)
+data_plane = APIRouter(
+    prefix=SANDBOX_PREFIX, tags=["e2b"], route_class=E2bRoute, include_in_schema=False
+)
+
+
+def session_context(
+    tenant: Tenant,
+    executions: ExecutionServiceDep,
+    sessions: SessionServiceDep,
+    known: KnownSessionsDep,
+    catalog: CatalogDep,
+    settings: SettingsDep,
+    admission: AdmissionDep,
+    direct: DirectRunnerDep,
+) -> SessionContext:
+    return SessionContext(
+        tenant, executions, catalog, settings, admission, direct, sessions=sessions, known=known
+    )
+
+
+async def api_tenant(
+    key_store: KeyStoreDep,
+    settings: SettingsDep,
+    admission: AdmissionDep,
+    x_api_key: Annotated[str | None, Header(alias=API_KEY_HEADER)] = None,
+) -> Tenant:
+    return await authenticate(x_api_key, key_store, settings, admission, f"{API_KEY_HEADER}: <key>")
+
+
+async def api_context(
+    tenant: Annotated[Tenant, Depends(api_tenant)],
+    executions: ExecutionServiceDep,
+    sessions: SessionServiceDep,
+    known: KnownSessionsDep,
+    catalog: CatalogDep,
+    settings: SettingsDep,
+    admission: AdmissionDep,
+    direct: DirectRunnerDep,
+) -> SessionContext:
+    return session_context(
+        tenant, executions, sessions, known, catalog, settings, admission, direct
+    )
+
+
+ApiContext = Annotated[SessionContext, Depends(api_context)]
+
+
+def key_of(request: Request) -> bytes:
+    key: bytes | None = request.app.state.e2b_token_key
+    if key is None:
+        raise E2bError(503, "E2B sandboxes need the gateway's direct path (chart default)")
+    return key
+
+
+@dataclass(frozen=True)
+class SandboxCall:
+    """A data-plane request: the sandbox it names, its tenant's context."""
+
+    sandbox_id: str
+    ctx: SessionContext
+
+
+async def sandbox_call(
+    request: Request,
+    key_store: KeyStoreDep,
+    executions: ExecutionServiceDep,
+    sessions: SessionServiceDep,
+    known: KnownSessionsDep,
+    catalog: CatalogDep,
+    settings: SettingsDep,
+    admission: AdmissionDep,
+    direct: DirectRunnerDep,
+    sandbox_id: Annotated[str, Header(alias="E2b-Sandbox-Id")] = "",
+    access_token: Annotated[str | None, Header(alias="X-Access-Token")] = None,
+    traffic_token: Annotated[str | None, Header(alias="E2B-Traffic-Access-Token")] = None,
+) -> SandboxCall:
+    """The sandbox named by E2b-Sandbox-Id, its access token checked (401 otherwise)."""
+    token = access_token or traffic_token
+    if token is None:
+        raise E2bError(401, "Missing the sandbox's access token (X-Access-Token)")
+    key = key_of(request)
+    tenant = await key_store.tenant(protocol.token_tenant(token))
+    if tenant is None or not protocol.token_matches(key, token, sandbox_id):
+        raise E2bError(401, "Invalid access token for this sandbox")
+    admission.count_request(tenant, settings.replicas)
+    ctx = session_context(tenant, executions, sessions, known, catalog, settings, admission, direct)
+    return SandboxCall(protocol.checked_sandbox_id(sandbox_id), ctx)
+
+
+SandboxCallDep = Annotated[SandboxCall, Depends(sandbox_call)]
+
+
+# -- the API ---------------------------------------------------------------------------------
+
+
+class NewSandbox(BaseModel):
+    """E2B's NewSandbox; what sandpod cannot do is refused by name, the rest ignored."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    template_id: str = Field(alias="templateID", min_length=1, max_length=128)
+    timeout: int = Field(default=protocol.DEFAULT_TIMEOUT_SECONDS, ge=1, le=86400)
+    metadata: dict[str, str] | None = None
+    env_vars: dict[str, str] | None = Field(default=None, alias="envVars")
+    auto_pause: bool = Field(default=False, alias="autoPause")
+    allow_internet_access: bool | None = None
+
+
+class TimeoutBody(BaseModel):
+    timeout: int = Field(ge=1, le=86400)
+
+
+class ConnectBody(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    timeout: int | None = Field(default=None, ge=1, le=86400)
+
+
+def _token(request: Request, tenant: Tenant, sandbox_id: str) -> str:
+    return protocol.access_token(key_of(request), tenant.name, sandbox_id)
+
+
+def _session_request(body: NewSandbox, language: str, tenant: Tenant) -> CreateSessionRequest:
+    limits = tenant.limits
+    idle = min(max(body.timeout, protocol.MIN_IDLE_SECONDS), limits.max_idle_timeout_seconds)
+    return CreateSessionRequest(
+        language=language,
+        idle_timeout_seconds=idle,
+        max_lifetime_seconds=limits.max_lifetime_seconds,
+    )
+
+
+async def _create(body: NewSandbox, request: Request, ctx: SessionContext) -> dict[str, Any]:
+    if body.auto_pause:
+        raise E2bError(400, "autoPause: sandpod sandboxes cannot be paused")
+    if body.allow_internet_access:
+        raise E2bError(
+            403,
+            "allow_internet_access: sandpod sandboxes have no network (the tenant's egress "
+            "allows none through the E2B API); create it with allow_internet_access=False",
+        )
+    language = protocol.template_language(body.template_id)
+    metadata = protocol.checked_metadata(body.metadata)
+    envs = protocol.checked_metadata(body.env_vars)
+    outcome = await open_session(
+        _session_request(body, language, ctx.tenant),
+        ctx,
+        request.headers.get("Idempotency-Key"),
+        labels={protocol.FAMILY_LABEL: E2B_FAMILY},
+        annotations=protocol.sandbox_annotations(
+            body.template_id, metadata, envs, protocol.end_at(protocol.now(), body.timeout)
+        ),
+    )
+    session_id = outcome.session.id
+    return protocol.created_sandbox(
+        session_id, body.template_id, _token(request, ctx.tenant, session_id)
+    )
+
+
+@api.post("/sandboxes", status_code=201)
+@api.post("/v2/sandboxes", status_code=201)
+async def create_sandbox(body: NewSandbox, request: Request, ctx: ApiContext) -> dict[str, Any]:
+    return await _create(body, request, ctx)
+
+
+async def _live(sandbox_id: str, ctx: SessionContext) -> Resource:
+    """The tenant's running sandbox; one past its end is killed now (404 either way)."""
+    try:
+        session = await get_owned_session(
+            protocol.checked_sandbox_id(sandbox_id), ctx.tenant, ctx.sessions
+        )
+    except SessionNotFound:
+        raise E2bError(404, f"sandbox {sandbox_id!r} not found") from None
+    now = protocol.now()
+    if protocol.is_expired(session, now):
+        await _kill(sandbox_id, ctx)
+    if not protocol.is_running(session, now):
+        raise E2bError(404, f"sandbox {sandbox_id!r} not found (it has ended)")
+    return session
+
+
+async def _kill(sandbox_id: str, ctx: SessionContext) -> None:
+    try:
+        await close_session(sandbox_id, ctx)
+    except SessionNotFound:
+        raise E2bError(404, f"sandbox {sandbox_id!r} not found") from None
+
+
+async def _e2b_sessions(ctx: SessionContext) -> list[Resource]:
+    """The tenant's running E2B sandboxes (its other sessions are not E2B's)."""
+    selector = f"{TENANT_LABEL}={ctx.tenant.name},{protocol.FAMILY_LABEL}={E2B_FAMILY}"
+    page = await ctx.sessions.list(
+        ctx.tenant.namespace, label_selector=selector, limit=None, cursor=None
+    )
+    now = protocol.now()
+    return [s for s in page.items if protocol.is_running(s, now)]
+
+
+async def _list(
+    ctx: SessionContext,
+    response: Response,
+    metadata: str | None,
+    state: str | None,
+    limit: int,
+    next_token: str | None,
+    order: str,
+) -> list[dict[str, Any]]:
+    wanted = protocol.metadata_query(metadata)
+    states = set((state or "running").split(","))
+    sessions = [s for s in await _e2b_sessions(ctx) if protocol.matches(s, wanted)]
+    if "running" not in states:
+        sessions = []
+    page, token = protocol.page_of(sessions, limit, next_token, order)
+    if token is not None:
+        response.headers["x-next-token"] = token
+    now = protocol.now()
+    return [protocol.listed_sandbox(s, now) for s in page]
+
+
+@api.get("/v2/sandboxes")
+async def list_sandboxes(
+    ctx: ApiContext,
+    response: Response,
+    metadata: Annotated[str | None, Query(max_length=protocol.MAX_METADATA_CHARS)] = None,
+    state: Annotated[str | None, Query(max_length=64)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    next_token: Annotated[str | None, Query(alias="nextToken", max_length=253)] = None,
+    order: Annotated[Literal["asc", "desc"], Query()] = "asc",
+) -> list[dict[str, Any]]:
+    return await _list(ctx, response, metadata, state, limit, next_token, order)
+
+
+@api.get("/sandboxes")
+async def list_sandboxes_v1(
+    ctx: ApiContext,
+    response: Response,
+    metadata: Annotated[str | None, Query(max_length=protocol.MAX_METADATA_CHARS)] = None,
+) -> list[dict[str, Any]]:
+    return await _list(ctx, response, metadata, None, 1000, None, "asc")
+
+
+@api.get("/sandboxes/{sandbox_id}")
+async def get_sandbox(sandbox_id: str, request: Request, ctx: ApiContext) -> dict[str, Any]:
+    session = await _live(sandbox_id, ctx)
+    token = _token(request, ctx.tenant, sandbox_id)
+    return {
+        **protocol.listed_sandbox(session, protocol.now()),
+        "envdAccessToken": token,
+        "domain": None,
+    }
+
+
+@api.delete("/sandboxes/{sandbox_id}", status_code=204)
+async def kill_sandbox(sandbox_id: str, ctx: ApiContext) -> Response:
+    await _live(sandbox_id, ctx)
+    await _kill(sandbox_id, ctx)
+    return Response(status_code=204)
+
+
+async def _set_end(sandbox_id: str, ctx: SessionContext, timeout: int) -> Resource:
+    session = await _live(sandbox_id, ctx)
+    end = protocol.end_at(protocol.now(), timeout)
+    started = session["metadata"].get("creationTimestamp")
+    protocol.check_end(end, started, ctx.tenant.limits.max_lifetime_seconds)
+    return await ctx.sessions.annotate(
+        ctx.tenant.namespace, sandbox_id, {protocol.END_ANNOTATION: end}
+    )
+
+
+@api.post("/sandboxes/{sandbox_id}/timeout", status_code=204)
+async def set_timeout(sandbox_id: str, body: TimeoutBody, ctx: ApiContext) -> Response:
+    await _set_end(sandbox_id, ctx, body.timeout)
+    return Response(status_code=204)
+
+
+@api.post("/sandboxes/{sandbox_id}/connect")
+@api.post("/v2/sandboxes/{sandbox_id}/connect")
+async def connect_sandbox(
+    sandbox_id: str, body: ConnectBody, request: Request, ctx: ApiContext
+) -> dict[str, Any]:
+    session = (
+        await _set_end(sandbox_id, ctx, body.timeout)
+        if body.timeout is not None
+        else await _live(sandbox_id, ctx)
+    )
+    template = protocol.sandbox_template(session)
+    return protocol.created_sandbox(sandbox_id, template, _token(request, ctx.tenant, sandbox_id))
+
+
+UNSUPPORTED = {
+    "pause": "sandpod sandboxes cannot be paused (a session keeps its pod until it ends)",
+    "resume": "sandpod sandboxes cannot be paused, so none is resumed",
+    "snapshots": "sandpod has no sandbox snapshots",
+    "fork": "sandpod sandboxes cannot be forked",
+    "refreshes": "refresh with set_timeout",
+    "network": "a sandbox's network is fixed when it is created",
+    "metrics": "sandpod does not serve sandbox metrics through the E2B API",
+    "logs": "sandpod does not serve sandbox logs through the E2B API (kubectl get cx)",
+}
+
+
+@api.api_route("/sandboxes/{sandbox_id}/{action}", methods=["GET", "POST", "PUT"])
+@api.api_route("/v2/sandboxes/{sandbox_id}/{action}", methods=["GET", "POST", "PUT"])
+async def unsupported(sandbox_id: str, action: str, _ctx: ApiContext) -> Response:
+    reason = UNSUPPORTED.get(action, f"sandpod does not serve {action!r}")
+    raise E2bError(400 if action in UNSUPPORTED else 404, reason)
+
+
+# -- the data plane --------------------------------------------------------------------------
+
+
+class ExecuteBody(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    code: str = Field(max_length=protocol.MAX_CODE_CHARS)
+    context_id: str | None = Field(default=None, max_length=128)
+    language: str | None = Field(default=None, max_length=32)
+    env_vars: dict[str, str] | None = None
+
+
+async def _run(call: SandboxCall, code: str) -> ExecutionResult:
+    body = SessionExecutionRequest(code=code)
+    outcome = await run_in_session(call.sandbox_id, body, call.ctx, idempotency_key=None, wait=True)
+    return outcome.result
+
+
+@data_plane.get("/health", status_code=204)
+async def health(call: SandboxCallDep) -> Response:
+    try:
+        await _live(call.sandbox_id, call.ctx)
+    except E2bError:
+        return Response(status_code=502)
+    return Response(status_code=204)
+
+
+@data_plane.post("/execute")
+async def execute(body: ExecuteBody, call: SandboxCallDep) -> StreamingResponse:
+    if body.language not in (None, "python"):
+        raise E2bError(400, f"language {body.language!r}: this sandbox runs python")
+    if body.context_id not in (None, protocol.DEFAULT_CONTEXT):
+        raise E2bError(404, f"context {body.context_id!r} not found")
+    envs = protocol.checked_metadata(body.env_vars)
+    known = call.ctx.known
+    session = known.get(call.ctx.tenant.name, call.sandbox_id)
+    if session is None:
+        session = await _live(call.sandbox_id, call.ctx)
+        known.remember(call.ctx.tenant.name, call.sandbox_id, session)
+    sandbox_envs = protocol.sandbox_envs(session)
+    counted = await _run(call, protocol.prelude(sandbox_envs, envs))
+    result = await _run(call, body.code)
+    if envs:
+        await _run(call, protocol.RESTORE_ENVS)
+    lines = protocol.execute_lines(result, protocol.read_count(counted.result))
+
+    async def answer() -> AsyncIterator[str]:
+        for line in lines:
+            yield line
+
+    return StreamingResponse(answer(), media_type="application/x-ndjson")
+
+
+@data_plane.get("/contexts")
+async def list_contexts(_call: SandboxCallDep) -> list[dict[str, str]]:
+    return [protocol.context(protocol.DEFAULT_CONTEXT)]
