@@ -3,7 +3,11 @@
 Kubernetes side faked. The fake plays the session's kernel: a cell's fate is chosen by its
 source. The cluster suite (tests/e2e/test_e2b.py) runs the same SDKs against real sessions."""
 
+import base64
+import contextlib
+import io
 import json
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -13,7 +17,7 @@ import e2b
 import pytest
 from e2b_code_interpreter import Sandbox
 from gateway_fakes import FakeExecutionService, FakeSessionService, Run, make_app, served, tenant
-from sandpod_gateway.families.e2b import protocol
+from sandpod_gateway.families.e2b import programs, protocol
 from sandpod_gateway.families.e2b.protocol import E2bError
 from sandpod_gateway.schemas import ExecutionResult, ExecutionStatus, FileOutput
 
@@ -26,26 +30,69 @@ TRACEBACK = (
 )
 
 
-def kernel(spec: dict[str, Any]) -> Run:
-    """The fake session's kernel: the prelude counts, 1/0 fails, anything else prints."""
-    source = spec["source"]
-    if "_sandpod_e2b_cells" in source:
-        return Run({"phase": "Succeeded", "exitCode": 0, "result": "7"})
-    if "_sandpod_e2b_saved" in source:
-        return Run({"phase": "Succeeded", "exitCode": 0})
-    if source == "1/0":
-        return Run({"phase": "Failed", "exitCode": 1, "stderr": "warn\n" + TRACEBACK})
-    return Run({"phase": "Succeeded", "exitCode": 0, "stdout": "hi\nthere\n", "result": "42"})
+class Kernel:
+    """The fake session's kernel: the prelude counts, 1/0 fails, the E2B family's own programs
+    (files, commands) and file transfers really run, in a directory standing for the work
+    directory; anything else prints."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.lock = threading.Lock()
+
+    def __call__(self, spec: dict[str, Any]) -> Run:
+        source = spec["source"]
+        if "_sandpod_e2b_cells" in source:
+            return Run({"phase": "Succeeded", "exitCode": 0, "result": "7"})
+        if "_sandpod_e2b_saved" in source:
+            return Run({"phase": "Succeeded", "exitCode": 0})
+        if source == "1/0":
+            return Run({"phase": "Failed", "exitCode": 1, "stderr": "warn\n" + TRACEBACK})
+        if source.startswith("(lambda") or spec.get("files"):
+            return self.really(spec)
+        return Run({"phase": "Succeeded", "exitCode": 0, "stdout": "hi\nthere\n", "result": "42"})
+
+    def really(self, spec: dict[str, Any]) -> Run:
+        for file in spec.get("files") or []:
+            target = self.work / file["path"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if file.get("encoding") == "base64":
+                target.write_bytes(base64.b64decode(file["content"]))
+            else:
+                target.write_text(file["content"])
+        source = spec["source"].replace(repr(programs.WORK_DIR), repr(str(self.work)))
+        out, err = io.StringIO(), io.StringIO()
+        with (
+            self.lock,
+            contextlib.chdir(self.work),
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+        ):
+            try:
+                value = eval(source) if source.startswith("(lambda") else None
+                code = 0
+            except SystemExit as exc:
+                value, code = None, int(exc.code or 0)
+        status = {"phase": "Succeeded" if code == 0 else "Failed", "exitCode": code}
+        return Run(
+            {
+                **status,
+                "stdout": out.getvalue(),
+                "stderr": err.getvalue(),
+                "result": None if value is None else repr(value),
+            }
+        )
 
 
 @pytest.fixture
 def gateway(tmp_path: Path) -> Iterator[str]:
+    work = tmp_path / "work"
+    work.mkdir()
     token = tmp_path / "direct-token"
     token.write_text("a-shared-secret\n")
     keys = {KEY: tenant("alice"), OTHER_KEY: tenant("bob")}
     sessions = FakeSessionService()
     app = make_app(
-        FakeExecutionService(kernel), keys, tmp_path, sessions, direct_token_file=str(token)
+        FakeExecutionService(Kernel(work)), keys, tmp_path, sessions, direct_token_file=str(token)
     )
     with served(app) as url:
         yield url
@@ -103,6 +150,35 @@ def test_run_code_gives_logs_the_result_the_error_and_the_count(e2b_env: str) ->
     assert failed.error.traceback == TRACEBACK
     assert failed.logs.stderr == ["warn\n"]
     assert [c.id for c in sandbox.list_code_contexts()] == ["default"]
+
+
+def test_files_and_commands_go_through_envd_calls(e2b_env: str) -> None:
+    sandbox = Sandbox.create()
+    info = sandbox.files.write("/home/user/data/a.txt", "alpha")
+    assert info.path == "/home/user/data/a.txt"
+    sandbox.files.write("b.bin", b"\x00\xff")
+    assert sandbox.files.read("/home/user/data/a.txt") == "alpha"
+    assert sandbox.files.read("b.bin", format="bytes") == b"\x00\xff"
+    assert sandbox.files.exists("/home/user/data/a.txt")
+    assert not sandbox.files.exists("/home/user/nope")
+    assert {e.name for e in sandbox.files.list("/home/user")} >= {"data", "b.bin"}
+    assert sandbox.files.make_dir("/home/user/new")
+    assert not sandbox.files.make_dir("/home/user/new")
+    moved = sandbox.files.rename("/home/user/data/a.txt", "/home/user/new/a.txt")
+    assert moved.path == "/home/user/new/a.txt"
+    sandbox.files.remove("/home/user/new")
+    assert not sandbox.files.exists("/home/user/new/a.txt")
+    seen: list[str] = []
+    done = sandbox.commands.run(
+        "echo $GREETING; echo oops >&2", envs={"GREETING": "hello"}, on_stdout=seen.append
+    )
+    assert (done.stdout, done.stderr, done.exit_code) == ("hello\n", "oops\n", 0)
+    assert seen == ["hello\n"]
+    with pytest.raises(e2b.CommandExitException) as failed:
+        sandbox.commands.run("exit 3")
+    assert failed.value.exit_code == 3
+    handle = sandbox.commands.run("echo later", background=True)
+    assert handle.wait().stdout == "later\n"
 
 
 def test_unsupported_calls_answer_a_clear_error(e2b_env: str) -> None:

@@ -8,7 +8,9 @@ token (X-Access-Token, or E2B-Traffic-Access-Token, which the code interpreter s
 sandbox named by E2b-Sandbox-Id.
 """
 
+import base64
 import hashlib
+import json
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,13 +23,14 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 from sandpod_contract.names import TENANT_LABEL
 
-from sandpod_gateway.families.e2b import protocol
+from sandpod_gateway.families.e2b import programs, protocol
 from sandpod_gateway.families.e2b.protocol import E2bError
 from sandpod_gateway.kube.resources import Resource
 from sandpod_gateway.kube.service import SessionNotFound
 from sandpod_gateway.policy.auth import Tenant
 from sandpod_gateway.schemas import CreateSessionRequest, ExecutionResult, SessionExecutionRequest
 from sandpod_gateway.settings import GatewaySettings
+from sandpod_gateway.usecases.session_files import download_file, upload_file
 from sandpod_gateway.usecases.sessions import (
     SessionContext,
     close_session,
@@ -46,7 +49,7 @@ from sandpod_gateway.web.dependencies import (
     SettingsDep,
     authenticate,
 )
-from sandpod_gateway.web.errors import as_gateway_error
+from sandpod_gateway.web.errors import GatewayError, as_gateway_error
 
 PREFIX = "/e2b"
 SANDBOX_PREFIX = f"{PREFIX}/sandbox"
@@ -457,3 +460,162 @@ async def execute(body: ExecuteBody, call: SandboxCallDep) -> StreamingResponse:
 @data_plane.get("/contexts")
 async def list_contexts(_call: SandboxCallDep) -> list[dict[str, str]]:
     return [protocol.context(protocol.DEFAULT_CONTEXT)]
+
+
+async def _call(call: SandboxCall, program: str) -> tuple[ExecutionResult, dict[str, Any]]:
+    result = await _run(call, program)
+    return result, programs.answer_of(result.result)
+
+
+CONNECT_STATUS = {
+    "not_found": 404,
+    "already_exists": 409,
+    "permission_denied": 403,
+    "invalid_argument": 400,
+    "unimplemented": 404,
+}
+
+
+def connect_error(code: str, message: str) -> JSONResponse:
+    return JSONResponse({"code": code, "message": message}, status_code=CONNECT_STATUS[code])
+
+
+@data_plane.post("/filesystem.Filesystem/{method}")
+async def filesystem(method: str, request: Request, call: SandboxCallDep) -> Response:
+    """envd's filesystem calls (Connect, unary, JSON), each a program run in the session."""
+    if method not in programs.FILESYSTEM_CALLS:
+        return connect_error("unimplemented", f"sandpod does not serve filesystem.{method}")
+    try:
+        args = json.loads(await request.body() or b"{}")
+    except ValueError:
+        return connect_error("invalid_argument", "the body is not JSON")
+    if not isinstance(args, dict):
+        return connect_error("invalid_argument", "the body is not a JSON object")
+    _, answer = await _call(call, programs.filesystem_program(method, args))
+    error = answer.pop("error", None)
+    if isinstance(error, list) and len(error) == 2 and error[0] in CONNECT_STATUS:
+        return connect_error(str(error[0]), str(error[1]))
+    return JSONResponse(answer)
+
+
+@data_plane.get("/files")
+async def read_file(
+    call: SandboxCallDep, path: Annotated[str, Query(min_length=1, max_length=4096)]
+) -> Response:
+    try:
+        data = await download_file(call.sandbox_id, programs.relative_path(path), call.ctx)
+    except GatewayError as exc:
+        if exc.code == "file_not_found":
+            raise E2bError(404, f"file {path!r} not found") from exc
+        raise
+    return Response(data, media_type="application/octet-stream")
+
+
+def _written(path: str) -> dict[str, str]:
+    name = path.rstrip("/").rpartition("/")[2]
+    return {
+        "name": name,
+        "type": "file",
+        "path": path if path.startswith("/") else f"{protocol.HOME}/{path}",
+    }
+
+
+@data_plane.post("/files")
+async def write_files(
+    request: Request,
+    call: SandboxCallDep,
+    path: Annotated[str | None, Query(min_length=1, max_length=4096)] = None,
+) -> list[dict[str, str]]:
+    """One file as application/octet-stream, or files as multipart parts named "file" (the
+    part's filename is its path when the query names none)."""
+    entries: list[tuple[str, bytes]] = []
+    if request.headers.get("content-type", "").startswith("multipart/form-data"):
+        form = await request.form()
+        for part in form.getlist("file"):
+            if isinstance(part, str):
+                raise E2bError(400, "a file part carries no file")
+            where = path or part.filename
+            if not where:
+                raise E2bError(400, "a file part names no path")
+            entries.append((where, await part.read()))
+    else:
+        if path is None:
+            raise E2bError(400, "path: required for an application/octet-stream upload")
+        entries.append((path, await request.body()))
+    written = []
+    for where, data in entries:
+        await upload_file(
+            call.sandbox_id, programs.relative_path(where), data, call.ctx, binary=True
+        )
+        written.append(_written(where))
+    return written
+
+
+def _envelope(message: dict[str, Any], flags: int = 0) -> bytes:
+    data = json.dumps(message).encode()
+    return bytes([flags]) + len(data).to_bytes(4, "big") + data
+
+
+def _first_message(body: bytes) -> dict[str, Any]:
+    """The first message of a Connect streaming request (5-byte envelope, then JSON)."""
+    if len(body) < 5 or body[0] & 0x01:
+        raise E2bError(400, "a Connect streaming request (uncompressed) was expected")
+    size = int.from_bytes(body[1:5], "big")
+    try:
+        message = json.loads(body[5 : 5 + size])
+    except ValueError:
+        raise E2bError(400, "the request message is not JSON") from None
+    if not isinstance(message, dict):
+        raise E2bError(400, "the request message is not a JSON object")
+    return message
+
+
+def _process_events(result: ExecutionResult, exit_code: int | None) -> list[bytes]:
+    events = [_envelope({"event": {"start": {"pid": 1}}})]
+    for stream, text in (("stdout", result.stdout), ("stderr", result.stderr)):
+        if text:
+            data = base64.b64encode(text.encode()).decode()
+            events.append(_envelope({"event": {"data": {stream: data}}}))
+    end: dict[str, Any] = {"exited": exit_code is not None, "exitCode": exit_code or 0}
+    end["status"] = f"exit status {exit_code}" if exit_code is not None else "killed"
+    failure = protocol.failure_error(result)
+    if failure is not None:
+        end["error"] = failure["value"]
+    events.append(_envelope({"event": {"end": end}}))
+    events.append(_envelope({}, flags=0x02))
+    return events
+
+
+@data_plane.post("/process.Process/Start")
+async def start_process(request: Request, call: SandboxCallDep) -> StreamingResponse:
+    """envd's Start: the command runs to its end as a run in the session, then its output and
+    exit code stream back as Start's events."""
+    process = _first_message(await request.body()).get("process") or {}
+    argv = [str(process.get("cmd") or ""), *[str(a) for a in process.get("args") or []]]
+    envs = protocol.checked_metadata(process.get("envs"))
+    result = await _run(call, programs.command_program(argv, process.get("cwd"), envs))
+    try:
+        exit_code: int | None = int(programs.answer_of(result.result)["exitCode"])
+    except (E2bError, KeyError, TypeError, ValueError):
+        exit_code = None
+    events = _process_events(result, exit_code)
+
+    async def stream() -> AsyncIterator[bytes]:
+        for event in events:
+            yield event
+
+    return StreamingResponse(stream(), media_type="application/connect+json")
+
+
+@data_plane.post("/process.Process/List")
+async def list_processes(_call: SandboxCallDep) -> dict[str, Any]:
+    return {"processes": []}
+
+
+@data_plane.post("/process.Process/{method}")
+async def other_process_call(method: str, _call: SandboxCallDep) -> Response:
+    return connect_error(
+        "unimplemented",
+        f"sandpod does not serve process.{method}: a command runs to its end (no input, "
+        "signals or reconnects)",
+    )
