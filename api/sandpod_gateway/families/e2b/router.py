@@ -619,3 +619,14 @@ async def other_process_call(method: str, _call: SandboxCallDep) -> Response:
         f"sandpod does not serve process.{method}: a command runs to its end (no input, "
         "signals or reconnects)",
     )
+
+
+@data_plane.post("/contexts")
+@data_plane.delete("/contexts/{context_id}")
+@data_plane.post("/contexts/{context_id}/restart")
+async def other_contexts(_call: SandboxCallDep) -> Response:
+    raise E2bError(
+        404,
+        "a sandpod sandbox has one python context, 'default' (one interpreter per session): "
+        "create another sandbox for another namespace",
+    )
