@@ -40,14 +40,10 @@ from sandpod_gateway.usecases.sessions import (
 )
 from sandpod_gateway.web.dependencies import (
     AdmissionDep,
-    CatalogDep,
-    DirectRunnerDep,
-    ExecutionServiceDep,
     KeyStoreDep,
-    KnownSessionsDep,
-    SessionServiceDep,
     SettingsDep,
     authenticate,
+    session_context_of,
 )
 from sandpod_gateway.web.errors import GatewayError, as_gateway_error
 
@@ -101,21 +97,6 @@ data_plane = APIRouter(
 )
 
 
-def session_context(
-    tenant: Tenant,
-    executions: ExecutionServiceDep,
-    sessions: SessionServiceDep,
-    known: KnownSessionsDep,
-    catalog: CatalogDep,
-    settings: SettingsDep,
-    admission: AdmissionDep,
-    direct: DirectRunnerDep,
-) -> SessionContext:
-    return SessionContext(
-        tenant, executions, catalog, settings, admission, direct, sessions=sessions, known=known
-    )
-
-
 async def api_tenant(
     key_store: KeyStoreDep,
     settings: SettingsDep,
@@ -125,22 +106,7 @@ async def api_tenant(
     return await authenticate(x_api_key, key_store, settings, admission, f"{API_KEY_HEADER}: <key>")
 
 
-async def api_context(
-    tenant: Annotated[Tenant, Depends(api_tenant)],
-    executions: ExecutionServiceDep,
-    sessions: SessionServiceDep,
-    known: KnownSessionsDep,
-    catalog: CatalogDep,
-    settings: SettingsDep,
-    admission: AdmissionDep,
-    direct: DirectRunnerDep,
-) -> SessionContext:
-    return session_context(
-        tenant, executions, sessions, known, catalog, settings, admission, direct
-    )
-
-
-ApiContext = Annotated[SessionContext, Depends(api_context)]
+ApiContext = Annotated[SessionContext, Depends(session_context_of(api_tenant))]
 
 
 def key_of(request: Request) -> bytes:
@@ -148,6 +114,28 @@ def key_of(request: Request) -> bytes:
     if key is None:
         raise E2bError(503, "E2B sandboxes need the gateway's direct path (chart default)")
     return key
+
+
+async def sandbox_tenant(
+    request: Request,
+    key_store: KeyStoreDep,
+    settings: SettingsDep,
+    admission: AdmissionDep,
+    sandbox_id: Annotated[str, Header(alias="E2b-Sandbox-Id")] = "",
+    access_token: Annotated[str | None, Header(alias="X-Access-Token")] = None,
+    traffic_token: Annotated[str | None, Header(alias="E2B-Traffic-Access-Token")] = None,
+) -> Tenant:
+    """The tenant of the sandbox named by E2b-Sandbox-Id, by its access token (401 unless the
+    token is that sandbox's)."""
+    token = access_token or traffic_token
+    if token is None:
+        raise E2bError(401, "Missing the sandbox's access token (X-Access-Token)")
+    key = key_of(request)
+    tenant = await key_store.tenant(protocol.token_tenant(token))
+    if tenant is None or not protocol.token_matches(key, token, sandbox_id):
+        raise E2bError(401, "Invalid access token for this sandbox")
+    admission.count_request(tenant, settings.replicas)
+    return tenant
 
 
 @dataclass(frozen=True)
@@ -158,30 +146,10 @@ class SandboxCall:
     ctx: SessionContext
 
 
-async def sandbox_call(
-    request: Request,
-    key_store: KeyStoreDep,
-    executions: ExecutionServiceDep,
-    sessions: SessionServiceDep,
-    known: KnownSessionsDep,
-    catalog: CatalogDep,
-    settings: SettingsDep,
-    admission: AdmissionDep,
-    direct: DirectRunnerDep,
+def sandbox_call(
+    ctx: Annotated[SessionContext, Depends(session_context_of(sandbox_tenant))],
     sandbox_id: Annotated[str, Header(alias="E2b-Sandbox-Id")] = "",
-    access_token: Annotated[str | None, Header(alias="X-Access-Token")] = None,
-    traffic_token: Annotated[str | None, Header(alias="E2B-Traffic-Access-Token")] = None,
 ) -> SandboxCall:
-    """The sandbox named by E2b-Sandbox-Id, its access token checked (401 otherwise)."""
-    token = access_token or traffic_token
-    if token is None:
-        raise E2bError(401, "Missing the sandbox's access token (X-Access-Token)")
-    key = key_of(request)
-    tenant = await key_store.tenant(protocol.token_tenant(token))
-    if tenant is None or not protocol.token_matches(key, token, sandbox_id):
-        raise E2bError(401, "Invalid access token for this sandbox")
-    admission.count_request(tenant, settings.replicas)
-    ctx = session_context(tenant, executions, sessions, known, catalog, settings, admission, direct)
     return SandboxCall(protocol.checked_sandbox_id(sandbox_id), ctx)
 
 
