@@ -17,10 +17,8 @@ from kubernetes import client
 from sandpod_testkit.kube import GROUP, VERSION
 
 SESSIONS = "codesessions"
-PLOT = (
-    "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
-    "plt.plot([1, 2, 3])\nplt.show()\n"
-)
+# The image's matplotlib backend turns a shown figure into a PNG output file.
+PLOT = "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()\n"
 
 
 def sdk_options(gateway: DeployedGateway, key: str) -> dict[str, Any]:

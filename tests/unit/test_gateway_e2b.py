@@ -297,3 +297,13 @@ def test_an_end_beyond_the_lifetime_is_refused() -> None:
         protocol.check_end(
             (created + timedelta(seconds=61)).isoformat(), "2026-11-26T00:00:00Z", 60
         )
+
+
+def test_a_killed_sandbox_is_not_running_while_its_session_ends() -> None:
+    now = protocol.now()
+    session: dict[str, Any] = {"metadata": {"name": "ses-1"}, "status": {"phase": "Ready"}}
+    assert protocol.is_running(session, now)
+    session["metadata"]["deletionTimestamp"] = now.isoformat()
+    assert not protocol.is_running(session, now)
+    ended = {"metadata": {"annotations": {protocol.END_ANNOTATION: now.isoformat()}}}
+    assert not protocol.is_running(ended, now)

@@ -178,6 +178,9 @@ def is_expired(session: Resource, now: datetime) -> bool:
 
 
 def is_running(session: Resource, now: datetime) -> bool:
+    """Neither ended, nor being deleted (killed: the operator is ending it), nor past its end."""
+    if (session.get("metadata") or {}).get("deletionTimestamp"):
+        return False
     ended = session_info(session).status == SessionStatus.ended
     return not ended and not is_expired(session, now)
 
