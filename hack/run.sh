@@ -11,6 +11,7 @@ TENANT=dev
 TENANT_NAMESPACE=sandpod-dev
 API_KEY_FILE=$STATE_DIR/api-key
 JUDGE0_ENV_FILE=$STATE_DIR/judge0.env
+E2B_ENV_FILE=$STATE_DIR/e2b.env
 HELM=$(component_dir helm "$HELM_VERSION")/helm
 IMAGE_ARCHIVES=${SANDPOD_IMAGE_CACHE:-$SANDPOD_CACHE/images}/out
 
@@ -34,6 +35,16 @@ write_judge0_env() {
     # Single quotes: the shell (set -a; . judge0.env) and python-dotenv both take them off.
     printf "JUDGE0_CE_ENDPOINT=http://%s/judge0\nJUDGE0_CE_AUTH_HEADERS='{\"X-Auth-Token\": \"%s\"}'\n" \
       "$GATEWAY_ADDRESS" "$(development_api_key)" >"$JUDGE0_ENV_FILE"
+  )
+}
+
+# The environment of E2B's official SDKs (`e2b`, `e2b-code-interpreter` on PyPI): they then talk
+# to the gateway's E2B API and sandboxes as the development tenant (docs/e2b.md).
+write_e2b_env() {
+  (
+    umask 077
+    printf 'E2B_API_URL=http://%s/e2b\nE2B_SANDBOX_URL=http://%s/e2b/sandbox\nE2B_API_KEY=%s\n' \
+      "$GATEWAY_ADDRESS" "$GATEWAY_ADDRESS" "$(development_api_key)" >"$E2B_ENV_FILE"
   )
 }
 
@@ -136,7 +147,7 @@ print_next_steps() {
   cat <<EOF
 
 sandpod is running. The development tenant's API key is in .cluster/api-key; the environment of
-Judge0's official client (judge0 on PyPI) is in .cluster/judge0.env.
+Judge0's official client (judge0 on PyPI) is in .cluster/judge0.env, E2B's SDKs' in .cluster/e2b.env.
   export KUBECONFIG=$KUBECONFIG_ADMIN PATH=$STATE_DIR/bin:\$PATH
   kubectl -n $TENANT_NAMESPACE apply -f examples/lint.yaml && kubectl -n $TENANT_NAMESPACE get cx
   curl -s $GATEWAY_ADDRESS/v1/executions -H "Authorization: Bearer \$(cat .cluster/api-key)" \\
@@ -147,6 +158,7 @@ Judge0's official client (judge0 on PyPI) is in .cluster/judge0.env.
   curl -s $GATEWAY_ADDRESS/v1/languages -H "Authorization: Bearer \$(cat .cluster/api-key)"
   set -a && . .cluster/judge0.env && set +a && .venv/bin/python -c \
        'import judge0; print(judge0.run(source_code="print(6 * 7)", language=judge0.PYTHON).stdout)'
+  set -a && . .cluster/e2b.env && set +a && .venv/bin/python examples/e2b_quickstart.py
   open http://$GATEWAY_ADDRESS/docs for the API, http://$GATEWAY_ADDRESS/mcp for MCP clients
 Stop everything: make down
 EOF
@@ -158,6 +170,7 @@ main() {
   wait_for_quotas
   serve_gateway
   write_judge0_env
+  write_e2b_env
   run_with_kubectl
   run_through_gateway
   run_helm_test

@@ -8,6 +8,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from sandpod_contract.kube import open_api_client
 
+from sandpod_gateway.families.e2b import router as e2b
 from sandpod_gateway.families.judge0 import router as judge0
 from sandpod_gateway.families.judge0.callbacks import Judge0Callbacks
 from sandpod_gateway.families.mcp import router as mcp
@@ -93,6 +94,7 @@ def create_app(settings: GatewaySettings | None = None, pad_dir: Path = PAD_DIR)
     app.state.known_sessions = KnownSessions()
     app.state.direct_runner = None
     app.state.judge0_callbacks = Judge0Callbacks()
+    app.state.e2b_token_key = e2b.token_key(settings)
     install_error_handlers(app)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
@@ -109,6 +111,8 @@ def create_app(settings: GatewaySettings | None = None, pad_dir: Path = PAD_DIR)
         judge0,
     ):
         app.include_router(module.router)
+    app.include_router(e2b.api)
+    app.include_router(e2b.data_plane)
     install_pad(app, pad_dir)
     install_docs(app)
     return app

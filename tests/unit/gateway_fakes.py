@@ -248,6 +248,12 @@ class FakeSessionService:
             raise SessionNotFound(name)
         self.deleted.append((namespace, name))
 
+    async def annotate(self, namespace: str, name: str, annotations: dict[str, str]) -> Resource:
+        resource = await self.get(namespace, name)
+        stored = self.objects[(namespace, name)]
+        stored["metadata"].setdefault("annotations", {}).update(annotations)
+        return {**resource, "metadata": copy.deepcopy(stored["metadata"])}
+
     def end(self, namespace: str, name: str, reason: str = "IdleTimeout") -> None:
         self.objects[(namespace, name)]["status"] = {"phase": "Ended", "reason": reason}
 
@@ -258,6 +264,9 @@ class FakeKeyStore:
 
     async def authenticate(self, key: str) -> Tenant | None:
         return self.keys.get(key)
+
+    async def tenant(self, name: str) -> Tenant | None:
+        return next((t for t in self.keys.values() if t.name == name), None)
 
     async def check_ready(self) -> None:
         return None

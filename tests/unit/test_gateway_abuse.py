@@ -236,6 +236,9 @@ class UnreadyKeys:
     async def authenticate(self, key: str) -> Tenant | None:
         return None
 
+    async def tenant(self, name: str) -> Tenant | None:
+        return None
+
     async def check_ready(self) -> None:
         raise KeyStoreUnavailable("Secret sandpod-system/sandpod-api-keys does not exist")
 

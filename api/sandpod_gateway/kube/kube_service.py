@@ -198,6 +198,31 @@ class CustomObjects:
         except TRANSPORT_ERRORS as exc:
             raise _unavailable(what, exc) from exc
 
+    async def annotate(
+        self, namespace: str, name: str, annotations: dict[str, str], what: str = ""
+    ) -> Resource:
+        """Set these annotations (a merge patch); the not-found exception if it is gone."""
+        what = what or f"annotating the {self._kind}"
+        patch = {"metadata": {"annotations": annotations}}
+        try:
+            patched: Resource = await self._custom.patch_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                namespace,
+                self.plural,
+                name,
+                patch,
+                # Supported at runtime, missing from the type stubs.
+                _content_type="application/merge-patch+json",  # type: ignore[call-arg]
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                raise self._not_found(name) from exc
+            raise _unavailable(what, exc) from exc
+        except TRANSPORT_ERRORS as exc:
+            raise _unavailable(what, exc) from exc
+        return patched
+
 
 class KubernetesSessionService(CustomObjects):
     def __init__(self, api_client: ApiClient) -> None:
@@ -253,25 +278,9 @@ class KubernetesExecutionService:
         )
 
     async def cancel(self, namespace: str, name: str) -> Resource:
-        patch = {"metadata": {"annotations": {CANCEL_ANNOTATION: "true"}}}
-        try:
-            resource: Resource = await self._custom.patch_namespaced_custom_object(
-                GROUP,
-                VERSION,
-                namespace,
-                PLURAL,
-                name,
-                patch,
-                # Supported at runtime, missing from the type stubs.
-                _content_type="application/merge-patch+json",  # type: ignore[call-arg]
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                raise ExecutionNotFound(name) from exc
-            raise _unavailable("cancelling the CodeExecution", exc) from exc
-        except TRANSPORT_ERRORS as exc:
-            raise _unavailable("cancelling the CodeExecution", exc) from exc
-        return resource
+        return await self._objects.annotate(
+            namespace, name, {CANCEL_ANNOTATION: "true"}, "cancelling the CodeExecution"
+        )
 
     async def wait(self, namespace: str, name: str, timeout: float) -> Resource:
         deadline = asyncio.get_running_loop().time() + timeout

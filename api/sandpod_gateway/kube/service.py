@@ -143,3 +143,7 @@ class SessionService(Protocol):
     async def delete(self, namespace: str, name: str) -> None:
         """Delete the CodeSession (the operator ends it); SessionNotFound if it is gone."""
         ...
+
+    async def annotate(self, namespace: str, name: str, annotations: dict[str, str]) -> Resource:
+        """Set these annotations on the CodeSession (a merge patch); SessionNotFound."""
+        ...

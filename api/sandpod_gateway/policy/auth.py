@@ -175,6 +175,10 @@ class KeyIndex:
                 found = tenant
         return found
 
+    def tenant(self, name: str) -> Tenant | None:
+        """The tenant of that name (with at least one key)."""
+        return next((tenant for _, tenant in self._entries if tenant.name == name), None)
+
 
 class KeyStoreUnavailable(Exception):
     """The API keys could not be loaded (and none were loaded before)."""
@@ -182,6 +186,10 @@ class KeyStoreUnavailable(Exception):
 
 class ApiKeyStore(Protocol):
     async def authenticate(self, key: str) -> Tenant | None: ...
+
+    async def tenant(self, name: str) -> Tenant | None:
+        """The tenant of that name, for a credential that names it (an E2B access token)."""
+        ...
 
     async def check_ready(self) -> None:
         """Raise KeyStoreUnavailable if keys cannot be served."""
@@ -204,6 +212,10 @@ class SecretApiKeyStore:
     async def authenticate(self, key: str) -> Tenant | None:
         index = await self._current_index()
         return index.resolve(key)
+
+    async def tenant(self, name: str) -> Tenant | None:
+        index = await self._current_index()
+        return index.tenant(name)
 
     async def check_ready(self) -> None:
         await self._current_index()

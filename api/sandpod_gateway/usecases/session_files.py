@@ -85,20 +85,29 @@ def _failed(outcome: CreateOutcome, what: str) -> GatewayError:
     )
 
 
-async def upload_file(session_id: str, path: str, data: bytes, ctx: SessionContext) -> FileInfo:
-    """Write `data` (UTF-8 text) to `path` in the session's work directory."""
+async def upload_file(
+    session_id: str, path: str, data: bytes, ctx: SessionContext, *, binary: bool = False
+) -> FileInfo:
+    """Write `data` to `path` in the session's work directory: UTF-8 text, or any bytes
+    when `binary` (they travel base64-encoded)."""
     limit = ctx.tenant.limits.max_file_bytes
     if len(data) > limit:
         raise _too_large(len(data), limit)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise GatewayError(
-            415, "not_text", "Uploads carry UTF-8 text (downloads may be any bytes)."
-        ) from exc
+        if not binary:
+            raise GatewayError(
+                415, "not_text", "Uploads carry UTF-8 text (downloads may be any bytes)."
+            ) from exc
+        text = None
     session = await live_session(session_id, ctx)
     try:
-        file = FileInput(path=path, content=text)
+        file = (
+            FileInput(path=path, content=text)
+            if text is not None
+            else FileInput(path=path, content_base64=base64.b64encode(data).decode())
+        )
     except ValidationError as exc:
         raise _invalid_path(exc) from exc
     language = str((session.get("spec") or {}).get("language", ""))

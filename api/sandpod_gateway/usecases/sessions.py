@@ -7,6 +7,7 @@ session's other runs and are audited like them.
 """
 
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sandpod_gateway.kube.resources import (
@@ -79,8 +80,15 @@ class SessionContext(ExecutionContext):
 
 
 async def open_session(
-    request: CreateSessionRequest, ctx: SessionContext, idempotency_key: str | None
+    request: CreateSessionRequest,
+    ctx: SessionContext,
+    idempotency_key: str | None,
+    *,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
 ) -> SessionOutcome:
+    """Open a session; an API family adds its own labels and annotations (an E2B sandbox's
+    template and metadata)."""
     spec = resolved_session_spec(request, ctx.tenant, ctx.catalog, ctx.settings)
     tenant = ctx.tenant
     name = resource_name(SESSION_PREFIX, tenant.name, idempotency_key)
@@ -90,6 +98,8 @@ async def open_session(
         if existing is not None:
             return SessionOutcome(session_info(existing), False)
     manifest = build_code_session(name=name, tenant=tenant.name, request=request, spec=spec)
+    manifest["metadata"]["labels"].update(labels or {})
+    manifest["metadata"]["annotations"].update(annotations or {})
     # Its own lock: counting sessions does not hold up the tenant's executions.
     async with ctx.admission.admitting(f"sessions/{tenant.name}"):
         await check_session_count(ctx.sessions, tenant, ctx.settings)

@@ -124,19 +124,32 @@ get_execution_context = execution_context_of(get_current_tenant)
 ExecutionContextDep = Annotated[ExecutionContext, Depends(get_execution_context)]
 
 
-def get_session_context(
-    ctx: ExecutionContextDep, sessions: SessionServiceDep, known: KnownSessionsDep
-) -> SessionContext:
-    return SessionContext(
-        ctx.tenant,
-        ctx.executions,
-        ctx.catalog,
-        ctx.settings,
-        ctx.admission,
-        ctx.direct,
-        sessions=sessions,
-        known=known,
-    )
+def session_context_of(
+    tenant_dependency: Callable[..., Awaitable[Tenant]],
+) -> Callable[..., SessionContext]:
+    """The dependency of the session use cases' context, the tenant found by
+    `tenant_dependency` (an API family authenticates its own way)."""
+
+    def get_context(
+        ctx: Annotated[ExecutionContext, Depends(execution_context_of(tenant_dependency))],
+        sessions: SessionServiceDep,
+        known: KnownSessionsDep,
+    ) -> SessionContext:
+        return SessionContext(
+            ctx.tenant,
+            ctx.executions,
+            ctx.catalog,
+            ctx.settings,
+            ctx.admission,
+            ctx.direct,
+            sessions=sessions,
+            known=known,
+        )
+
+    return get_context
+
+
+get_session_context = session_context_of(get_current_tenant)
 
 
 SessionContextDep = Annotated[SessionContext, Depends(get_session_context)]

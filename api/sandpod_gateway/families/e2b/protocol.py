@@ -1,0 +1,350 @@
+"""E2B's wire shapes, translated from and to sandpod's: pure functions, no I/O.
+
+A sandbox is a CodeSession: its E2B id is the session's name. Each sandbox's access token
+(E2B's envdAccessToken, sent back as X-Access-Token or E2B-Traffic-Access-Token) is derived,
+never stored: `<tenant>.<HMAC-SHA256(key, tenant/sandbox)>`, so the data plane finds the tenant
+and checks the token without reading the API server, and a connect can hand it out again.
+"""
+
+import hashlib
+import hmac
+import json
+import re
+import time
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sandpod_contract.models import MAX_CONTENT_CHARS, MIN_IDLE_TIMEOUT_SECONDS
+from sandpod_contract.names import GROUP
+
+from sandpod_gateway.kube.resources import Resource, session_info
+from sandpod_gateway.schemas import ExecutionResult, ExecutionStatus, SessionStatus
+from sandpod_gateway.usecases.tracebacks import last_exception
+
+TEMPLATES = {"code-interpreter-v1": "python", "base": "python"}
+DEFAULT_TIMEOUT_SECONDS = 300
+# The envd version the SDK is told: it picks its request shapes by it (0.5.7: uploads as
+# application/octet-stream, 0.4.0: a default user), so it is the oldest whose shapes we serve.
+ENVD_VERSION = "0.5.7"
+CLIENT_ID = "sandpod"
+DEFAULT_CONTEXT = "default"
+HOME = "/home/user"
+
+FAMILY_LABEL = f"{GROUP}/api-family"
+TEMPLATE_ANNOTATION = f"{GROUP}/e2b-template"
+METADATA_ANNOTATION = f"{GROUP}/e2b-metadata"
+END_ANNOTATION = f"{GROUP}/e2b-end-at"
+ENVS_ANNOTATION = f"{GROUP}/e2b-envs"
+
+MIN_IDLE_SECONDS = MIN_IDLE_TIMEOUT_SECONDS
+# The code of one cell: what the gateway takes of a run's code (settings.max_code_bytes) is
+# checked again when it is run.
+MAX_CODE_CHARS = MAX_CONTENT_CHARS
+MAX_METADATA_ENTRIES = 64
+MAX_METADATA_CHARS = 16 * 1024
+_TOKEN_LABEL = b"sandpod e2b access token\x00"
+_TRACEBACK_START = "Traceback (most recent call last):"
+_SANDBOX_ID = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+class E2bError(Exception):
+    """An answer in E2B's error shape, {"code": status, "message": ...}."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def template_language(template: str) -> str:
+    language = TEMPLATES.get(template)
+    if language is None:
+        known = ", ".join(sorted(TEMPLATES))
+        raise E2bError(404, f"template {template!r} not found; sandpod serves: {known}")
+    return language
+
+
+def checked_sandbox_id(sandbox_id: str) -> str:
+    if not _SANDBOX_ID.match(sandbox_id):
+        raise E2bError(404, f"sandbox {sandbox_id!r} not found")
+    return sandbox_id
+
+
+def access_token(key: bytes, tenant: str, sandbox_id: str) -> str:
+    mac = hmac.new(key, _TOKEN_LABEL + f"{tenant}/{sandbox_id}".encode(), hashlib.sha256)
+    return f"{tenant}.{mac.hexdigest()}"
+
+
+def token_tenant(token: str) -> str:
+    """The tenant a token names (not yet checked: see token_matches)."""
+    return token.partition(".")[0]
+
+
+def token_matches(key: bytes, token: str, sandbox_id: str) -> bool:
+    return hmac.compare_digest(
+        access_token(key, token_tenant(token), sandbox_id).encode(), token.encode()
+    )
+
+
+def checked_metadata(metadata: Mapping[str, Any] | None) -> dict[str, str]:
+    found = dict(metadata or {})
+    if len(found) > MAX_METADATA_ENTRIES:
+        raise E2bError(400, f"metadata: at most {MAX_METADATA_ENTRIES} entries")
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in found.items()):
+        raise E2bError(400, "metadata: keys and values must be strings")
+    if len(json.dumps(found)) > MAX_METADATA_CHARS:
+        raise E2bError(400, f"metadata: at most {MAX_METADATA_CHARS} characters in all")
+    return found
+
+
+def metadata_query(query: str | None) -> dict[str, str]:
+    """The list filter: the SDK sends urlencode({quote(k): quote(v)}) as one parameter."""
+    if not query:
+        return {}
+    return {
+        urllib.parse.unquote(k): urllib.parse.unquote(v)
+        for k, v in urllib.parse.parse_qsl(query, keep_blank_values=True)
+    }
+
+
+def end_at(now: datetime, timeout_seconds: int) -> str:
+    return (now + timedelta(seconds=timeout_seconds)).isoformat()
+
+
+def _annotations(session: Resource) -> Mapping[str, str]:
+    return (session.get("metadata") or {}).get("annotations") or {}
+
+
+def sandbox_annotations(
+    template: str, metadata: Mapping[str, str], envs: Mapping[str, str], end: str
+) -> dict[str, str]:
+    return {
+        TEMPLATE_ANNOTATION: template,
+        METADATA_ANNOTATION: json.dumps(dict(metadata), sort_keys=True),
+        ENVS_ANNOTATION: json.dumps(dict(envs), sort_keys=True),
+        END_ANNOTATION: end,
+    }
+
+
+def _json_annotation(session: Resource, name: str) -> dict[str, str]:
+    try:
+        found = json.loads(_annotations(session).get(name) or "{}")
+    except ValueError:
+        return {}
+    if not isinstance(found, dict):
+        return {}
+    return {str(k): str(v) for k, v in found.items()}
+
+
+def sandbox_metadata(session: Resource) -> dict[str, str]:
+    return _json_annotation(session, METADATA_ANNOTATION)
+
+
+def sandbox_envs(session: Resource) -> dict[str, str]:
+    """The environment variables the sandbox was created with (Sandbox.create(envs=))."""
+    return _json_annotation(session, ENVS_ANNOTATION)
+
+
+def sandbox_template(session: Resource) -> str:
+    return _annotations(session).get(TEMPLATE_ANNOTATION, "base")
+
+
+def check_end(end: str, created: str | None, max_lifetime_seconds: int) -> None:
+    """A new end within the session's lifetime (the tenant's maximum from its creation)."""
+    if created is None:
+        return
+    started = datetime.fromisoformat(created.replace("Z", "+00:00"))
+    latest = started + timedelta(seconds=max_lifetime_seconds)
+    if datetime.fromisoformat(end) > latest:
+        raise E2bError(
+            400,
+            f"timeout: a sandbox lives at most {max_lifetime_seconds} s from its creation "
+            f"(the tenant's limit); it can run until {latest.isoformat()}",
+        )
+
+
+def sandbox_end(session: Resource) -> datetime | None:
+    try:
+        return datetime.fromisoformat(_annotations(session)[END_ANNOTATION])
+    except (KeyError, ValueError):
+        return None
+
+
+def is_expired(session: Resource, now: datetime) -> bool:
+    end = sandbox_end(session)
+    return end is not None and end <= now
+
+
+def is_running(session: Resource, now: datetime) -> bool:
+    """Neither ended, nor being deleted (killed: the operator is ending it), nor past its end."""
+    if (session.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    ended = session_info(session).status == SessionStatus.ended
+    return not ended and not is_expired(session, now)
+
+
+def matches(session: Resource, wanted: Mapping[str, str]) -> bool:
+    metadata = sandbox_metadata(session)
+    return all(metadata.get(k) == v for k, v in wanted.items())
+
+
+def _quantity_mb(value: str | None, default: int) -> int:
+    if not value:
+        return default
+    units = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024, "K": 1 / 1000 / 1.048576, "M": 1 / 1.048576}
+    for suffix, factor in units.items():
+        if value.endswith(suffix):
+            return max(1, int(float(value[: -len(suffix)]) * factor))
+    return max(1, int(value) // (1024 * 1024)) if value.isdigit() else default
+
+
+def _cpu_count(value: str | None) -> int:
+    if not value:
+        return 1
+    cores = float(value[:-1]) / 1000 if value.endswith("m") else float(value)
+    return max(1, round(cores))
+
+
+def created_sandbox(sandbox_id: str, template: str, token: str) -> dict[str, Any]:
+    """E2B's Sandbox (the answer to create and connect)."""
+    return {
+        "templateID": template,
+        "sandboxID": sandbox_id,
+        "clientID": CLIENT_ID,
+        "envdVersion": ENVD_VERSION,
+        "envdAccessToken": token,
+        "trafficAccessToken": token,
+        "domain": None,
+    }
+
+
+def listed_sandbox(session: Resource, now: datetime) -> dict[str, Any]:
+    """E2B's ListedSandbox (SandboxDetail adds its tokens)."""
+    info = session_info(session)
+    started = info.created_at or now
+    return {
+        "templateID": sandbox_template(session),
+        "sandboxID": info.id,
+        "clientID": CLIENT_ID,
+        "startedAt": started.isoformat(),
+        "endAt": (
+            sandbox_end(session) or started + timedelta(seconds=info.max_lifetime_seconds)
+        ).isoformat(),
+        "cpuCount": _cpu_count(info.cpu),
+        "memoryMB": _quantity_mb(info.memory, 256),
+        "diskSizeMB": 256,
+        "state": "running",
+        "envdVersion": ENVD_VERSION,
+        "metadata": sandbox_metadata(session),
+    }
+
+
+def page_of(
+    sessions: Iterable[Resource], limit: int, next_token: str | None, order: str
+) -> tuple[list[Resource], str | None]:
+    """A page of sandboxes by start time then name; the token is the last one's name."""
+
+    def key(session: Resource) -> tuple[str, str]:
+        metadata = session.get("metadata") or {}
+        return (str(metadata.get("creationTimestamp") or ""), str(metadata.get("name") or ""))
+
+    ordered = sorted(sessions, key=key, reverse=order == "desc")
+    if next_token:
+        names = [key(s)[1] for s in ordered]
+        if next_token not in names:
+            raise E2bError(400, "nextToken is unknown or expired")
+        ordered = ordered[names.index(next_token) + 1 :]
+    page = ordered[:limit]
+    more = len(ordered) > limit
+    return page, (key(page[-1])[1] if more and page else None)
+
+
+def _now_ns() -> int:
+    return time.time_ns()
+
+
+def _line(kind: str, **fields: Any) -> str:
+    return json.dumps({"type": kind, **fields}) + "\n"
+
+
+def _chunks(text: str) -> list[str]:
+    return text.splitlines(keepends=True)
+
+
+def split_error(result: ExecutionResult) -> tuple[str, dict[str, str] | None]:
+    """(stderr before the traceback, E2B's error) of a Python run that ended on an uncaught
+    exception; the traceback is the program's own words, as Jupyter's are."""
+    exception = last_exception(result.stderr) if result.exit_code == 1 else None
+    if exception is None:
+        return result.stderr, None
+    start = result.stderr.rfind(_TRACEBACK_START)
+    before, traceback = (
+        (result.stderr[:start], result.stderr[start:]) if start >= 0 else ("", result.stderr)
+    )
+    name, _, value = exception.partition(": ")
+    return before, {"name": name.rpartition(".")[2], "value": value, "traceback": traceback}
+
+
+def failure_error(result: ExecutionResult) -> dict[str, str] | None:
+    """A run the platform ended (timeout, memory, a lost kernel): its words as an error."""
+    if result.status in (ExecutionStatus.success, ExecutionStatus.error) and not result.state_lost:
+        return None
+    message = result.error_message or result.reason or result.status.value
+    return {"name": result.reason or "SandpodError", "value": message, "traceback": message}
+
+
+def execute_lines(result: ExecutionResult, execution_count: int | None) -> list[str]:
+    """The code interpreter's /execute answer (JSON lines) for a finished run."""
+    stamp = _now_ns()
+    stderr, error = split_error(result)
+    lines = [_line("stdout", text=chunk, timestamp=stamp) for chunk in _chunks(result.stdout)]
+    lines += [_line("stderr", text=chunk, timestamp=stamp) for chunk in _chunks(stderr)]
+    for file in result.files:
+        if file.media_type == "image/png" and file.content_base64:
+            lines.append(_line("result", png=file.content_base64, is_main_result=False))
+    if result.result is not None:
+        lines.append(_line("result", text=result.result, is_main_result=True))
+    error = error or failure_error(result)
+    if error is not None:
+        lines.append(_line("error", **error))
+    if execution_count is not None:
+        lines.append(_line("number_of_executions", execution_count=execution_count))
+    lines.append(_line("end_of_execution"))
+    return lines
+
+
+def prelude(sandbox_envs: Mapping[str, str], envs: Mapping[str, str]) -> str:
+    """A run before the cell, binding no names: sets the sandbox's environment variables,
+    saves and sets the cell's own, and counts the cell (its value is the count)."""
+    return (
+        "(lambda s, e: (e.update(" + json.dumps(dict(sandbox_envs)) + "), "
+        "setattr(s, '_sandpod_e2b_saved', {k: e.get(k) for k in " + json.dumps(list(envs)) + "}), "
+        "e.update(" + json.dumps(dict(envs)) + "), "
+        "setattr(s, '_sandpod_e2b_cells', getattr(s, '_sandpod_e2b_cells', 0) + 1), "
+        "s._sandpod_e2b_cells)[-1])(__import__('sys'), __import__('os').environ)"
+    )
+
+
+# A run after a cell that had its own environment variables: they are put back as they were.
+RESTORE_ENVS = (
+    "(lambda s, e: [e.pop(k, None) if v is None else e.__setitem__(k, v)"
+    " for k, v in getattr(s, '_sandpod_e2b_saved', {}).items()] and None)"
+    "(__import__('sys'), __import__('os').environ)"
+)
+
+
+def read_count(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def context(context_id: str, language: str = "python", cwd: str = HOME) -> dict[str, str]:
+    return {"id": context_id, "language": language, "cwd": cwd}
+
+
+def now() -> datetime:
+    return datetime.now(UTC)

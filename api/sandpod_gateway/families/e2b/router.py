@@ -1,0 +1,600 @@
+"""E2B's API (/e2b: sandboxes) and its sandboxes' data plane (/e2b/sandbox: the code
+interpreter's /execute and /contexts, envd's /health and /files), over sandpod sessions.
+
+E2B's official SDKs work unchanged with E2B_API_URL=<gateway>/e2b,
+E2B_SANDBOX_URL=<gateway>/e2b/sandbox and E2B_API_KEY=<API key> (docs/e2b.md). The API
+authenticates with the tenant's key (X-API-KEY); the data plane with the sandbox's own access
+token (X-Access-Token, or E2B-Traffic-Access-Token, which the code interpreter sends), the
+sandbox named by E2b-Sandbox-Id.
+"""
+
+import base64
+import hashlib
+import json
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, ConfigDict, Field
+from sandpod_contract.names import TENANT_LABEL
+
+from sandpod_gateway.families.e2b import programs, protocol
+from sandpod_gateway.families.e2b.protocol import E2bError
+from sandpod_gateway.kube.resources import Resource
+from sandpod_gateway.kube.service import SessionNotFound
+from sandpod_gateway.policy.auth import Tenant
+from sandpod_gateway.schemas import CreateSessionRequest, ExecutionResult, SessionExecutionRequest
+from sandpod_gateway.settings import GatewaySettings
+from sandpod_gateway.usecases.session_files import download_file, upload_file
+from sandpod_gateway.usecases.sessions import (
+    SessionContext,
+    close_session,
+    get_owned_session,
+    open_session,
+    run_in_session,
+)
+from sandpod_gateway.web.dependencies import (
+    AdmissionDep,
+    KeyStoreDep,
+    SettingsDep,
+    authenticate,
+    session_context_of,
+)
+from sandpod_gateway.web.errors import GatewayError, as_gateway_error
+
+PREFIX = "/e2b"
+SANDBOX_PREFIX = f"{PREFIX}/sandbox"
+API_KEY_HEADER = "X-API-KEY"
+E2B_FAMILY = "e2b"
+
+
+def token_key(settings: GatewaySettings) -> bytes | None:
+    """The key E2B access tokens are derived under: from the direct path's token (a secret
+    every gateway replica shares), under a label of its own. None without the direct path."""
+    if not settings.direct_token_file:
+        return None
+    secret = Path(settings.direct_token_file).read_bytes().strip()
+    return hashlib.sha256(b"sandpod e2b token key\x00" + secret).digest()
+
+
+def e2b_error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"code": status, "message": message}, status_code=status, headers=headers)
+
+
+class E2bRoute(APIRoute):
+    """A route whose errors (its dependencies' included) take E2B's shape."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def e2b_handler(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except E2bError as exc:
+                return e2b_error(exc.status, exc.message)
+            except RequestValidationError as exc:
+                first = exc.errors()[0] if exc.errors() else {}
+                where = ".".join(str(part) for part in first.get("loc", ()))
+                return e2b_error(400, f"{where}: {first.get('msg', 'is invalid')}")
+            except Exception as exc:
+                retry_after = request.app.state.settings.default_retry_after_seconds
+                error = as_gateway_error(exc, retry_after)
+                if error is None:
+                    raise
+                return e2b_error(error.status_code, error.message, error.headers or None)
+
+        return e2b_handler
+
+
+api = APIRouter(prefix=PREFIX, tags=["e2b"], route_class=E2bRoute, include_in_schema=False)
+data_plane = APIRouter(
+    prefix=SANDBOX_PREFIX, tags=["e2b"], route_class=E2bRoute, include_in_schema=False
+)
+
+
+async def api_tenant(
+    key_store: KeyStoreDep,
+    settings: SettingsDep,
+    admission: AdmissionDep,
+    x_api_key: Annotated[str | None, Header(alias=API_KEY_HEADER)] = None,
+) -> Tenant:
+    return await authenticate(x_api_key, key_store, settings, admission, f"{API_KEY_HEADER}: <key>")
+
+
+ApiContext = Annotated[SessionContext, Depends(session_context_of(api_tenant))]
+
+
+def key_of(request: Request) -> bytes:
+    key: bytes | None = request.app.state.e2b_token_key
+    if key is None:
+        raise E2bError(503, "E2B sandboxes need the gateway's direct path (chart default)")
+    return key
+
+
+async def sandbox_tenant(
+    request: Request,
+    key_store: KeyStoreDep,
+    settings: SettingsDep,
+    admission: AdmissionDep,
+    sandbox_id: Annotated[str, Header(alias="E2b-Sandbox-Id")] = "",
+    access_token: Annotated[str | None, Header(alias="X-Access-Token")] = None,
+    traffic_token: Annotated[str | None, Header(alias="E2B-Traffic-Access-Token")] = None,
+) -> Tenant:
+    """The tenant of the sandbox named by E2b-Sandbox-Id, by its access token (401 unless the
+    token is that sandbox's)."""
+    token = access_token or traffic_token
+    if token is None:
+        raise E2bError(401, "Missing the sandbox's access token (X-Access-Token)")
+    key = key_of(request)
+    tenant = await key_store.tenant(protocol.token_tenant(token))
+    if tenant is None or not protocol.token_matches(key, token, sandbox_id):
+        raise E2bError(401, "Invalid access token for this sandbox")
+    admission.count_request(tenant, settings.replicas)
+    return tenant
+
+
+@dataclass(frozen=True)
+class SandboxCall:
+    """A data-plane request: the sandbox it names, its tenant's context."""
+
+    sandbox_id: str
+    ctx: SessionContext
+
+
+def sandbox_call(
+    ctx: Annotated[SessionContext, Depends(session_context_of(sandbox_tenant))],
+    sandbox_id: Annotated[str, Header(alias="E2b-Sandbox-Id")] = "",
+) -> SandboxCall:
+    return SandboxCall(protocol.checked_sandbox_id(sandbox_id), ctx)
+
+
+SandboxCallDep = Annotated[SandboxCall, Depends(sandbox_call)]
+
+
+# -- the API ---------------------------------------------------------------------------------
+
+
+class NewSandbox(BaseModel):
+    """E2B's NewSandbox; what sandpod cannot do is refused by name, the rest ignored."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    template_id: str = Field(alias="templateID", min_length=1, max_length=128)
+    timeout: int = Field(default=protocol.DEFAULT_TIMEOUT_SECONDS, ge=1, le=86400)
+    metadata: dict[str, str] | None = None
+    env_vars: dict[str, str] | None = Field(default=None, alias="envVars")
+    auto_pause: bool = Field(default=False, alias="autoPause")
+    allow_internet_access: bool | None = None
+
+
+class TimeoutBody(BaseModel):
+    timeout: int = Field(ge=1, le=86400)
+
+
+class ConnectBody(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    timeout: int | None = Field(default=None, ge=1, le=86400)
+
+
+def _token(request: Request, tenant: Tenant, sandbox_id: str) -> str:
+    return protocol.access_token(key_of(request), tenant.name, sandbox_id)
+
+
+def _session_request(body: NewSandbox, language: str, tenant: Tenant) -> CreateSessionRequest:
+    limits = tenant.limits
+    idle = min(max(body.timeout, protocol.MIN_IDLE_SECONDS), limits.max_idle_timeout_seconds)
+    return CreateSessionRequest(
+        language=language,
+        idle_timeout_seconds=idle,
+        max_lifetime_seconds=limits.max_lifetime_seconds,
+    )
+
+
+async def _create(body: NewSandbox, request: Request, ctx: SessionContext) -> dict[str, Any]:
+    if body.auto_pause:
+        raise E2bError(400, "autoPause: sandpod sandboxes cannot be paused")
+    if body.allow_internet_access:
+        raise E2bError(
+            403,
+            "allow_internet_access: sandpod sandboxes have no network (the tenant's egress "
+            "allows none through the E2B API); create it with allow_internet_access=False",
+        )
+    language = protocol.template_language(body.template_id)
+    metadata = protocol.checked_metadata(body.metadata)
+    envs = protocol.checked_metadata(body.env_vars)
+    outcome = await open_session(
+        _session_request(body, language, ctx.tenant),
+        ctx,
+        request.headers.get("Idempotency-Key"),
+        labels={protocol.FAMILY_LABEL: E2B_FAMILY},
+        annotations=protocol.sandbox_annotations(
+            body.template_id, metadata, envs, protocol.end_at(protocol.now(), body.timeout)
+        ),
+    )
+    session_id = outcome.session.id
+    return protocol.created_sandbox(
+        session_id, body.template_id, _token(request, ctx.tenant, session_id)
+    )
+
+
+@api.post("/sandboxes", status_code=201)
+@api.post("/v2/sandboxes", status_code=201)
+async def create_sandbox(body: NewSandbox, request: Request, ctx: ApiContext) -> dict[str, Any]:
+    return await _create(body, request, ctx)
+
+
+async def _live(sandbox_id: str, ctx: SessionContext) -> Resource:
+    """The tenant's running sandbox; one past its end is killed now (404 either way)."""
+    try:
+        session = await get_owned_session(
+            protocol.checked_sandbox_id(sandbox_id), ctx.tenant, ctx.sessions
+        )
+    except SessionNotFound:
+        raise E2bError(404, f"sandbox {sandbox_id!r} not found") from None
+    now = protocol.now()
+    if protocol.is_expired(session, now):
+        await _kill(sandbox_id, ctx)
+    if not protocol.is_running(session, now):
+        raise E2bError(404, f"sandbox {sandbox_id!r} not found (it has ended)")
+    return session
+
+
+async def _kill(sandbox_id: str, ctx: SessionContext) -> None:
+    try:
+        await close_session(sandbox_id, ctx)
+    except SessionNotFound:
+        raise E2bError(404, f"sandbox {sandbox_id!r} not found") from None
+
+
+async def _e2b_sessions(ctx: SessionContext) -> list[Resource]:
+    """The tenant's running E2B sandboxes (its other sessions are not E2B's)."""
+    selector = f"{TENANT_LABEL}={ctx.tenant.name},{protocol.FAMILY_LABEL}={E2B_FAMILY}"
+    page = await ctx.sessions.list(
+        ctx.tenant.namespace, label_selector=selector, limit=None, cursor=None
+    )
+    now = protocol.now()
+    return [s for s in page.items if protocol.is_running(s, now)]
+
+
+async def _list(
+    ctx: SessionContext,
+    response: Response,
+    metadata: str | None,
+    state: str | None,
+    limit: int,
+    next_token: str | None,
+    order: str,
+) -> list[dict[str, Any]]:
+    wanted = protocol.metadata_query(metadata)
+    states = set((state or "running").split(","))
+    sessions = [s for s in await _e2b_sessions(ctx) if protocol.matches(s, wanted)]
+    if "running" not in states:
+        sessions = []
+    page, token = protocol.page_of(sessions, limit, next_token, order)
+    if token is not None:
+        response.headers["x-next-token"] = token
+    now = protocol.now()
+    return [protocol.listed_sandbox(s, now) for s in page]
+
+
+@api.get("/v2/sandboxes")
+async def list_sandboxes(
+    ctx: ApiContext,
+    response: Response,
+    metadata: Annotated[str | None, Query(max_length=protocol.MAX_METADATA_CHARS)] = None,
+    state: Annotated[str | None, Query(max_length=64)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    next_token: Annotated[str | None, Query(alias="nextToken", max_length=253)] = None,
+    order: Annotated[Literal["asc", "desc"], Query()] = "asc",
+) -> list[dict[str, Any]]:
+    return await _list(ctx, response, metadata, state, limit, next_token, order)
+
+
+@api.get("/sandboxes")
+async def list_sandboxes_v1(
+    ctx: ApiContext,
+    response: Response,
+    metadata: Annotated[str | None, Query(max_length=protocol.MAX_METADATA_CHARS)] = None,
+) -> list[dict[str, Any]]:
+    return await _list(ctx, response, metadata, None, 1000, None, "asc")
+
+
+@api.get("/sandboxes/{sandbox_id}")
+async def get_sandbox(sandbox_id: str, request: Request, ctx: ApiContext) -> dict[str, Any]:
+    session = await _live(sandbox_id, ctx)
+    token = _token(request, ctx.tenant, sandbox_id)
+    return {
+        **protocol.listed_sandbox(session, protocol.now()),
+        "envdAccessToken": token,
+        "domain": None,
+    }
+
+
+@api.delete("/sandboxes/{sandbox_id}", status_code=204)
+async def kill_sandbox(sandbox_id: str, ctx: ApiContext) -> Response:
+    await _live(sandbox_id, ctx)
+    await _kill(sandbox_id, ctx)
+    return Response(status_code=204)
+
+
+async def _set_end(sandbox_id: str, ctx: SessionContext, timeout: int) -> Resource:
+    session = await _live(sandbox_id, ctx)
+    end = protocol.end_at(protocol.now(), timeout)
+    started = session["metadata"].get("creationTimestamp")
+    protocol.check_end(end, started, ctx.tenant.limits.max_lifetime_seconds)
+    return await ctx.sessions.annotate(
+        ctx.tenant.namespace, sandbox_id, {protocol.END_ANNOTATION: end}
+    )
+
+
+@api.post("/sandboxes/{sandbox_id}/timeout", status_code=204)
+async def set_timeout(sandbox_id: str, body: TimeoutBody, ctx: ApiContext) -> Response:
+    await _set_end(sandbox_id, ctx, body.timeout)
+    return Response(status_code=204)
+
+
+@api.post("/sandboxes/{sandbox_id}/connect")
+@api.post("/v2/sandboxes/{sandbox_id}/connect")
+async def connect_sandbox(
+    sandbox_id: str, body: ConnectBody, request: Request, ctx: ApiContext
+) -> dict[str, Any]:
+    session = (
+        await _set_end(sandbox_id, ctx, body.timeout)
+        if body.timeout is not None
+        else await _live(sandbox_id, ctx)
+    )
+    template = protocol.sandbox_template(session)
+    return protocol.created_sandbox(sandbox_id, template, _token(request, ctx.tenant, sandbox_id))
+
+
+UNSUPPORTED = {
+    "pause": "sandpod sandboxes cannot be paused (a session keeps its pod until it ends)",
+    "resume": "sandpod sandboxes cannot be paused, so none is resumed",
+    "snapshots": "sandpod has no sandbox snapshots",
+    "fork": "sandpod sandboxes cannot be forked",
+    "refreshes": "refresh with set_timeout",
+    "network": "a sandbox's network is fixed when it is created",
+    "metrics": "sandpod does not serve sandbox metrics through the E2B API",
+    "logs": "sandpod does not serve sandbox logs through the E2B API (kubectl get cx)",
+}
+
+
+@api.api_route("/sandboxes/{sandbox_id}/{action}", methods=["GET", "POST", "PUT"])
+@api.api_route("/v2/sandboxes/{sandbox_id}/{action}", methods=["GET", "POST", "PUT"])
+async def unsupported(sandbox_id: str, action: str, _ctx: ApiContext) -> Response:
+    reason = UNSUPPORTED.get(action, f"sandpod does not serve {action!r}")
+    raise E2bError(400 if action in UNSUPPORTED else 404, reason)
+
+
+# -- the data plane --------------------------------------------------------------------------
+
+
+class ExecuteBody(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    code: str = Field(max_length=protocol.MAX_CODE_CHARS)
+    context_id: str | None = Field(default=None, max_length=128)
+    language: str | None = Field(default=None, max_length=32)
+    env_vars: dict[str, str] | None = None
+
+
+async def _run(call: SandboxCall, code: str) -> ExecutionResult:
+    body = SessionExecutionRequest(code=code)
+    outcome = await run_in_session(call.sandbox_id, body, call.ctx, idempotency_key=None, wait=True)
+    return outcome.result
+
+
+@data_plane.get("/health", status_code=204)
+async def health(call: SandboxCallDep) -> Response:
+    try:
+        await _live(call.sandbox_id, call.ctx)
+    except E2bError:
+        return Response(status_code=502)
+    return Response(status_code=204)
+
+
+@data_plane.post("/execute")
+async def execute(body: ExecuteBody, call: SandboxCallDep) -> StreamingResponse:
+    if body.language not in (None, "python"):
+        raise E2bError(400, f"language {body.language!r}: this sandbox runs python")
+    if body.context_id not in (None, protocol.DEFAULT_CONTEXT):
+        raise E2bError(404, f"context {body.context_id!r} not found")
+    envs = protocol.checked_metadata(body.env_vars)
+    known = call.ctx.known
+    session = known.get(call.ctx.tenant.name, call.sandbox_id)
+    if session is None:
+        session = await _live(call.sandbox_id, call.ctx)
+        known.remember(call.ctx.tenant.name, call.sandbox_id, session)
+    sandbox_envs = protocol.sandbox_envs(session)
+    counted = await _run(call, protocol.prelude(sandbox_envs, envs))
+    result = await _run(call, body.code)
+    if envs:
+        await _run(call, protocol.RESTORE_ENVS)
+    lines = protocol.execute_lines(result, protocol.read_count(counted.result))
+
+    async def answer() -> AsyncIterator[str]:
+        for line in lines:
+            yield line
+
+    return StreamingResponse(answer(), media_type="application/x-ndjson")
+
+
+@data_plane.get("/contexts")
+async def list_contexts(_call: SandboxCallDep) -> list[dict[str, str]]:
+    return [protocol.context(protocol.DEFAULT_CONTEXT)]
+
+
+async def _call(call: SandboxCall, program: str) -> tuple[ExecutionResult, dict[str, Any]]:
+    result = await _run(call, program)
+    return result, programs.answer_of(result.result)
+
+
+CONNECT_STATUS = {
+    "not_found": 404,
+    "already_exists": 409,
+    "permission_denied": 403,
+    "invalid_argument": 400,
+    "unimplemented": 404,
+}
+
+
+def connect_error(code: str, message: str) -> JSONResponse:
+    return JSONResponse({"code": code, "message": message}, status_code=CONNECT_STATUS[code])
+
+
+@data_plane.post("/filesystem.Filesystem/{method}")
+async def filesystem(method: str, request: Request, call: SandboxCallDep) -> Response:
+    """envd's filesystem calls (Connect, unary, JSON), each a program run in the session."""
+    if method not in programs.FILESYSTEM_CALLS:
+        return connect_error("unimplemented", f"sandpod does not serve filesystem.{method}")
+    try:
+        args = json.loads(await request.body() or b"{}")
+    except ValueError:
+        return connect_error("invalid_argument", "the body is not JSON")
+    if not isinstance(args, dict):
+        return connect_error("invalid_argument", "the body is not a JSON object")
+    _, answer = await _call(call, programs.filesystem_program(method, args))
+    error = answer.pop("error", None)
+    if isinstance(error, list) and len(error) == 2 and error[0] in CONNECT_STATUS:
+        return connect_error(str(error[0]), str(error[1]))
+    return JSONResponse(answer)
+
+
+@data_plane.get("/files")
+async def read_file(
+    call: SandboxCallDep, path: Annotated[str, Query(min_length=1, max_length=4096)]
+) -> Response:
+    try:
+        data = await download_file(call.sandbox_id, programs.relative_path(path), call.ctx)
+    except GatewayError as exc:
+        if exc.code == "file_not_found":
+            raise E2bError(404, f"file {path!r} not found") from exc
+        raise
+    return Response(data, media_type="application/octet-stream")
+
+
+def _written(path: str) -> dict[str, str]:
+    name = path.rstrip("/").rpartition("/")[2]
+    return {
+        "name": name,
+        "type": "file",
+        "path": path if path.startswith("/") else f"{protocol.HOME}/{path}",
+    }
+
+
+@data_plane.post("/files")
+async def write_files(
+    request: Request,
+    call: SandboxCallDep,
+    path: Annotated[str | None, Query(min_length=1, max_length=4096)] = None,
+) -> list[dict[str, str]]:
+    """One file as application/octet-stream, or files as multipart parts named "file" (the
+    part's filename is its path when the query names none)."""
+    entries: list[tuple[str, bytes]] = []
+    if request.headers.get("content-type", "").startswith("multipart/form-data"):
+        form = await request.form()
+        for part in form.getlist("file"):
+            if isinstance(part, str):
+                raise E2bError(400, "a file part carries no file")
+            where = path or part.filename
+            if not where:
+                raise E2bError(400, "a file part names no path")
+            entries.append((where, await part.read()))
+    else:
+        if path is None:
+            raise E2bError(400, "path: required for an application/octet-stream upload")
+        entries.append((path, await request.body()))
+    written = []
+    for where, data in entries:
+        await upload_file(
+            call.sandbox_id, programs.relative_path(where), data, call.ctx, binary=True
+        )
+        written.append(_written(where))
+    return written
+
+
+def _envelope(message: dict[str, Any], flags: int = 0) -> bytes:
+    data = json.dumps(message).encode()
+    return bytes([flags]) + len(data).to_bytes(4, "big") + data
+
+
+def _first_message(body: bytes) -> dict[str, Any]:
+    """The first message of a Connect streaming request (5-byte envelope, then JSON)."""
+    if len(body) < 5 or body[0] & 0x01:
+        raise E2bError(400, "a Connect streaming request (uncompressed) was expected")
+    size = int.from_bytes(body[1:5], "big")
+    try:
+        message = json.loads(body[5 : 5 + size])
+    except ValueError:
+        raise E2bError(400, "the request message is not JSON") from None
+    if not isinstance(message, dict):
+        raise E2bError(400, "the request message is not a JSON object")
+    return message
+
+
+def _process_events(result: ExecutionResult, exit_code: int | None) -> list[bytes]:
+    events = [_envelope({"event": {"start": {"pid": 1}}})]
+    for stream, text in (("stdout", result.stdout), ("stderr", result.stderr)):
+        if text:
+            data = base64.b64encode(text.encode()).decode()
+            events.append(_envelope({"event": {"data": {stream: data}}}))
+    end: dict[str, Any] = {"exited": exit_code is not None, "exitCode": exit_code or 0}
+    end["status"] = f"exit status {exit_code}" if exit_code is not None else "killed"
+    failure = protocol.failure_error(result)
+    if failure is not None:
+        end["error"] = failure["value"]
+    events.append(_envelope({"event": {"end": end}}))
+    events.append(_envelope({}, flags=0x02))
+    return events
+
+
+@data_plane.post("/process.Process/Start")
+async def start_process(request: Request, call: SandboxCallDep) -> StreamingResponse:
+    """envd's Start: the command runs to its end as a run in the session, then its output and
+    exit code stream back as Start's events."""
+    process = _first_message(await request.body()).get("process") or {}
+    argv = [str(process.get("cmd") or ""), *[str(a) for a in process.get("args") or []]]
+    envs = protocol.checked_metadata(process.get("envs"))
+    result = await _run(call, programs.command_program(argv, process.get("cwd"), envs))
+    try:
+        exit_code: int | None = int(programs.answer_of(result.result)["exitCode"])
+    except (E2bError, KeyError, TypeError, ValueError):
+        exit_code = None
+    events = _process_events(result, exit_code)
+
+    async def stream() -> AsyncIterator[bytes]:
+        for event in events:
+            yield event
+
+    return StreamingResponse(stream(), media_type="application/connect+json")
+
+
+@data_plane.post("/process.Process/List")
+async def list_processes(_call: SandboxCallDep) -> dict[str, Any]:
+    return {"processes": []}
+
+
+@data_plane.post("/process.Process/{method}")
+async def other_process_call(method: str, _call: SandboxCallDep) -> Response:
+    return connect_error(
+        "unimplemented",
+        f"sandpod does not serve process.{method}: a command runs to its end (no input, "
+        "signals or reconnects)",
+    )
+
+
+@data_plane.post("/contexts")
+@data_plane.delete("/contexts/{context_id}")
+@data_plane.post("/contexts/{context_id}/restart")
+async def other_contexts(_call: SandboxCallDep) -> Response:
+    raise E2bError(
+        404,
+        "a sandpod sandbox has one python context, 'default' (one interpreter per session): "
+        "create another sandbox for another namespace",
+    )

@@ -1,0 +1,309 @@
+"""E2B's API and data plane: the translation (pure), and the official SDKs (`e2b`,
+`e2b-code-interpreter` from PyPI, unchanged) over real HTTP against the gateway with its
+Kubernetes side faked. The fake plays the session's kernel: a cell's fate is chosen by its
+source. The cluster suite (tests/e2e/test_e2b.py) runs the same SDKs against real sessions."""
+
+import base64
+import contextlib
+import io
+import json
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import e2b
+import pytest
+from e2b_code_interpreter import Sandbox
+from gateway_fakes import FakeExecutionService, FakeSessionService, Run, make_app, served, tenant
+from sandpod_gateway.families.e2b import programs, protocol
+from sandpod_gateway.families.e2b.protocol import E2bError
+from sandpod_gateway.schemas import ExecutionResult, ExecutionStatus, FileOutput
+
+KEY = "sk-e2b-alice-0123456789"
+OTHER_KEY = "sk-e2b-bob-0123456789"
+TRACEBACK = (
+    "Traceback (most recent call last):\n"
+    '  File "<cell>", line 1, in <module>\n'
+    "ZeroDivisionError: division by zero\n"
+)
+
+
+class Kernel:
+    """The fake session's kernel: the prelude counts, 1/0 fails, the E2B family's own programs
+    (files, commands) and file transfers really run, in a directory standing for the work
+    directory; anything else prints."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.lock = threading.Lock()
+
+    def __call__(self, spec: dict[str, Any]) -> Run:
+        source = spec["source"]
+        if "_sandpod_e2b_cells" in source:
+            return Run({"phase": "Succeeded", "exitCode": 0, "result": "7"})
+        if "_sandpod_e2b_saved" in source:
+            return Run({"phase": "Succeeded", "exitCode": 0})
+        if source == "1/0":
+            return Run({"phase": "Failed", "exitCode": 1, "stderr": "warn\n" + TRACEBACK})
+        if source.startswith("(lambda") or spec.get("files"):
+            return self.really(spec)
+        return Run({"phase": "Succeeded", "exitCode": 0, "stdout": "hi\nthere\n", "result": "42"})
+
+    def really(self, spec: dict[str, Any]) -> Run:
+        for file in spec.get("files") or []:
+            target = self.work / file["path"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if file.get("encoding") == "base64":
+                target.write_bytes(base64.b64decode(file["content"]))
+            else:
+                target.write_text(file["content"])
+        source = spec["source"].replace(repr(programs.WORK_DIR), repr(str(self.work)))
+        out, err = io.StringIO(), io.StringIO()
+        with (
+            self.lock,
+            contextlib.chdir(self.work),
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+        ):
+            try:
+                value = eval(source) if source.startswith("(lambda") else None
+                code = 0
+            except SystemExit as exc:
+                value, code = None, int(exc.code or 0)
+        status = {"phase": "Succeeded" if code == 0 else "Failed", "exitCode": code}
+        return Run(
+            {
+                **status,
+                "stdout": out.getvalue(),
+                "stderr": err.getvalue(),
+                "result": None if value is None else repr(value),
+            }
+        )
+
+
+@pytest.fixture
+def gateway(tmp_path: Path) -> Iterator[str]:
+    work = tmp_path / "work"
+    work.mkdir()
+    token = tmp_path / "direct-token"
+    token.write_text("a-shared-secret\n")
+    keys = {KEY: tenant("alice"), OTHER_KEY: tenant("bob")}
+    sessions = FakeSessionService()
+    app = make_app(
+        FakeExecutionService(Kernel(work)), keys, tmp_path, sessions, direct_token_file=str(token)
+    )
+    with served(app) as url:
+        yield url
+
+
+@pytest.fixture
+def e2b_env(gateway: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("E2B_API_URL", f"{gateway}/e2b")
+    monkeypatch.setenv("E2B_SANDBOX_URL", f"{gateway}/e2b/sandbox")
+    monkeypatch.setenv("E2B_API_KEY", KEY)
+    return gateway
+
+
+def test_the_sdk_creates_lists_times_out_connects_and_kills(e2b_env: str) -> None:
+    sandbox = Sandbox.create(metadata={"user": "ada"}, timeout=120)
+    other = Sandbox.create(template="base", metadata={"user": "bob"})
+    info = sandbox.get_info()
+    assert info.sandbox_id == sandbox.sandbox_id
+    assert info.template_id == "code-interpreter-v1"
+    assert info.metadata == {"user": "ada"}
+    listed = Sandbox.list(query=e2b.SandboxQuery(metadata={"user": "ada"})).next_items()
+    assert [s.sandbox_id for s in listed] == [sandbox.sandbox_id]
+    paginator = Sandbox.list(limit=1)
+    pages = [paginator.next_items()]
+    while paginator.has_next:
+        pages.append(paginator.next_items())
+    assert sorted(s.sandbox_id for page in pages for s in page) == sorted(
+        [sandbox.sandbox_id, other.sandbox_id]
+    )
+    assert [len(page) for page in pages] == [1, 1]
+    sandbox.set_timeout(600)
+    assert sandbox.get_info().end_at > info.end_at
+    connected = Sandbox.connect(sandbox.sandbox_id)
+    assert connected.is_running()
+    assert connected.run_code("x").text == "42"
+    sandbox.kill()
+    assert other.is_running() and not sandbox.is_running()
+    assert Sandbox.list(query=e2b.SandboxQuery(metadata={"user": "ada"})).next_items() == []
+    with pytest.raises(e2b.NotFoundException):
+        Sandbox.connect(sandbox.sandbox_id)
+
+
+def test_run_code_gives_logs_the_result_the_error_and_the_count(e2b_env: str) -> None:
+    sandbox = Sandbox.create()
+    seen: list[str] = []
+    execution = sandbox.run_code("x", on_stdout=lambda m: seen.append(m.line), envs={"A": "b"})
+    assert execution.logs.stdout == ["hi\n", "there\n"]
+    assert seen == ["hi\n", "there\n"]
+    assert execution.text == "42"
+    assert execution.execution_count == 7
+    assert execution.error is None
+    failed = sandbox.run_code("1/0")
+    assert failed.error is not None
+    assert (failed.error.name, failed.error.value) == ("ZeroDivisionError", "division by zero")
+    assert failed.error.traceback == TRACEBACK
+    assert failed.logs.stderr == ["warn\n"]
+    assert [c.id for c in sandbox.list_code_contexts()] == ["default"]
+
+
+def test_files_and_commands_go_through_envd_calls(e2b_env: str) -> None:
+    sandbox = Sandbox.create()
+    info = sandbox.files.write("/home/user/data/a.txt", "alpha")
+    assert info.path == "/home/user/data/a.txt"
+    sandbox.files.write("b.bin", b"\x00\xff")
+    assert sandbox.files.read("/home/user/data/a.txt") == "alpha"
+    assert sandbox.files.read("b.bin", format="bytes") == b"\x00\xff"
+    assert sandbox.files.exists("/home/user/data/a.txt")
+    assert not sandbox.files.exists("/home/user/nope")
+    assert {e.name for e in sandbox.files.list("/home/user")} >= {"data", "b.bin"}
+    assert sandbox.files.make_dir("/home/user/new")
+    assert not sandbox.files.make_dir("/home/user/new")
+    moved = sandbox.files.rename("/home/user/data/a.txt", "/home/user/new/a.txt")
+    assert moved.path == "/home/user/new/a.txt"
+    sandbox.files.remove("/home/user/new")
+    assert not sandbox.files.exists("/home/user/new/a.txt")
+    seen: list[str] = []
+    done = sandbox.commands.run(
+        "echo $GREETING; echo oops >&2", envs={"GREETING": "hello"}, on_stdout=seen.append
+    )
+    assert (done.stdout, done.stderr, done.exit_code) == ("hello\n", "oops\n", 0)
+    assert seen == ["hello\n"]
+    with pytest.raises(e2b.CommandExitException) as failed:
+        sandbox.commands.run("exit 3")
+    assert failed.value.exit_code == 3
+    handle = sandbox.commands.run("echo later", background=True)
+    assert handle.wait().stdout == "later\n"
+
+
+def test_unsupported_calls_answer_a_clear_error(e2b_env: str) -> None:
+    sandbox = Sandbox.create()
+    with pytest.raises(e2b.SandboxException, match="cannot be paused"):
+        sandbox.pause()
+    with pytest.raises(e2b.SandboxException, match="not found; sandpod serves"):
+        Sandbox.create(template="desktop")
+    with pytest.raises(e2b.SandboxException, match="no network"):
+        Sandbox.create(allow_internet_access=True)
+
+
+def test_a_wrong_token_and_another_tenant_are_refused(e2b_env: str) -> None:
+    import httpx
+
+    sandbox = Sandbox.create()
+    url = f"{e2b_env}/e2b/sandbox/execute"
+    headers = {"E2b-Sandbox-Id": sandbox.sandbox_id}
+    forged = protocol.token_tenant(sandbox._envd_access_token or "") + ".00"
+    for token in (None, forged, "bob." + "0" * 64):
+        sent = headers if token is None else {**headers, "X-Access-Token": token}
+        answer = httpx.post(url, json={"code": "1"}, headers=sent)
+        assert answer.status_code == 401, answer.text
+    with pytest.raises(e2b.NotFoundException):
+        Sandbox.connect(sandbox.sandbox_id, api_key=OTHER_KEY)
+    assert Sandbox.list(api_key=OTHER_KEY).next_items() == []
+    with pytest.raises(e2b.AuthenticationException):
+        Sandbox.list(api_key="sk-nobody-0123456789").next_items()
+
+
+def test_tokens_are_bound_to_the_tenant_and_the_sandbox() -> None:
+    key = b"k" * 32
+    token = protocol.access_token(key, "alice", "ses-1")
+    assert token.startswith("alice.")
+    assert protocol.token_matches(key, token, "ses-1")
+    assert not protocol.token_matches(key, token, "ses-2")
+    assert not protocol.token_matches(b"x" * 32, token, "ses-1")
+    assert not protocol.token_matches(key, "bob" + token.removeprefix("alice"), "ses-1")
+
+
+def test_the_metadata_filter_reads_what_the_sdk_sends() -> None:
+    from urllib.parse import quote, urlencode
+
+    sent = urlencode({quote("a b"): quote("c&d=e"), "k": "v"})
+    assert protocol.metadata_query(sent) == {"a b": "c&d=e", "k": "v"}
+    assert protocol.metadata_query(None) == {}
+
+
+def test_metadata_is_bounded() -> None:
+    with pytest.raises(E2bError):
+        protocol.checked_metadata({str(i): "" for i in range(protocol.MAX_METADATA_ENTRIES + 1)})
+    with pytest.raises(E2bError):
+        protocol.checked_metadata({"a": 1})
+
+
+def test_pages_follow_their_token() -> None:
+    sessions = [
+        {"metadata": {"name": f"ses-{i}", "creationTimestamp": f"2026-11-26T10:00:0{i}Z"}}
+        for i in range(5)
+    ]
+    first, token = protocol.page_of(sessions, 2, None, "asc")
+    assert [s["metadata"]["name"] for s in first] == ["ses-0", "ses-1"]
+    second, token = protocol.page_of(sessions, 2, token, "asc")
+    assert [s["metadata"]["name"] for s in second] == ["ses-2", "ses-3"]
+    last, token = protocol.page_of(sessions, 2, token, "asc")
+    assert ([s["metadata"]["name"] for s in last], token) == (["ses-4"], None)
+    with pytest.raises(E2bError):
+        protocol.page_of(sessions, 2, "ses-9", "asc")
+
+
+def _result(**fields: Any) -> ExecutionResult:
+    return ExecutionResult(id="cx-1", language="python", **fields)
+
+
+def test_execute_lines_carry_a_png_the_text_and_the_end() -> None:
+    png = FileOutput(
+        path="figure-1.png",
+        size=3,
+        media_type="image/png",
+        sha256="0" * 64,
+        stored=True,
+        content_base64="iVBO",
+    )
+    lines = [
+        json.loads(line)
+        for line in protocol.execute_lines(
+            _result(status=ExecutionStatus.success, exit_code=0, result="3", files=[png]), 2
+        )
+    ]
+    assert [line["type"] for line in lines] == [
+        "result",
+        "result",
+        "number_of_executions",
+        "end_of_execution",
+    ]
+    assert lines[0]["png"] == "iVBO" and lines[1] == {
+        "type": "result",
+        "text": "3",
+        "is_main_result": True,
+    }
+
+
+def test_a_run_the_platform_ended_is_an_error() -> None:
+    lines = protocol.execute_lines(
+        _result(status=ExecutionStatus.timeout, reason="DeadlineExceeded", error_message="slow"),
+        None,
+    )
+    error = json.loads(lines[-2])
+    assert (error["type"], error["name"], error["value"]) == ("error", "DeadlineExceeded", "slow")
+
+
+def test_an_end_beyond_the_lifetime_is_refused() -> None:
+    created = datetime(2026, 11, 26, tzinfo=UTC)
+    protocol.check_end((created + timedelta(seconds=60)).isoformat(), "2026-11-26T00:00:00Z", 60)
+    with pytest.raises(E2bError, match="at most 60 s"):
+        protocol.check_end(
+            (created + timedelta(seconds=61)).isoformat(), "2026-11-26T00:00:00Z", 60
+        )
+
+
+def test_a_killed_sandbox_is_not_running_while_its_session_ends() -> None:
+    now = protocol.now()
+    session: dict[str, Any] = {"metadata": {"name": "ses-1"}, "status": {"phase": "Ready"}}
+    assert protocol.is_running(session, now)
+    session["metadata"]["deletionTimestamp"] = now.isoformat()
+    assert not protocol.is_running(session, now)
+    ended = {"metadata": {"annotations": {protocol.END_ANNOTATION: now.isoformat()}}}
+    assert not protocol.is_running(ended, now)
