@@ -164,11 +164,13 @@ def _sandpod_kernel():
 _sandpod_kernel()
 `
 
-// kernelRequest is a run as the kernel receives it.
+// kernelRequest is a run as the kernel receives it; mark only for the node
+// kernel (nodekernel.go).
 type kernelRequest struct {
 	Run    int      `json:"run"`
 	Source string   `json:"source"`
 	Argv   []string `json:"argv"`
+	Mark   string   `json:"mark,omitempty"`
 }
 
 // kernelDone is the kernel's answer once a run has ended.
@@ -178,10 +180,13 @@ type kernelDone struct {
 	Value    *string `json:"value"`
 }
 
-// kernel is a session's running python interpreter.
+// kernel is a session's running interpreter: python, or node (outputs set).
 type kernel struct {
 	child *warmChild
 	conn  *net.UnixConn
+	// outputs are the node kernel's stdout and stderr, read for its life;
+	// the python kernel gets each run's pipes instead.
+	outputs *[2]*markedOutput
 	// done carries the kernel's answers; closed when its channel ends or
 	// carries anything else.
 	done chan kernelDone
@@ -190,10 +195,15 @@ type kernel struct {
 	killOnce sync.Once
 }
 
-// startKernel starts the interpreter of served's command with the kernel and
-// waits until it is ready.
+// startKernel starts the interpreter of served's command with its kernel
+// (python's, or node's) and waits until it is ready.
 func startKernel(served Config, opts Options) (*kernel, error) {
-	child, err := startWaiting(served, opts, []string{served.Command[0], "-c", pythonKernel})
+	argv := []string{served.Command[0], "-c", pythonKernel}
+	node := !usesPythonBootstrap(served)
+	if node {
+		argv = nodeKernelArgv(served)
+	}
+	child, err := startWaiting(served, opts, argv)
 	if err != nil {
 		return nil, err
 	}
@@ -204,6 +214,14 @@ func startKernel(served Config, opts Options) (*kernel, error) {
 		return nil, fmt.Errorf("using the kernel's channel: %w", err)
 	}
 	k := &kernel{child: child, conn: conn.(*net.UnixConn), done: make(chan kernelDone), gone: make(chan struct{})}
+	if node {
+		// The node kernel's stdin is empty; its stdout and stderr are read here
+		// for its life, not by its process's end.
+		_ = child.stdin.Close()
+		pipes := child.process.pipes
+		k.outputs = &[2]*markedOutput{readMarked(pipes.stdoutRead), readMarked(pipes.stderrRead)}
+		pipes.stdoutRead, pipes.stderrRead = nil, nil
+	}
 	go k.receive()
 	return k, nil
 }
@@ -241,6 +259,9 @@ func (k *kernel) receive() {
 // run runs request as run number in the kernel: its result, its value, and
 // alive false when the kernel timed out or died and was killed.
 func (k *kernel) run(ctx context.Context, cfg Config, request runRequest, number int, frames *frameWriter) (Result, *string, bool) {
+	if k.outputs != nil {
+		return k.runMarked(ctx, cfg, request, number, frames)
+	}
 	pipes, err := newRunPipes()
 	if err != nil {
 		return failedResult(err), nil, true
@@ -267,8 +288,32 @@ func (k *kernel) run(ctx context.Context, cfg Config, request runRequest, number
 	return result, value, alive
 }
 
+// runMarked runs request in the node kernel, whose output of the run lies
+// between the run's marks on its stdout and stderr.
+func (k *kernel) runMarked(ctx context.Context, cfg Config, request runRequest, number int, frames *frameWriter) (Result, *string, bool) {
+	var value *string
+	alive := true
+	outputs := outputsDir(k.child.spec.dir)
+	if err := resetOutputsDir(outputs); err != nil {
+		return failedResult(err), nil, true
+	}
+	result := runCaptured(cfg, frames, outputs, func(stdout, stderr io.Writer) processOutcome {
+		mark := newRunMark()
+		k.outputs[0].begin(mark, stdout)
+		k.outputs[1].begin(mark, stderr)
+		message := kernelRequest{Run: number, Source: request.Source, Argv: append([]string{cfg.SourceFile}, cfg.Args...), Mark: mark}
+		var outcome processOutcome
+		outcome, value, alive = k.await(ctx, number, time.Duration(cfg.TimeoutSeconds)*time.Second, k.send(message, nil))
+		k.outputs[0].finish(drainGrace)
+		k.outputs[1].finish(drainGrace)
+		return outcome
+	})
+	return result, value, alive
+}
+
 // send hands the kernel its run in the background, with the run's ends of
-// the pipes, which it then closes here; the channel says how that went.
+// the pipes (python's kernel; nil for node's), which it then closes here; the
+// channel says how that went.
 func (k *kernel) send(message kernelRequest, pipes *runPipes) <-chan error {
 	sent := make(chan error, 1)
 	body, err := json.Marshal(message)
@@ -281,7 +326,10 @@ func (k *kernel) send(message kernelRequest, pipes *runPipes) <-chan error {
 	go func() {
 		defer pipes.closeChildEnds()
 		header := binary.BigEndian.AppendUint32(nil, uint32(len(body)))
-		rights := syscall.UnixRights(int(pipes.stdin[0].Fd()), int(pipes.stdout[1].Fd()), int(pipes.stderr[1].Fd()))
+		var rights []byte
+		if pipes != nil {
+			rights = syscall.UnixRights(int(pipes.stdin[0].Fd()), int(pipes.stdout[1].Fd()), int(pipes.stderr[1].Fd()))
+		}
 		if _, _, err := k.conn.WriteMsgUnix(header, rights, nil); err != nil {
 			sent <- err
 			return
@@ -373,8 +421,11 @@ func newRunPipes() (*runPipes, error) {
 	return &runPipes{stdin: pipes[0], stdout: pipes[1], stderr: pipes[2]}, nil
 }
 
-// closeChildEnds closes the ends the kernel gets.
+// closeChildEnds closes the ends the kernel gets (none for nil).
 func (p *runPipes) closeChildEnds() {
+	if p == nil {
+		return
+	}
 	closeAll(p.stdin[0], p.stdout[1], p.stderr[1])
 }
 
