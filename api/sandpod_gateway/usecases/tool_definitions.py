@@ -46,8 +46,9 @@ OPEN_SESSION_DESCRIPTION = (
 RUN_IN_SESSION_DESCRIPTION = (
     "Run code in an open session, after its earlier runs: what they defined is still there. "
     "Returns stdout, stderr, exit code and, in Python, JavaScript and TypeScript, `result`: "
-    "the last line's value when it is an expression (Python's repr, Node's util.inspect). state_lost true means the interpreter was "
-    "restarted (a timeout or crash) and earlier variables are gone; files remain. "
+    "the last line's value when it is an expression (Python's repr, Node's util.inspect). "
+    "state_lost true means the interpreter was restarted (a timeout or crash) and earlier "
+    "variables are gone; files remain. "
     "reported_by sessionKernel means the session's interpreter reported the result: code "
     "run earlier in the same session can change what later runs report. mode lint checks "
     "the code for errors instead, beside the session (its state is not used or changed)."
