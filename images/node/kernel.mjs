@@ -32,17 +32,22 @@ const maxValueChars = 65537;
 // What the program may rebind or delete later, kept here first.
 const write = Writable.prototype.write;
 const { stdout, stderr } = process;
-const { parse } = loadAcorn();
 const session = new Session();
 session.connect();
 
-function loadAcorn() {
-  try {
-    return createRequire(import.meta.url)('acorn');
-  } catch {
-    // Without it static imports are left to V8, which refuses them.
-    return { parse: null };
+// acorn, loaded by the first run that has an import.
+let acorn;
+
+function parser() {
+  if (acorn === undefined) {
+    try {
+      acorn = createRequire(import.meta.url)('acorn');
+    } catch {
+      // Without it static imports are left to V8, which refuses them.
+      acorn = null;
+    }
   }
+  return acorn?.parse ?? null;
 }
 
 function post(method, params) {
@@ -95,7 +100,8 @@ async function show(remote) {
 // Static imports at the top level become `const … = await import(…)`; import() anywhere goes
 // through importFromWorkDir. Code acorn cannot parse is left as it is: V8 says what is wrong.
 function rewriteImports(code) {
-  if (parse === null || !/\bimport\b/.test(code)) {
+  const parse = /\bimport\b/.test(code) ? parser() : null;
+  if (parse === null) {
     return code;
   }
   let tree = null;
