@@ -197,3 +197,20 @@ func TestNodeSessionNeedsTheKernelAndAFileCommand(t *testing.T) {
 		t.Error("a node image without the kernel runs sessions in it")
 	}
 }
+
+func TestMarkedOutputKeepsWhatLiesBetweenTheRunsMarksWhateverTheReads(t *testing.T) {
+	mark := newRunMark()
+	stream := "before\x00" + mark[:5] + mark + "run's \x00 output" + mark + "after"
+	for size := 1; size <= len(stream); size++ {
+		output := &markedOutput{ended: make(chan struct{})}
+		var got strings.Builder
+		output.begin(mark, &got)
+		for start := 0; start < len(stream); start += size {
+			_, _ = output.Write([]byte(stream[start:min(start+size, len(stream))]))
+		}
+		output.finish(0)
+		if got.String() != "run's \x00 output" {
+			t.Fatalf("reads of %d bytes: %q", size, got.String())
+		}
+	}
+}
