@@ -259,12 +259,12 @@ func (k *kernel) receive() {
 // run runs request as run number in the kernel: its result, its value, and
 // alive false when the kernel timed out or died and was killed.
 func (k *kernel) run(ctx context.Context, cfg Config, request runRequest, number int, frames *frameWriter) (Result, *string, bool) {
-	if k.outputs != nil {
-		return k.runMarked(ctx, cfg, request, number, frames)
-	}
-	pipes, err := newRunPipes()
-	if err != nil {
-		return failedResult(err), nil, true
+	var pipes *runPipes
+	if k.outputs == nil {
+		var err error
+		if pipes, err = newRunPipes(); err != nil {
+			return failedResult(err), nil, true
+		}
 	}
 	var value *string
 	alive := true
@@ -272,43 +272,44 @@ func (k *kernel) run(ctx context.Context, cfg Config, request runRequest, number
 	if err := resetOutputsDir(outputs); err != nil {
 		return failedResult(err), nil, true
 	}
+	message := kernelRequest{Run: number, Source: request.Source, Argv: append([]string{cfg.SourceFile}, cfg.Args...)}
+	timeout := time.Duration(cfg.TimeoutSeconds) * time.Second
 	result := runCaptured(cfg, frames, outputs, func(stdout, stderr io.Writer) processOutcome {
-		var readers sync.WaitGroup
-		readers.Add(2)
-		go func() { defer readers.Done(); drain(pipes.stdout[0], stdout) }()
-		go func() { defer readers.Done(); drain(pipes.stderr[0], stderr) }()
-		go feedStdin(pipes.stdin[1], request.Stdin)
-		message := kernelRequest{Run: number, Source: request.Source, Argv: append([]string{cfg.SourceFile}, cfg.Args...)}
 		var outcome processOutcome
-		outcome, value, alive = k.await(ctx, number, time.Duration(cfg.TimeoutSeconds)*time.Second, k.send(message, pipes))
-		waitOrClose(&readers, drainGrace, pipes.stdout[0], pipes.stderr[0])
-		closeAll(pipes.stdout[0], pipes.stderr[0])
+		if pipes == nil {
+			outcome, value, alive = k.exchangeMarked(ctx, message, timeout, stdout, stderr)
+		} else {
+			outcome, value, alive = k.exchangeOverPipes(ctx, message, pipes, request.Stdin, timeout, stdout, stderr)
+		}
 		return outcome
 	})
 	return result, value, alive
 }
 
-// runMarked runs request in the node kernel, whose output of the run lies
-// between the run's marks on its stdout and stderr.
-func (k *kernel) runMarked(ctx context.Context, cfg Config, request runRequest, number int, frames *frameWriter) (Result, *string, bool) {
-	var value *string
-	alive := true
-	outputs := outputsDir(k.child.spec.dir)
-	if err := resetOutputsDir(outputs); err != nil {
-		return failedResult(err), nil, true
-	}
-	result := runCaptured(cfg, frames, outputs, func(stdout, stderr io.Writer) processOutcome {
-		mark := newRunMark()
-		k.outputs[0].begin(mark, stdout)
-		k.outputs[1].begin(mark, stderr)
-		message := kernelRequest{Run: number, Source: request.Source, Argv: append([]string{cfg.SourceFile}, cfg.Args...), Mark: mark}
-		var outcome processOutcome
-		outcome, value, alive = k.await(ctx, number, time.Duration(cfg.TimeoutSeconds)*time.Second, k.send(message, nil))
-		k.outputs[0].finish(drainGrace)
-		k.outputs[1].finish(drainGrace)
-		return outcome
-	})
-	return result, value, alive
+// exchangeOverPipes runs message in the python kernel, which gets the run's
+// own stdin, stdout and stderr.
+func (k *kernel) exchangeOverPipes(ctx context.Context, message kernelRequest, pipes *runPipes, stdin *string, timeout time.Duration, stdout, stderr io.Writer) (processOutcome, *string, bool) {
+	var readers sync.WaitGroup
+	readers.Add(2)
+	go func() { defer readers.Done(); drain(pipes.stdout[0], stdout) }()
+	go func() { defer readers.Done(); drain(pipes.stderr[0], stderr) }()
+	go feedStdin(pipes.stdin[1], stdin)
+	outcome, value, alive := k.await(ctx, message.Run, timeout, k.send(message, pipes))
+	waitOrClose(&readers, drainGrace, pipes.stdout[0], pipes.stderr[0])
+	closeAll(pipes.stdout[0], pipes.stderr[0])
+	return outcome, value, alive
+}
+
+// exchangeMarked runs message in the node kernel, whose output of the run
+// lies between the run's marks on its stdout and stderr.
+func (k *kernel) exchangeMarked(ctx context.Context, message kernelRequest, timeout time.Duration, stdout, stderr io.Writer) (processOutcome, *string, bool) {
+	message.Mark = newRunMark()
+	k.outputs[0].begin(message.Mark, stdout)
+	k.outputs[1].begin(message.Mark, stderr)
+	outcome, value, alive := k.await(ctx, message.Run, timeout, k.send(message, nil))
+	k.outputs[0].finish(drainGrace)
+	k.outputs[1].finish(drainGrace)
+	return outcome, value, alive
 }
 
 // send hands the kernel its run in the background, with the run's ends of
