@@ -46,7 +46,9 @@ def test_javascript_keeps_variables_functions_and_imports_across_three_runs(
     assert third["reported_by"] == "sessionKernel"
 
 
-def test_typescript_has_its_types_stripped_and_keeps_its_state(tenant: httpx.Client) -> None:
+def test_typescript_has_its_types_stripped_and_keeps_its_state_across_file_transfers(
+    tenant: httpx.Client,
+) -> None:
     session = open_session(tenant, "typescript")
 
     first = run_in(
@@ -55,9 +57,16 @@ def test_typescript_has_its_types_stripped_and_keeps_its_state(tenant: httpx.Cli
         "enum Level { High = 3 }\ninterface P { n: number }\nconst p: P = { n: Level.High }",
     )
     second = run_in(tenant, session, "const twice = (v: number): number => v * 2\ntwice(p.n)")
+    uploaded = tenant.put(f"/v1/sessions/{session}/files/data.txt", content=b"moved")
+    downloaded = tenant.get(f"/v1/sessions/{session}/files/data.txt")
+    # The file transfers, runs in the session too, leave its variables (p) as they were.
+    third = run_in(tenant, session, "twice(p.n)")
 
     assert outcome(first) == ("success", "", "", None, False), first
     assert outcome(second) == ("success", "", "", "6", False), second
+    assert (uploaded.status_code, downloaded.status_code) == (200, 200), downloaded.text
+    assert downloaded.content == b"moved"
+    assert outcome(third) == ("success", "", "", "6", False), third
 
 
 def test_a_timeout_then_a_crash_lose_the_javascript_state(tenant: httpx.Client) -> None:
