@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -191,6 +192,10 @@ func TestNodeSessionNeedsTheKernelAndAFileCommand(t *testing.T) {
 		if got := usesNodeKernel(Config{Command: argv, SourceFile: argv[len(argv)-1]}); got != want {
 			t.Errorf("%q: node kernel %v, want %v", command, got, want)
 		}
+	}
+	typescript := Config{Command: []string{"node", "--experimental-transform-types", "--disable-warning=ExperimentalWarning", "main.ts"}, SourceFile: "main.ts"}
+	if argv := nodeKernelArgv(typescript); !slices.Equal(argv, []string{"node", "--experimental-transform-types", "--disable-warning=ExperimentalWarning", repositoryNodeKernel, "main.ts"}) {
+		t.Errorf("the kernel's argv for typescript: %q", argv)
 	}
 	nodeKernelPath = filepath.Join(t.TempDir(), "absent.mjs")
 	if usesNodeKernel(Config{Command: []string{"node", "main.js"}, SourceFile: "main.js"}) {
