@@ -37,7 +37,7 @@ def test_javascript_keeps_variables_functions_and_imports_across_three_runs(
     )
     second = run_in(tenant, session, "x = inc(x)\nconsole.log(join('a', 'b'))\nx")
     third = run_in(
-        tenant, session, "let x = 'again'\nconst y = await Promise.resolve(inc(41))\n`${x} ${y}`"
+        tenant, session, "let x = 'again'\nconst y = await Promise.resolve(inc(41))\nx + ' ' + y"
     )
 
     assert outcome(first) == ("success", "", "", None, False), first
