@@ -6,7 +6,7 @@ kernel) after a timeout or a crash. Needs the node image built from this tree.""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -21,14 +21,28 @@ def tenant(gateway: DeployedGateway, namespace: str) -> Iterator[httpx.Client]:
         yield http
 
 
+@pytest.fixture
+def session_in(tenant: httpx.Client) -> Iterator[Callable[[str], str]]:
+    """Opens a session of the tenant's in a language; every one is closed afterwards."""
+    opened: list[str] = []
+
+    def open_in(language: str) -> str:
+        opened.append(open_session(tenant, language))
+        return opened[-1]
+
+    yield open_in
+    for session in opened:
+        tenant.delete(f"/v1/sessions/{session}")
+
+
 def outcome(answer: dict[str, object]) -> tuple[object, ...]:
     return tuple(answer[key] for key in ("status", "stdout", "stderr", "result", "state_lost"))
 
 
 def test_javascript_keeps_variables_functions_and_imports_across_three_runs(
-    tenant: httpx.Client,
+    tenant: httpx.Client, session_in: Callable[[str], str]
 ) -> None:
-    session = open_session(tenant, "javascript")
+    session = session_in("javascript")
 
     first = run_in(
         tenant,
@@ -47,9 +61,9 @@ def test_javascript_keeps_variables_functions_and_imports_across_three_runs(
 
 
 def test_typescript_has_its_types_stripped_and_keeps_its_state_across_file_transfers(
-    tenant: httpx.Client,
+    tenant: httpx.Client, session_in: Callable[[str], str]
 ) -> None:
-    session = open_session(tenant, "typescript")
+    session = session_in("typescript")
 
     first = run_in(
         tenant,
@@ -69,8 +83,10 @@ def test_typescript_has_its_types_stripped_and_keeps_its_state_across_file_trans
     assert outcome(third) == ("success", "", "", "6", False), third
 
 
-def test_a_timeout_then_a_crash_lose_the_javascript_state(tenant: httpx.Client) -> None:
-    session = open_session(tenant, "javascript")
+def test_a_timeout_then_a_crash_lose_the_javascript_state(
+    tenant: httpx.Client, session_in: Callable[[str], str]
+) -> None:
+    session = session_in("javascript")
 
     kept = run_in(tenant, session, "let x = 1\nx")
     hung = run_in(tenant, session, "console.log('spinning')\nwhile (true) {}", timeout_seconds=3)
