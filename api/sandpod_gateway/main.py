@@ -41,7 +41,7 @@ Run untrusted code in short-lived gVisor sandboxes on Kubernetes.
 Authenticate with `Authorization: Bearer <api key>`. Errors are JSON:
 `{"error": {"code": "...", "message": "...", "details": [...]}}`.
 Sessions (`/v1/sessions`) keep one sandbox between runs: files, packages and, in Python,
-the interpreter's variables persist.
+JavaScript and TypeScript, the interpreter's variables persist.
 MCP clients: streamable HTTP at `/mcp` (tools `run_code`, `open_session`, `run_in_session`,
 `close_session`), same API key.
 """

@@ -367,9 +367,10 @@ class ExecutionResult(BaseModel):
     session: str | None = Field(default=None, description="The session it ran in, if any")
     result: str | None = Field(
         default=None,
-        description="Python: the repr of the trailing expression's value (the last line, when "
-        "it is an expression), as the program's interpreter reported it; null when there is "
-        "none, its value is None, or the program failed",
+        description="Python, and JavaScript and TypeScript in a session: the trailing "
+        "expression's value (the last line, when it is an expression) as text (Python's repr, "
+        "Node's util.inspect), as the program's interpreter reported it; null when there is "
+        "none, its value is None (undefined), or the program failed",
     )
     state_lost: bool = Field(
         default=False,
@@ -379,7 +380,8 @@ class ExecutionResult(BaseModel):
     reported_by: ReportedBy | None = Field(
         default=None,
         description="Whose word exit_code, stdout, stderr and result are: runner (the "
-        "sandbox's runner saw the program end) or sessionKernel (a Python session's "
+        "sandbox's runner saw the program end) or sessionKernel (a Python, JavaScript or "
+        "TypeScript session's "
         "interpreter answered; a session is one trust domain, so an earlier run in it can "
         "have changed what it reports); null when no runner reported",
     )

@@ -607,10 +607,10 @@ class CodeExecutionStatus(_Model):
     )
     result: str | None = Field(
         default=None,
-        description="Python: the repr of the program's trailing expression, as text (like a "
-        "notebook cell), when its value is not None and the program then exited 0; absent "
-        "otherwise. The program's interpreter reports it, so it is the program's word, like "
-        "its output.",
+        description="Python, and JavaScript and TypeScript in a session: the program's trailing "
+        "expression as text (Python's repr, Node's util.inspect; like a notebook cell), when "
+        "its value is not None (undefined) and the program then exited 0; absent otherwise. "
+        "The program's interpreter reports it, so it is the program's word, like its output.",
     )
     state_lost: bool | None = Field(
         default=None,
@@ -620,11 +620,11 @@ class CodeExecutionStatus(_Model):
     reported_by: ReportedBy | None = Field(
         default=None,
         description="Whose word exitCode, stdout, stderr and result are. runner: the "
-        "sandbox's runner saw the program's process end (run-once, pool and non-Python "
-        "session runs). sessionKernel: the Python session's long-lived interpreter reported "
-        "them, and a session is one trust domain, so an earlier run of the same session can "
-        "have changed what it reports. Absent when no runner reported (the platform decided: "
-        "reason and message say what it saw).",
+        "sandbox's runner saw the program's process end (run-once, pool and other languages' "
+        "session runs). sessionKernel: the session's long-lived interpreter (Python, Node) "
+        "reported them, and a session is one trust domain, so an earlier run of the same "
+        "session can have changed what it reports. Absent when no runner reported (the "
+        "platform decided: reason and message say what it saw).",
     )
     conditions: list[Condition] = Field(
         default_factory=list,

@@ -20,6 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from sandpod_contract.catalog import load_catalog
 from sandpod_contract.names import RECORD_DIRECT, RECORD_LABEL
 from sandpod_testkit.kube import GROUP, PLURAL, VERSION
+from sandpod_testkit.sessions import open_session, run_in
 from sandpod_testkit.waiting import wait_until
 
 
@@ -33,18 +34,9 @@ def alice(gateway: DeployedGateway, namespace: str) -> Iterator[httpx.Client]:
 @pytest.fixture
 def session(alice: httpx.Client) -> Iterator[str]:
     """An open Python session of alice's, closed afterwards."""
-    response = alice.post("/v1/sessions", json={"language": "python"})
-    assert response.status_code == 201, response.text
-    session_id: str = response.json()["id"]
+    session_id = open_session(alice)
     yield session_id
     alice.delete(f"/v1/sessions/{session_id}")
-
-
-def run_in(http: httpx.Client, session_id: str, code: str) -> dict[str, Any]:
-    response = http.post(f"/v1/sessions/{session_id}/executions", json={"code": code})
-    assert response.status_code == 200, response.text
-    result: dict[str, Any] = response.json()
-    return result
 
 
 def test_two_runs_share_a_variable(alice: httpx.Client, session: str) -> None:

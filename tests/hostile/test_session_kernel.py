@@ -22,6 +22,7 @@ from kubernetes import client
 from results_table import Row
 from sandpod_contract.names import SESSION_PLURAL
 from sandpod_testkit.kube import GROUP, VERSION, is_gone
+from sandpod_testkit.sessions import open_session, run_in
 from sandpod_testkit.waiting import wait_until
 
 pytestmark = pytest.mark.usefixtures("sandpod_operator")
@@ -52,20 +53,6 @@ def tenant(gateway: DeployedGateway, hostile_namespace: str) -> Iterator[httpx.C
     key = gateway.add_tenant(hostile_namespace, hostile_namespace, maxSessions=2)
     with gateway.client(key) as http:
         yield http
-
-
-def open_session(http: httpx.Client, **options: Any) -> str:
-    response = http.post("/v1/sessions", json={"language": "python", **options})
-    assert response.status_code == 201, response.text
-    session_id: str = response.json()["id"]
-    return session_id
-
-
-def run_in(http: httpx.Client, session: str, code: str, **options: Any) -> dict[str, Any]:
-    response = http.post(f"/v1/sessions/{session}/executions", json={"code": code, **options})
-    assert response.status_code == 200, response.text
-    result: dict[str, Any] = response.json()
-    return result
 
 
 def recorded(objects: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from gateway_fakes import FakeExecutionService, make_app, parse_sse, tenant
+from sandpod_contract.catalog import load_catalog
 from sandpod_contract.names import CANCEL_ANNOTATION, TENANT_LABEL
 from sandpod_gateway.kube.service import ExecutionNotFound, KubernetesUnavailable, PageData
 from sandpod_gateway.web.dependencies import get_execution_service
@@ -544,6 +545,17 @@ def test_languages_come_from_the_catalog(client: TestClient) -> None:
     assert languages["python"]["lint"] is True
     assert languages["bash"]["lint"] is False
     assert languages["python"]["version"]
+
+
+def test_languages_and_the_tools_show_the_catalogs_versions(client: TestClient) -> None:
+    versions = {name: language.version for name, language in load_catalog().languages.items()}
+    languages = client.get("/v1/languages").json()["languages"]
+    [run_code, *_] = client.get("/v1/tools/openai").json()
+    described = run_code["function"]["parameters"]["properties"]["language"]["description"]
+
+    assert {item["name"]: item["version"] for item in languages} == versions
+    for name, version in versions.items():
+        assert f"{name} ({version})" in described
 
 
 def test_the_openai_tools_are_run_code_and_the_session_tools(client: TestClient) -> None:

@@ -7,6 +7,7 @@ from fastapi import FastAPI
 from gateway_fakes import FakeExecutionService, FakeSessionService, http_client, make_app, tenant
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from sandpod_contract.catalog import load_catalog
 from sandpod_testkit.expected import AGENT_TOOLS, CATALOG_LANGUAGES
 
 KEY = "sk-mcp-0123456789"
@@ -30,6 +31,9 @@ async def test_an_mcp_client_lists_and_calls_run_code(
     assert [t.name for t in tools] == AGENT_TOOLS
     tool = tools[0]
     assert tool.input_schema["properties"]["language"]["enum"] == CATALOG_LANGUAGES
+    described = tool.input_schema["properties"]["language"]["description"]
+    for name, language in load_catalog().languages.items():
+        assert f"{name} ({language.version})" in described
     assert tool.input_schema["required"] == ["language", "code"]
     assert not result.is_error
     assert result.structured_content is not None

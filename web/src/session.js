@@ -1,4 +1,5 @@
-// The session switch: runs share one sandbox (and, in Python, its variables) until it ends.
+// The session switch: runs share one sandbox (and, in Python, JavaScript and TypeScript, its
+// variables) until it ends.
 import { clock } from "./words.js";
 
 const ENDINGS = {

@@ -2,8 +2,8 @@
 the file and whose program does nothing; a download is a run that prints the file
 base64-encoded, decoded here. Both queue with the session's other runs.
 
-The programs are per language and bind no names, so a Python session's variables are left
-as they were.
+The programs are per language and bind no names, so the variables of a session whose
+interpreter keeps them (Python, JavaScript, TypeScript) are left as they were.
 """
 
 import base64
@@ -23,18 +23,20 @@ MISSING_FILE_EXIT = 3
 
 NO_OP_PROGRAMS = {"python": "pass", "bash": ":", "javascript": ";", "typescript": ";"}
 
+# Valid TypeScript as well (the parameter's type is not checked); `require` is there in a
+# session's node kernel and in a CommonJS main.js or main.ts.
+NODE_DOWNLOAD_PROGRAM = (
+    "(p => { const fs = require('fs');"
+    " if (!fs.existsSync(p) || !fs.statSync(p).isFile()) { process.exitCode = 3; return; }"
+    " process.stdout.write(fs.readFileSync(p).toString('base64')); })({path});"
+)
 # `{path}` is a JSON string literal, valid in each of these languages.
 DOWNLOAD_PROGRAMS = {
     "python": "(lambda p: print(__import__('base64').b64encode(open(p, 'rb').read()).decode())"
     " if __import__('os').path.isfile(p) else __import__('sys').exit(3))({path})",
     "bash": 'p={path}; if [ -f "$p" ]; then base64 -w0 -- "$p"; else exit 3; fi',
-    "javascript": "(p => { const fs = require('fs');"
-    " if (!fs.existsSync(p) || !fs.statSync(p).isFile()) { process.exitCode = 3; return; }"
-    " process.stdout.write(fs.readFileSync(p).toString('base64')); })({path});",
-    "typescript": "import { existsSync, readFileSync, statSync } from 'node:fs';\n"
-    "const p: string = {path};\n"
-    "if (!existsSync(p) || !statSync(p).isFile()) process.exitCode = 3;\n"
-    "else process.stdout.write(readFileSync(p).toString('base64'));\n",
+    "javascript": NODE_DOWNLOAD_PROGRAM,
+    "typescript": NODE_DOWNLOAD_PROGRAM,
 }
 
 

@@ -35,7 +35,8 @@ RUN_CODE_DESCRIPTION = (
 )
 OPEN_SESSION_DESCRIPTION = (
     "Open a session: one isolated sandbox kept for you, where runs share files, installed "
-    "packages and, in Python, variables, imports and functions, like a notebook. No network "
+    "packages and, in Python, JavaScript and TypeScript, variables, imports and functions, "
+    "like a notebook. No network "
     "unless allow_hosts names hosts (e.g. pypi.org and files.pythonhosted.org to pip "
     "install), and only those the platform allows: another ends the session (status ended, "
     "reason InvalidSpec). "
@@ -44,9 +45,10 @@ OPEN_SESSION_DESCRIPTION = (
 )
 RUN_IN_SESSION_DESCRIPTION = (
     "Run code in an open session, after its earlier runs: what they defined is still there. "
-    "Returns stdout, stderr, exit code and, in Python, `result`: the repr of the last "
-    "line's value when it is an expression. state_lost true means the interpreter was "
-    "restarted (a timeout or crash) and earlier variables are gone; files remain. "
+    "Returns stdout, stderr, exit code and, in Python, JavaScript and TypeScript, `result`: "
+    "the last line's value when it is an expression (Python's repr, Node's util.inspect). "
+    "state_lost true means the interpreter was restarted (a timeout or crash) and earlier "
+    "variables are gone; files remain. "
     "reported_by sessionKernel means the session's interpreter reported the result: code "
     "run earlier in the same session can change what later runs report. mode lint checks "
     "the code for errors instead, beside the session (its state is not used or changed)."
@@ -68,8 +70,8 @@ SessionCode = Annotated[
     str,
     Field(
         min_length=1,
-        description="Code to run in the session (Python: its last line's "
-        "value, if an expression, comes back as `result`)",
+        description="Code to run in the session (Python, JavaScript, TypeScript: its last "
+        "line's value, if an expression, comes back as `result`)",
     ),
 ]
 # The CRD's maximum; a tenant's own maximum is lower or equal (checked at admission).

@@ -125,9 +125,9 @@ async def delete_session(
     response_model=ExecutionResult,
     summary="Run code in a session",
     description="As POST /v1/executions, in the session's sandbox after its earlier runs: "
-    "files, installed packages and (Python) variables persist. language is optional (the "
-    "session's); memory and cpu are the session's. The result adds `result` (the repr of "
-    "a trailing expression) and `state_lost`.",
+    "files, installed packages and (Python, JavaScript, TypeScript) variables persist. "
+    "language is optional (the session's); memory and cpu are the session's. The result "
+    "adds `result` (a trailing expression's value as text) and `state_lost`.",
     responses=responses_with(
         202, ExecutionResult, "Accepted; not finished yet", 400, 404, 409, 413, 429
     ),

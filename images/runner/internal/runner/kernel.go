@@ -164,11 +164,13 @@ def _sandpod_kernel():
 _sandpod_kernel()
 `
 
-// kernelRequest is a run as the kernel receives it.
+// kernelRequest is a run as the kernel receives it; mark only for the node
+// kernel (nodekernel.go).
 type kernelRequest struct {
 	Run    int      `json:"run"`
 	Source string   `json:"source"`
 	Argv   []string `json:"argv"`
+	Mark   string   `json:"mark,omitempty"`
 }
 
 // kernelDone is the kernel's answer once a run has ended.
@@ -178,10 +180,13 @@ type kernelDone struct {
 	Value    *string `json:"value"`
 }
 
-// kernel is a session's running python interpreter.
+// kernel is a session's running interpreter: python, or node (outputs set).
 type kernel struct {
 	child *warmChild
 	conn  *net.UnixConn
+	// outputs are the node kernel's stdout and stderr, read for its life;
+	// the python kernel gets each run's pipes instead.
+	outputs *[2]*markedOutput
 	// done carries the kernel's answers; closed when its channel ends or
 	// carries anything else.
 	done chan kernelDone
@@ -190,10 +195,15 @@ type kernel struct {
 	killOnce sync.Once
 }
 
-// startKernel starts the interpreter of served's command with the kernel and
-// waits until it is ready.
+// startKernel starts the interpreter of served's command with its kernel
+// (python's, or node's) and waits until it is ready.
 func startKernel(served Config, opts Options) (*kernel, error) {
-	child, err := startWaiting(served, opts, []string{served.Command[0], "-c", pythonKernel})
+	argv := []string{served.Command[0], "-c", pythonKernel}
+	node := !usesPythonBootstrap(served)
+	if node {
+		argv = nodeKernelArgv(served)
+	}
+	child, err := startWaiting(served, opts, argv)
 	if err != nil {
 		return nil, err
 	}
@@ -204,6 +214,14 @@ func startKernel(served Config, opts Options) (*kernel, error) {
 		return nil, fmt.Errorf("using the kernel's channel: %w", err)
 	}
 	k := &kernel{child: child, conn: conn.(*net.UnixConn), done: make(chan kernelDone), gone: make(chan struct{})}
+	if node {
+		// The node kernel's stdin is empty; its stdout and stderr are read here
+		// for its life, not by its process's end.
+		_ = child.stdin.Close()
+		pipes := child.process.pipes
+		k.outputs = &[2]*markedOutput{readMarked(pipes.stdoutRead), readMarked(pipes.stderrRead)}
+		pipes.stdoutRead, pipes.stderrRead = nil, nil
+	}
 	go k.receive()
 	return k, nil
 }
@@ -241,9 +259,12 @@ func (k *kernel) receive() {
 // run runs request as run number in the kernel: its result, its value, and
 // alive false when the kernel timed out or died and was killed.
 func (k *kernel) run(ctx context.Context, cfg Config, request runRequest, number int, frames *frameWriter) (Result, *string, bool) {
-	pipes, err := newRunPipes()
-	if err != nil {
-		return failedResult(err), nil, true
+	var pipes *runPipes
+	if k.outputs == nil {
+		var err error
+		if pipes, err = newRunPipes(); err != nil {
+			return failedResult(err), nil, true
+		}
 	}
 	var value *string
 	alive := true
@@ -251,24 +272,49 @@ func (k *kernel) run(ctx context.Context, cfg Config, request runRequest, number
 	if err := resetOutputsDir(outputs); err != nil {
 		return failedResult(err), nil, true
 	}
+	message := kernelRequest{Run: number, Source: request.Source, Argv: append([]string{cfg.SourceFile}, cfg.Args...)}
+	timeout := time.Duration(cfg.TimeoutSeconds) * time.Second
 	result := runCaptured(cfg, frames, outputs, func(stdout, stderr io.Writer) processOutcome {
-		var readers sync.WaitGroup
-		readers.Add(2)
-		go func() { defer readers.Done(); drain(pipes.stdout[0], stdout) }()
-		go func() { defer readers.Done(); drain(pipes.stderr[0], stderr) }()
-		go feedStdin(pipes.stdin[1], request.Stdin)
-		message := kernelRequest{Run: number, Source: request.Source, Argv: append([]string{cfg.SourceFile}, cfg.Args...)}
 		var outcome processOutcome
-		outcome, value, alive = k.await(ctx, number, time.Duration(cfg.TimeoutSeconds)*time.Second, k.send(message, pipes))
-		waitOrClose(&readers, drainGrace, pipes.stdout[0], pipes.stderr[0])
-		closeAll(pipes.stdout[0], pipes.stderr[0])
+		if pipes == nil {
+			outcome, value, alive = k.exchangeMarked(ctx, message, timeout, stdout, stderr)
+		} else {
+			outcome, value, alive = k.exchangeOverPipes(ctx, message, pipes, request.Stdin, timeout, stdout, stderr)
+		}
 		return outcome
 	})
 	return result, value, alive
 }
 
+// exchangeOverPipes runs message in the python kernel, which gets the run's
+// own stdin, stdout and stderr.
+func (k *kernel) exchangeOverPipes(ctx context.Context, message kernelRequest, pipes *runPipes, stdin *string, timeout time.Duration, stdout, stderr io.Writer) (processOutcome, *string, bool) {
+	var readers sync.WaitGroup
+	readers.Add(2)
+	go func() { defer readers.Done(); drain(pipes.stdout[0], stdout) }()
+	go func() { defer readers.Done(); drain(pipes.stderr[0], stderr) }()
+	go feedStdin(pipes.stdin[1], stdin)
+	outcome, value, alive := k.await(ctx, message.Run, timeout, k.send(message, pipes))
+	waitOrClose(&readers, drainGrace, pipes.stdout[0], pipes.stderr[0])
+	closeAll(pipes.stdout[0], pipes.stderr[0])
+	return outcome, value, alive
+}
+
+// exchangeMarked runs message in the node kernel, whose output of the run
+// lies between the run's marks on its stdout and stderr.
+func (k *kernel) exchangeMarked(ctx context.Context, message kernelRequest, timeout time.Duration, stdout, stderr io.Writer) (processOutcome, *string, bool) {
+	message.Mark = newRunMark()
+	k.outputs[0].begin(message.Mark, stdout)
+	k.outputs[1].begin(message.Mark, stderr)
+	outcome, value, alive := k.await(ctx, message.Run, timeout, k.send(message, nil))
+	k.outputs[0].finish(drainGrace)
+	k.outputs[1].finish(drainGrace)
+	return outcome, value, alive
+}
+
 // send hands the kernel its run in the background, with the run's ends of
-// the pipes, which it then closes here; the channel says how that went.
+// the pipes (python's kernel; nil for node's), which it then closes here; the
+// channel says how that went.
 func (k *kernel) send(message kernelRequest, pipes *runPipes) <-chan error {
 	sent := make(chan error, 1)
 	body, err := json.Marshal(message)
@@ -281,7 +327,10 @@ func (k *kernel) send(message kernelRequest, pipes *runPipes) <-chan error {
 	go func() {
 		defer pipes.closeChildEnds()
 		header := binary.BigEndian.AppendUint32(nil, uint32(len(body)))
-		rights := syscall.UnixRights(int(pipes.stdin[0].Fd()), int(pipes.stdout[1].Fd()), int(pipes.stderr[1].Fd()))
+		var rights []byte
+		if pipes != nil {
+			rights = syscall.UnixRights(int(pipes.stdin[0].Fd()), int(pipes.stdout[1].Fd()), int(pipes.stderr[1].Fd()))
+		}
 		if _, _, err := k.conn.WriteMsgUnix(header, rights, nil); err != nil {
 			sent <- err
 			return
@@ -373,8 +422,11 @@ func newRunPipes() (*runPipes, error) {
 	return &runPipes{stdin: pipes[0], stdout: pipes[1], stderr: pipes[2]}, nil
 }
 
-// closeChildEnds closes the ends the kernel gets.
+// closeChildEnds closes the ends the kernel gets (none for nil).
 func (p *runPipes) closeChildEnds() {
+	if p == nil {
+		return
+	}
 	closeAll(p.stdin[0], p.stdout[1], p.stderr[1])
 }
 

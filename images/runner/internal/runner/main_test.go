@@ -33,6 +33,9 @@ func TestMain(m *testing.M) {
 		if os.Getenv(withoutGraceEnv) == "1" {
 			stretchGraces()
 		}
+		if kernel := os.Getenv(nodeKernelEnv); kernel != "" {
+			nodeKernelPath = kernel
+		}
 		os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())

@@ -40,7 +40,7 @@ func (f *fixture) serve(flags ...string) *servingRunner {
 	args := append([]string{"--serve", f.opts.ConfigPath, "-listen", "127.0.0.1:0",
 		"-work-dir", f.opts.WorkDir, "-termination-log", f.opts.TerminationLogPath}, flags...)
 	s.cmd = exec.Command(os.Args[0], args...)
-	s.cmd.Env = []string{runAsRunnerEnv + "=1"}
+	s.cmd.Env = []string{runAsRunnerEnv + "=1", nodeKernelEnv + "=" + repositoryNodeKernel}
 	s.cmd.Stderr = &s.stderr
 	stdout, err := s.cmd.StdoutPipe()
 	if err != nil {

@@ -13,10 +13,12 @@ import (
 const maxValueBytes = 64 << 10
 
 // newSession is the executor of session mode: python runs in one persistent
-// interpreter (kernel.go) when the command is [python…, sourceFile], any other
-// command in a fresh process per run. Both share the work dir, which persists.
+// interpreter (kernel.go) when the command is [python…, sourceFile], and
+// JavaScript and TypeScript in one node process when it is [node, flags…,
+// sourceFile] (nodekernel.go); any other command in a fresh process per run.
+// All share the work dir, which persists.
 func newSession(served Config, opts Options) (executor, error) {
-	if !usesPythonBootstrap(served) {
+	if !usesPythonBootstrap(served) && !usesNodeKernel(served) {
 		if err := createWorkDir(opts.WorkDir); err != nil {
 			return nil, err
 		}
@@ -60,7 +62,7 @@ func (f *freshRuns) runFresh(ctx context.Context, cfg Config, request runRequest
 
 func (f *freshRuns) close() {}
 
-// kernelSession runs python requests in one persistent interpreter. When a
+// kernelSession runs requests in one persistent interpreter. When a
 // run times out or the interpreter dies, it is killed and a fresh one
 // started: that run and the next say stateLost.
 type kernelSession struct {
@@ -99,7 +101,7 @@ func (s *kernelSession) runInKernel(ctx context.Context, cfg Config, request run
 	if s.kernel == nil {
 		k, err := startKernel(s.served, s.opts)
 		if err != nil {
-			return failedResult(fmt.Errorf("the python interpreter could not be restarted: %w", err)), nil, false
+			return failedResult(fmt.Errorf("the session's interpreter could not be restarted: %w", err)), nil, false
 		}
 		s.kernel = k
 	}
@@ -133,7 +135,7 @@ func (s *kernelSession) close() {
 }
 
 // setSession adds the session fields to a result: value (nil for null),
-// stateLost, and kernel (the run went through the session's python kernel:
+// stateLost, and kernel (the run went through the session's kernel:
 // its result is the kernel's word, not only the runner's observation).
 func (r *Result) setSession(value *string, stateLost, kernel bool) {
 	r.Value = &programValue{Text: boundValue(value)}
