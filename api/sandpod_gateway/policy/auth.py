@@ -84,7 +84,7 @@ class TenantLimits(_CamelModel):
     )
     max_stored_bytes: int = Field(
         default=DEFAULT_MAX_STORED_BYTES,
-        ge=0,
+        ge=1,
         description="Bytes the executions of the tenant's namespace may keep (their spec and "
         "status as JSON, their stored output files); a create beyond is refused with 429 "
         "stored_bytes_limit.",
