@@ -14,6 +14,7 @@ from aiohttp import web
 from gateway_fakes import FakeExecutionService, http_client, make_app, tenant
 from sandpod_gateway.auth import Tenant
 from sandpod_gateway.dependencies import get_tenant_counts
+from sandpod_gateway.direct_runs import OperatorEndpoint
 from sandpod_gateway.errors import GatewayError
 from sandpod_gateway.policy.tenant_counts import OperatorCounts
 from sandpod_gateway.settings import GatewaySettings
@@ -37,7 +38,7 @@ class Operator:
         self.url = ""
 
     def counts(self, token: str = TOKEN) -> OperatorCounts:
-        return OperatorCounts(self.address, token, retry_after_seconds=3)
+        return OperatorCounts(OperatorEndpoint(self.address, token), retry_after_seconds=3)
 
     async def address(self) -> str:
         return self.url
@@ -139,7 +140,7 @@ async def test_a_create_over_the_stored_bytes_is_refused_naming_the_limit(
 
 
 async def test_an_operator_not_reached_refuses_with_503(operator: Operator) -> None:
-    closed = OperatorCounts(_closed_port, TOKEN, retry_after_seconds=3)
+    closed = OperatorCounts(OperatorEndpoint(_closed_port, TOKEN), retry_after_seconds=3)
     wrong_token = operator.counts(token="not-the-token-0123456789")
     try:
         for counts in (closed, wrong_token):

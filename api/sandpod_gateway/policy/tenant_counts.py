@@ -9,15 +9,11 @@ guess from this replica alone could let the tenant past its limits).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import partial
-from pathlib import Path
 from typing import Any, Literal
 
 import aiohttp
-from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 from sandpod_contract.names import DIRECT_ADMISSION_PATH, DIRECT_USAGE_PATH
 
@@ -29,7 +25,7 @@ from sandpod_gateway.policy.admission import (
 )
 from sandpod_gateway.policy.auth import Tenant
 from sandpod_gateway.settings import GatewaySettings
-from sandpod_gateway.usecases.direct_runs import ServiceAddress
+from sandpod_gateway.usecases.direct_runs import OperatorEndpoint
 from sandpod_gateway.web.errors import GatewayError
 
 logger = logging.getLogger(__name__)
@@ -91,32 +87,15 @@ def refusal(
 
 
 class OperatorCounts:
-    """Asks the operator's ledger over one pool of kept-alive connections; `address` gives
-    its base URL (http://host:port)."""
+    """Asks the operator's ledger, at the direct path's `endpoint`, over one pool of
+    kept-alive connections. A gateway without the direct path has none: it counts by
+    listing, per replica (admission.py)."""
 
-    def __init__(
-        self, address: Callable[[], Awaitable[str]], token: str, retry_after_seconds: int
-    ) -> None:
-        self._address = address
-        self._headers = {"Authorization": f"Bearer {token}"}
+    def __init__(self, endpoint: OperatorEndpoint, retry_after_seconds: int) -> None:
+        self._address = endpoint.address
+        self._headers = {"Authorization": f"Bearer {endpoint.token}"}
         self._retry_after = retry_after_seconds
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(ASK_TIMEOUT_SECONDS))
-
-    @classmethod
-    def of(cls, settings: GatewaySettings, api_client: ApiClient) -> OperatorCounts | None:
-        """The operator the settings name for the direct path (its Service, else its URL),
-        or None: the gateway then counts by listing, per replica (admission.py)."""
-        if not settings.direct_token_file:
-            return None
-        address: Callable[[], Awaitable[str]]
-        if settings.direct_service:
-            address = ServiceAddress(api_client, settings.direct_service)
-        elif settings.direct_url:
-            address = partial(_fixed, settings.direct_url)
-        else:
-            return None
-        token = Path(settings.direct_token_file).read_text().strip()
-        return cls(address, token, settings.default_retry_after_seconds)
 
     async def close(self) -> None:
         await self._http.close()
@@ -177,7 +156,3 @@ class OperatorCounts:
             "nothing was created, retry later.",
             headers={"Retry-After": str(self._retry_after)},
         )
-
-
-async def _fixed(url: str) -> str:
-    return url

@@ -8,6 +8,7 @@ write to the API server is waited on; runner credentials stay with the operator.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Protocol
@@ -58,6 +59,28 @@ class ServiceAddress:
         return self._url
 
 
+@dataclass(frozen=True)
+class OperatorEndpoint:
+    """The operator's direct port as the settings name it: its base URL, and the token."""
+
+    address: Callable[[], Awaitable[str]]
+    token: str
+
+    @classmethod
+    def of(cls, settings: GatewaySettings, api_client: ApiClient) -> OperatorEndpoint | None:
+        """Its Service, else its URL; None without a token or either."""
+        if not settings.direct_token_file:
+            return None
+        address: Callable[[], Awaitable[str]]
+        if settings.direct_service:
+            address = ServiceAddress(api_client, settings.direct_service)
+        elif settings.direct_url:
+            address = partial(_fixed, settings.direct_url)
+        else:
+            return None
+        return cls(address, Path(settings.direct_token_file).read_text().strip())
+
+
 class OperatorDirectRunner:
     """Posts runs to the operator's direct endpoint over one pool of kept-alive connections.
     `address` gives its base URL (http://host:port)."""
@@ -73,17 +96,10 @@ class OperatorDirectRunner:
     @classmethod
     def of(cls, settings: GatewaySettings, api_client: ApiClient) -> OperatorDirectRunner | None:
         """The direct path the settings name (its Service, else its URL), or None."""
-        if not settings.direct_token_file:
+        endpoint = OperatorEndpoint.of(settings, api_client)
+        if endpoint is None:
             return None
-        address: Callable[[], Awaitable[str]]
-        if settings.direct_service:
-            address = ServiceAddress(api_client, settings.direct_service)
-        elif settings.direct_url:
-            address = partial(_fixed, settings.direct_url)
-        else:
-            return None
-        token = Path(settings.direct_token_file).read_text().strip()
-        return cls(address, token, settings.default_retry_after_seconds)
+        return cls(endpoint.address, endpoint.token, settings.default_retry_after_seconds)
 
     async def close(self) -> None:
         await self._http.close()
