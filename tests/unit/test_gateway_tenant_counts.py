@@ -36,6 +36,7 @@ class Operator:
             sessions=lambda namespace: self.sessions.get(namespace, []),
         )
         self.url = ""
+        self.counted = True
 
     def counts(self, token: str = TOKEN) -> OperatorCounts:
         return OperatorCounts(OperatorEndpoint(self.address, token), retry_after_seconds=3)
@@ -49,7 +50,7 @@ class Operator:
 async def operator() -> AsyncIterator[Operator]:
     served = Operator()
     app = web.Application()
-    add_routes(app, served.ledger, TOKEN)
+    add_routes(app, served.ledger, TOKEN, counted=lambda: served.counted)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host="127.0.0.1", port=0)
@@ -140,18 +141,23 @@ async def test_a_create_over_the_stored_bytes_is_refused_naming_the_limit(
 
 
 async def test_an_operator_not_reached_refuses_with_503(operator: Operator) -> None:
-    closed = OperatorCounts(OperatorEndpoint(_closed_port, TOKEN), retry_after_seconds=3)
-    wrong_token = operator.counts(token="not-the-token-0123456789")
+    clients = [
+        OperatorCounts(OperatorEndpoint(_closed_port, TOKEN), retry_after_seconds=3),
+        operator.counts(token="not-the-token-0123456789"),
+        # Just restarted: its indices are not populated yet.
+        operator.counts(),
+    ]
+    operator.counted = False
     try:
-        for counts in (closed, wrong_token):
+        for counts in clients:
             with pytest.raises(GatewayError) as refused:
                 await counts.admit(alice(), "execution", "cx-1", 100, GatewaySettings())
             error = refused.value
             assert (error.status_code, error.code) == (503, "admission_unavailable")
             assert error.headers["Retry-After"] == "3"
     finally:
-        await closed.close()
-        await wrong_token.close()
+        for counts in clients:
+            await counts.close()
     assert operator.ledger.usage("ns-alice", "alice").running == 0
 
 
