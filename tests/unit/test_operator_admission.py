@@ -7,7 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
+from kopf import Body
 from sandpod_operator.admission.endpoint import parse_ask
+from sandpod_operator.admission.handlers import execution_uses
 from sandpod_operator.admission.ledger import (
     STORED_BYTES_REASON,
     Ask,
@@ -198,3 +200,36 @@ def test_a_well_formed_ask_is_read() -> None:
     }
 
     assert parse_ask(body) == ask("s1", kind="session", stored=0)
+
+
+def test_the_index_reads_kopfs_views_of_an_execution() -> None:
+    body = Body(
+        {
+            "metadata": {
+                "name": "a",
+                "namespace": "ns",
+                "labels": {"sandpod.dev/tenant": "alice"},
+                "creationTimestamp": "2026-11-26T10:00:00Z",
+            },
+            "spec": {"language": "python", "source": "print(1)"},
+            "status": {"phase": "Succeeded", "outputs": [{"size": 10, "stored": True}]},
+        }
+    )
+
+    indexed = execution_uses(
+        namespace="ns",
+        name="a",
+        labels=body.metadata.labels,
+        meta=body.metadata,
+        spec=body.spec,
+        status=body.status,
+    )
+
+    use = indexed["ns"]
+    assert (use.name, use.tenant, use.unfinished, use.created) == (
+        "a",
+        "alice",
+        False,
+        "2026-11-26T10:00:00Z",
+    )
+    assert use.stored_bytes == stored_bytes(dict(body.spec), dict(body.status))
