@@ -106,7 +106,11 @@ bytes or null (the operator's default)}: the largest its tenants set. */}}
 {{- define "sandpod.storedBytesBounds" -}}
 {{- $bounds := dict }}
 {{- range $namespace, $entry := fromYaml (include "sandpod.tenantNamespaces" .) }}
-{{- $_ := set $bounds $namespace (get $entry "maxStoredBytes") }}
+{{- if hasKey $entry "maxStoredBytes" }}
+{{- $_ := set $bounds $namespace $entry.maxStoredBytes }}
+{{- else }}
+{{- $_ := set $bounds $namespace nil }}
+{{- end }}
 {{- end }}
 {{- toYaml $bounds }}
 {{- end }}
