@@ -22,12 +22,13 @@ from sandpod_gateway.families.sandpod import (
 )
 from sandpod_gateway.families.tools import router as tools
 from sandpod_gateway.kube.kube_service import KubernetesExecutionService, KubernetesSessionService
+from sandpod_gateway.kube.operator_endpoint import OperatorEndpoint
 from sandpod_gateway.languages import load_language_catalog
 from sandpod_gateway.policy.admission import AdmissionControl
 from sandpod_gateway.policy.auth import SecretApiKeyStore
 from sandpod_gateway.policy.tenant_counts import OperatorCounts
 from sandpod_gateway.settings import GatewaySettings
-from sandpod_gateway.usecases.direct_runs import OperatorDirectRunner, OperatorEndpoint
+from sandpod_gateway.usecases.direct_runs import OperatorDirectRunner
 from sandpod_gateway.usecases.sessions import KnownSessions
 from sandpod_gateway.web.body_limit import BodySizeLimitMiddleware
 from sandpod_gateway.web.docs import install_docs

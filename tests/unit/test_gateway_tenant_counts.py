@@ -12,10 +12,10 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 from gateway_fakes import FakeExecutionService, http_client, make_app, tenant
+from sandpod_gateway.kube.operator_endpoint import OperatorEndpoint
 from sandpod_gateway.policy.auth import Tenant
 from sandpod_gateway.policy.tenant_counts import OperatorCounts
 from sandpod_gateway.settings import GatewaySettings
-from sandpod_gateway.usecases.direct_runs import OperatorEndpoint
 from sandpod_gateway.web.dependencies import get_tenant_counts
 from sandpod_gateway.web.errors import GatewayError
 from sandpod_operator.admission.endpoint import add_routes

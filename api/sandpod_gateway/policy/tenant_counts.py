@@ -17,6 +17,7 @@ import aiohttp
 from kubernetes_asyncio.client.exceptions import ApiException
 from sandpod_contract.names import DIRECT_ADMISSION_PATH, DIRECT_USAGE_PATH
 
+from sandpod_gateway.kube.operator_endpoint import OperatorEndpoint
 from sandpod_gateway.policy.admission import (
     concurrency_refused,
     seconds_until_room,
@@ -25,7 +26,6 @@ from sandpod_gateway.policy.admission import (
 )
 from sandpod_gateway.policy.auth import Tenant
 from sandpod_gateway.settings import GatewaySettings
-from sandpod_gateway.usecases.direct_runs import OperatorEndpoint
 from sandpod_gateway.web.errors import GatewayError
 
 logger = logging.getLogger(__name__)
