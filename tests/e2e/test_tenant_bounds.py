@@ -178,7 +178,8 @@ def test_a_kubectl_create_over_the_stored_bytes_ends_failed_naming_the_bound(
                 "apiVersion": f"{GROUP}/{VERSION}",
                 "kind": "CodeExecution",
                 "metadata": {"name": name},
-                "spec": {"language": "python", "source": source},
+                # Generous: the node's two cores are shared.
+                "spec": {"language": "python", "source": source, "timeoutSeconds": 120},
             },
         )
 
