@@ -22,9 +22,11 @@ from sandpod_gateway.families.sandpod import (
 )
 from sandpod_gateway.families.tools import router as tools
 from sandpod_gateway.kube.kube_service import KubernetesExecutionService, KubernetesSessionService
+from sandpod_gateway.kube.operator_endpoint import OperatorEndpoint
 from sandpod_gateway.languages import load_language_catalog
 from sandpod_gateway.policy.admission import AdmissionControl
 from sandpod_gateway.policy.auth import SecretApiKeyStore
+from sandpod_gateway.policy.tenant_counts import OperatorCounts
 from sandpod_gateway.settings import GatewaySettings
 from sandpod_gateway.usecases.direct_runs import OperatorDirectRunner
 from sandpod_gateway.usecases.sessions import KnownSessions
@@ -69,6 +71,12 @@ def create_app(settings: GatewaySettings | None = None, pad_dir: Path = PAD_DIR)
             )
             app.state.session_service = KubernetesSessionService(api_client)
             app.state.direct_runner = OperatorDirectRunner.of(settings, api_client)
+            endpoint = OperatorEndpoint.of(settings, api_client)
+            app.state.tenant_counts = (
+                None
+                if endpoint is None
+                else OperatorCounts(endpoint, settings.default_retry_after_seconds)
+            )
             app.state.mcp_sessions = new_session_manager(mcp_server, settings)
             async with app.state.mcp_sessions.run():
                 yield
@@ -76,6 +84,8 @@ def create_app(settings: GatewaySettings | None = None, pad_dir: Path = PAD_DIR)
             await app.state.judge0_callbacks.close()
             if app.state.direct_runner is not None:
                 await app.state.direct_runner.close()
+            if app.state.tenant_counts is not None:
+                await app.state.tenant_counts.close()
             await api_client.close()
 
     app = FastAPI(
@@ -93,6 +103,7 @@ def create_app(settings: GatewaySettings | None = None, pad_dir: Path = PAD_DIR)
     app.state.admission = AdmissionControl()
     app.state.known_sessions = KnownSessions()
     app.state.direct_runner = None
+    app.state.tenant_counts = None
     app.state.judge0_callbacks = Judge0Callbacks()
     app.state.e2b_token_key = e2b.token_key(settings)
     install_error_handlers(app)

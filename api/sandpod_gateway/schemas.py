@@ -494,7 +494,19 @@ class TenantLimitsInfo(BaseModel):
     max_timeout_seconds: int
     max_memory: str
     max_cpu: str
-    max_concurrent: int
+    max_concurrent: int = Field(description="Executions not finished, at once")
+    max_open_waits: int = Field(
+        description="Requests waiting for a result plus output streams open at once, per "
+        "gateway replica"
+    )
+    max_waits_per_execution: int = Field(description="Of those, on one execution")
+    max_inline_file_bytes: int = Field(
+        description="Bytes of output files returned inline in one result, in total"
+    )
+    max_stored_bytes: int = Field(
+        description="Bytes the executions of its namespace may keep (spec and status as JSON, "
+        "stored output files); beyond, 429 stored_bytes_limit"
+    )
     max_sessions: int = Field(description="Sessions not yet ended, at once")
     max_idle_timeout_seconds: int = Field(description="Largest idle timeout a session may ask")
     max_lifetime_seconds: int = Field(description="Largest lifetime a session may ask for")
@@ -504,6 +516,14 @@ class TenantLimitsInfo(BaseModel):
         "together); beyond, 429 rate_limited"
     )
     request_burst: int = Field(description="Requests it may make at once above that rate")
+
+
+class TenantUsageInfo(BaseModel):
+    """What the tenant uses now, as the operator counts it (the counts its limits hold)."""
+
+    running: int = Field(description="Executions not finished")
+    sessions: int = Field(description="Sessions not ended")
+    stored_bytes: int = Field(description="Bytes its namespace's executions keep")
 
 
 class TenantDefaults(BaseModel):
@@ -519,6 +539,11 @@ class TenantInfo(BaseModel):
     limits: TenantLimitsInfo
     defaults: TenantDefaults = Field(description="What a request that names no value gets")
     max_code_bytes: int = Field(description="code + files + stdin + args, UTF-8 bytes")
+    usage: TenantUsageInfo | None = Field(
+        default=None,
+        description="What it uses now; absent when the gateway counts without the operator "
+        "(no direct path) or cannot reach it",
+    )
     lint_rules: LintRules | None = Field(
         default=None,
         description="The rules this tenant's lints check, when it has its own (else each "

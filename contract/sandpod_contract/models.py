@@ -56,6 +56,9 @@ MIN_OUTPUT_BYTES = KIB
 MAX_OUTPUT_BYTES = 8 * KIB * KIB
 DEFAULT_OUTPUT_BYTES = KIB * KIB
 DEFAULT_TIMEOUT_SECONDS = 10
+# What a tenant namespace may keep in executions (their spec and status as JSON, and their
+# stored output files), unless its tenant says otherwise: etcd's whole default quota is 2 GiB.
+DEFAULT_MAX_STORED_BYTES = 256 * KIB * KIB
 MAX_ALLOW_RULES = 16
 
 CPU_BOUNDS = QuantityBounds(minimum="10m", maximum="16")

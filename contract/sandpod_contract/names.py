@@ -31,6 +31,10 @@ RECORD_DIRECT = "direct"
 # The operator's endpoint of the direct path, which the gateway posts a session's run to.
 DIRECT_RUN_PATH = "/v1/session-runs"
 DIRECT_POOL_RUN_PATH = "/v1/pool-runs"
+# On the same port: the operator admits a tenant's creates against its counts (one decider for
+# every gateway replica), and tells a tenant's use.
+DIRECT_ADMISSION_PATH = "/v1/admissions"
+DIRECT_USAGE_PATH = "/v1/usage"
 # The operator's log lines with one run's milestones (wall-clock seconds, JSON), which the
 # bench reads: `<marker> <namespace>/<name> {"posted": ..., ...}`. A warm run of the record
 # path (a pool pod claimed for a CodeExecution), and a run of the direct path.

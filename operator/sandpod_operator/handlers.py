@@ -14,6 +14,7 @@ from sandpod_contract.catalog import load_catalog
 from sandpod_contract.kube import open_api_client
 from sandpod_contract.names import FINALIZER, GROUP, MANAGED_BY, MANAGED_BY_LABEL
 
+from sandpod_operator.admission.handlers import start_ledger
 from sandpod_operator.executions.handlers import (
     NETWORK_POLICIES,
     PODS,
@@ -70,6 +71,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: 
         )
     )
     memo.pools = PoolController(kube=kube, settings=sandpod, catalog=catalog)
+    start_ledger(memo, sandpod, kwargs)
     await start_direct_path(memo, sandpod, kwargs)
     if sandpod.metrics_port:
         prometheus_client.start_http_server(sandpod.metrics_port)

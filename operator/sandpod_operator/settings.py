@@ -7,7 +7,7 @@ from pydantic import AfterValidator, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sandpod_contract.catalog import DEFAULT_CATALOG_PATH
 from sandpod_contract.egress_grant import valid_host_pattern
-from sandpod_contract.models import MAX_TIMEOUT_SECONDS, MAX_TTL_SECONDS
+from sandpod_contract.models import DEFAULT_MAX_STORED_BYTES, MAX_TIMEOUT_SECONDS, MAX_TTL_SECONDS
 from sandpod_contract.quantities import Quantity, parse_quantity
 
 from sandpod_operator.egress.policy import (
@@ -171,6 +171,28 @@ class OperatorSettings(BaseSettings):
         gt=0,
         description="How often records of direct runs are looked over (TTL, the bound, runs "
         "an operator restart cut off).",
+    )
+    namespace_max_stored_bytes: dict[str, int | None] = Field(
+        default_factory=dict,
+        description="Per tenant namespace, the bytes its executions may keep (JSON object; the "
+        "chart renders its tenants' maxStoredBytes): an execution created over it with kubectl "
+        "ends Failed/StoredBytesLimit without running. null: the default bound "
+        "(DEFAULT_MAX_STORED_BYTES, as the gateway's); namespaces not listed have none.",
+    )
+
+    def stored_bytes_bounds(self) -> dict[str, int]:
+        """Each tenant namespace's bound, the default where none was set."""
+        return {
+            namespace: DEFAULT_MAX_STORED_BYTES if bound is None else bound
+            for namespace, bound in self.namespace_max_stored_bytes.items()
+        }
+
+    admission_hold_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=60,
+        description="How long a create the gateway was admitted for counts before its object "
+        "is seen (it counts from then on as the object).",
     )
     session_queue_limit: int = Field(
         default=16,

@@ -64,6 +64,7 @@ CHART_MANAGED_OPERATOR_SETTINGS = {
     "egress_api_server_cidrs",
     "egress_namespace_cidrs",
     "egress_namespace_hosts",
+    "namespace_max_stored_bytes",
     "egress_proxy_service",
     "egress_proxy_port",
     "egress_proxy_monitor_port",
@@ -115,6 +116,7 @@ EVERY_OPERATOR_SETTING: dict[str, Any] = {
     "stalledAfterSeconds": 90,
     "sessionQueueLimit": 8,
     "recordsKeptPerNamespace": 500,
+    "admissionHoldSeconds": 7.5,
     "recordsSweepSeconds": 15.5,
     "poolRunnerCommand": ["/opt/sandpod/bin/sandpod-runner", "--serve", "/etc/serve.json"],
     "poolResyncSeconds": 10.5,
@@ -159,6 +161,7 @@ TENANTS: list[dict[str, Any]] = [
             "maxLifetimeSeconds": 600,
             "maxFileBytes": 65536,
             "maxInlineFileBytes": 262144,
+            "maxStoredBytes": 64 * 1024 * 1024,
             "requestsPerSecond": 20,
             "requestBurst": 40,
         },
@@ -771,6 +774,9 @@ def test_every_setting_reaches_the_operator(rendered: dict[str, list[Manifest]])
     )
     assert settings["metrics_port"] == 0
     assert settings["catalog_path"] == "/etc/sandpod/catalog.yaml"
+    # Each tenant namespace's stored bytes: the largest its tenants set, else the default.
+    assert settings["namespace_max_stored_bytes"]["team-a"] == 64 * 1024 * 1024
+    assert settings["namespace_max_stored_bytes"]["shared"] is None
     # Pool pods' runners accept connections from the operator's pods alone.
     assert settings["runner_ingress_from"] == [
         {

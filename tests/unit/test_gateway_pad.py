@@ -80,6 +80,10 @@ def test_tenant_answers_limits_and_defaults_within_them(tmp_path: Path) -> None:
             "max_memory": "128Mi",
             "max_cpu": "1",
             "max_concurrent": 3,
+            "max_open_waits": 20,
+            "max_waits_per_execution": 4,
+            "max_inline_file_bytes": 256 * 1024,
+            "max_stored_bytes": 256 * 1024 * 1024,
             "max_sessions": 5,
             "max_idle_timeout_seconds": 1800,
             "max_lifetime_seconds": 7200,
@@ -90,6 +94,8 @@ def test_tenant_answers_limits_and_defaults_within_them(tmp_path: Path) -> None:
         # the gateway's defaults (10 s, 256Mi, 500m), capped by the tenant's maximums
         "defaults": {"timeout_seconds": 5, "memory": "128Mi", "cpu": "500m"},
         "max_code_bytes": 256 * 1024,
+        # no operator to count it (the gateway has no direct path here)
+        "usage": None,
         "lint_rules": None,
     }
 

@@ -320,9 +320,17 @@ def retry_after_seconds(
     """Seconds until the oldest unfinished execution must have ended at the latest: created
     plus the tenant's longest timeout (metadata tells no more). 1..60."""
     created = [stamp for stamp in map(_created_at, unfinished) if stamp is not None]
-    if not created:
+    return seconds_until_room(min(created, default=None), now, max_timeout_seconds, default)
+
+
+def seconds_until_room(
+    oldest: datetime | None, now: datetime, max_timeout_seconds: int, default: int
+) -> int:
+    """Seconds until an execution created at `oldest` must have ended: `default` when none
+    runs. 1..60."""
+    if oldest is None:
         return default
-    remaining = Decimal(max_timeout_seconds) - Decimal(str((now - min(created)).total_seconds()))
+    remaining = Decimal(max_timeout_seconds) - Decimal(str((now - oldest).total_seconds()))
     soonest = int(remaining.to_integral_value("ROUND_CEILING"))
     return max(1, min(MAX_RETRY_AFTER_SECONDS, soonest))
 
@@ -348,15 +356,20 @@ async def check_concurrency(
             tenant.limits.max_timeout_seconds,
             settings.default_retry_after_seconds,
         )
-        raise GatewayError(
-            429,
-            "concurrency_limit",
-            f"{len(unfinished)} executions are already running"
-            + (f" and {wanted} more were asked for" if wanted > 1 else "")
-            + f"; this tenant may run {limit} at once.",
-            [ErrorDetail(message="too many running", type="max_concurrent", limit=limit)],
-            headers={"Retry-After": str(retry_after)},
-        )
+        raise concurrency_refused(len(unfinished), wanted, limit, retry_after)
+
+
+def concurrency_refused(running: int, wanted: int, limit: int, retry_after: int) -> GatewayError:
+    """429 concurrency_limit: `running` executions run, `wanted` more were asked for."""
+    return GatewayError(
+        429,
+        "concurrency_limit",
+        f"{running} executions are already running"
+        + (f" and {wanted} more were asked for" if wanted > 1 else "")
+        + f"; this tenant may run {limit} at once.",
+        [ErrorDetail(message="too many running", type="max_concurrent", limit=limit)],
+        headers={"Retry-After": str(retry_after)},
+    )
 
 
 def resolved_session_spec(
@@ -400,11 +413,29 @@ async def check_session_count(
     )
     live = [session for session in page.items if not is_ended(session)]
     if len(live) >= limit:
-        raise GatewayError(
-            429,
-            "session_limit",
-            f"{limit} sessions are open already; this tenant may keep {limit} at once. "
-            "Close one (DELETE /v1/sessions/{id}) or let one expire.",
-            [ErrorDetail(message="too many sessions", type="max_sessions", limit=limit)],
-            headers={"Retry-After": str(settings.default_retry_after_seconds)},
-        )
+        raise session_limit_refused(limit, settings)
+
+
+def session_limit_refused(limit: int, settings: GatewaySettings) -> GatewayError:
+    return GatewayError(
+        429,
+        "session_limit",
+        f"{limit} sessions are open already; this tenant may keep {limit} at once. "
+        "Close one (DELETE /v1/sessions/{id}) or let one expire.",
+        [ErrorDetail(message="too many sessions", type="max_sessions", limit=limit)],
+        headers={"Retry-After": str(settings.default_retry_after_seconds)},
+    )
+
+
+def stored_bytes_refused(
+    kept: int, adding: int, limit: int, settings: GatewaySettings
+) -> GatewayError:
+    return GatewayError(
+        429,
+        "stored_bytes_limit",
+        f"This tenant's executions keep {kept} bytes and this one brings {adding}; it may keep "
+        f"{limit} (maxStoredBytes). Delete finished executions (DELETE /v1/executions/{{id}}) "
+        "or wait for them to expire.",
+        [ErrorDetail(message="too many bytes kept", type="max_stored_bytes", limit=limit)],
+        headers={"Retry-After": str(settings.default_retry_after_seconds)},
+    )

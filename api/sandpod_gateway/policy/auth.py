@@ -28,6 +28,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 from sandpod_contract.models import (
+    DEFAULT_MAX_STORED_BYTES,
     DNS_LABEL_PATTERN,
     MAX_FILE_CHARS,
     MAX_SESSION_SECONDS,
@@ -80,6 +81,13 @@ class TenantLimits(_CamelModel):
         ge=1,
         le=MAX_FILE_CHARS,
         description="Largest file uploaded to or downloaded from a session.",
+    )
+    max_stored_bytes: int = Field(
+        default=DEFAULT_MAX_STORED_BYTES,
+        ge=1,
+        description="Bytes the executions of the tenant's namespace may keep (their spec and "
+        "status as JSON, their stored output files); a create beyond is refused with 429 "
+        "stored_bytes_limit.",
     )
     requests_per_second: int = Field(
         default=50,

@@ -8,15 +8,14 @@ write to the API server is waited on; runner credentials stay with the operator.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from functools import partial
-from pathlib import Path
 from typing import Protocol
 
 import aiohttp
-from kubernetes_asyncio.client import ApiClient, CoreV1Api
+from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 from sandpod_contract.names import DIRECT_POOL_RUN_PATH, DIRECT_RUN_PATH
 
+from sandpod_gateway.kube.operator_endpoint import OperatorEndpoint
 from sandpod_gateway.kube.resources import Resource
 from sandpod_gateway.kube.service import SessionNotFound
 from sandpod_gateway.settings import GatewaySettings
@@ -39,25 +38,6 @@ class DirectRunner(Protocol):
     async def close(self) -> None: ...
 
 
-class ServiceAddress:
-    """The operator's direct path by its Service (`namespace/name:port`), read once through
-    the Kubernetes API: its cluster IP needs no DNS, which a gateway whose egress is confined
-    to the API server and the operator does not have."""
-
-    def __init__(self, api_client: ApiClient, service: str) -> None:
-        reference, _, port = service.rpartition(":")
-        self._namespace, _, self._name = reference.partition("/")
-        self._port = int(port)
-        self._core = CoreV1Api(api_client)
-        self._url: str | None = None
-
-    async def __call__(self) -> str:
-        if self._url is None:
-            found = await self._core.read_namespaced_service(self._name, self._namespace)
-            self._url = f"http://{found.spec.cluster_ip}:{self._port}"
-        return self._url
-
-
 class OperatorDirectRunner:
     """Posts runs to the operator's direct endpoint over one pool of kept-alive connections.
     `address` gives its base URL (http://host:port)."""
@@ -73,17 +53,10 @@ class OperatorDirectRunner:
     @classmethod
     def of(cls, settings: GatewaySettings, api_client: ApiClient) -> OperatorDirectRunner | None:
         """The direct path the settings name (its Service, else its URL), or None."""
-        if not settings.direct_token_file:
+        endpoint = OperatorEndpoint.of(settings, api_client)
+        if endpoint is None:
             return None
-        address: Callable[[], Awaitable[str]]
-        if settings.direct_service:
-            address = ServiceAddress(api_client, settings.direct_service)
-        elif settings.direct_url:
-            address = partial(_fixed, settings.direct_url)
-        else:
-            return None
-        token = Path(settings.direct_token_file).read_text().strip()
-        return cls(address, token, settings.default_retry_after_seconds)
+        return cls(endpoint.address, endpoint.token, settings.default_retry_after_seconds)
 
     async def close(self) -> None:
         await self._http.close()
@@ -140,10 +113,6 @@ class OperatorDirectRunner:
             "to get its result without running it again.",
             headers={"Retry-After": self._retry_after},
         )
-
-
-async def _fixed(url: str) -> str:
-    return url
 
 
 def _path(execution: Resource) -> str:

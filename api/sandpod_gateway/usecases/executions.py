@@ -6,9 +6,11 @@ handlers (errors.py).
 """
 
 import hashlib
+import json
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Protocol
 
 from sandpod_contract.models import execution_name_problem
@@ -37,10 +39,13 @@ from sandpod_gateway.policy.admission import (
     AdmissionControl,
     check_concurrency,
     check_request,
+    concurrency_refused,
     resolved_limits,
+    seconds_until_room,
 )
 from sandpod_gateway.policy.auth import Tenant
 from sandpod_gateway.policy.idempotency import Getter, execution_name, replay
+from sandpod_gateway.policy.tenant_counts import OperatorCounts
 from sandpod_gateway.schemas import CreateExecutionRequest, ExecutionResult
 from sandpod_gateway.settings import GatewaySettings
 from sandpod_gateway.usecases.direct_runs import DirectRunner, NotServingNow
@@ -72,6 +77,9 @@ class ExecutionContext:
     admission: AdmissionControl
     # The direct path to live sandboxes (sessions' and pools'), when the gateway has one.
     direct: DirectRunner | None = None
+    # The operator's counts of the tenant, which admit its creates across replicas; without
+    # them each replica counts by listing.
+    counts: OperatorCounts | None = None
 
 
 async def create_execution(
@@ -128,21 +136,52 @@ async def create_execution(
 async def _admit(
     manifest: Resource, name: str, ctx: ExecutionContext, fingerprint: str
 ) -> tuple[Resource, bool]:
-    """Create the execution if the tenant may run another: (the execution, created?)."""
-    tenant, service, settings, admission = ctx.tenant, ctx.executions, ctx.settings, ctx.admission
+    """Create the execution if the tenant may run another and keep its bytes: (the
+    execution, created?). The operator's counts admit it when the gateway has them (creates
+    run in parallel); else this replica counts by listing, one create of a tenant at a time."""
+    tenant, settings, admission = ctx.tenant, ctx.settings, ctx.admission
+    if ctx.counts is not None:
+        size = len(json.dumps(manifest["spec"], separators=(",", ":")).encode())
+        await ctx.counts.admit(tenant, "execution", name, size, settings)
+        return await _create(manifest, name, ctx, fingerprint)
     async with admission.admitting(tenant.name):
-        await check_concurrency(service, tenant, settings)
-        try:
-            return await service.create(tenant.namespace, manifest), True
-        except ExecutionAlreadyExists:
-            existing = await replay(service.get, tenant, name, fingerprint)
-            if existing is None:
-                raise GatewayError(
-                    409, "conflict", f"Execution {name!r} is being replaced; retry"
-                ) from None
-            return existing, False
-        except ExecutionRejected as exc:
-            raise refused_by_cluster(exc, "execution") from exc
+        await check_concurrency(ctx.executions, tenant, settings)
+        return await _create(manifest, name, ctx, fingerprint)
+
+
+async def _create(
+    manifest: Resource, name: str, ctx: ExecutionContext, fingerprint: str
+) -> tuple[Resource, bool]:
+    tenant, service = ctx.tenant, ctx.executions
+    try:
+        return await service.create(tenant.namespace, manifest), True
+    except ExecutionAlreadyExists:
+        existing = await replay(service.get, tenant, name, fingerprint)
+        if existing is None:
+            raise GatewayError(
+                409, "conflict", f"Execution {name!r} is being replaced; retry"
+            ) from None
+        return existing, False
+    except ExecutionRejected as exc:
+        raise refused_by_cluster(exc, "execution") from exc
+
+
+async def check_room(ctx: ExecutionContext, wanted: int) -> None:
+    """429 concurrency_limit unless the tenant may start `wanted` more executions now (a
+    check only: each create is still admitted)."""
+    if ctx.counts is None:
+        await check_concurrency(ctx.executions, ctx.tenant, ctx.settings, wanted)
+        return
+    usage = await ctx.counts.usage(ctx.tenant)
+    limits = ctx.tenant.limits
+    if usage.running + wanted > limits.max_concurrent:
+        wait = seconds_until_room(
+            usage.oldest_running,
+            datetime.now(UTC),
+            limits.max_timeout_seconds,
+            ctx.settings.default_retry_after_seconds,
+        )
+        raise concurrency_refused(usage.running, wanted, limits.max_concurrent, wait)
 
 
 def _manifest(

@@ -100,20 +100,30 @@ async def open_session(
     manifest = build_code_session(name=name, tenant=tenant.name, request=request, spec=spec)
     manifest["metadata"]["labels"].update(labels or {})
     manifest["metadata"]["annotations"].update(annotations or {})
+    if ctx.counts is not None:
+        await ctx.counts.admit(tenant, "session", name, 0, ctx.settings)
+        return await _create_session(manifest, name, ctx, fingerprint)
     # Its own lock: counting sessions does not hold up the tenant's executions.
     async with ctx.admission.admitting(f"sessions/{tenant.name}"):
         await check_session_count(ctx.sessions, tenant, ctx.settings)
-        try:
-            created = await ctx.sessions.create(tenant.namespace, manifest)
-        except SessionAlreadyExists:
-            existing = await replay(ctx.sessions.get, tenant, name, fingerprint)
-            if existing is None:
-                raise GatewayError(
-                    409, "conflict", f"Session {name!r} is being replaced; retry"
-                ) from None
-            return SessionOutcome(session_info(existing), False)
-        except ExecutionRejected as exc:
-            raise refused_by_cluster(exc, "session") from exc
+        return await _create_session(manifest, name, ctx, fingerprint)
+
+
+async def _create_session(
+    manifest: Resource, name: str, ctx: SessionContext, fingerprint: str
+) -> SessionOutcome:
+    tenant = ctx.tenant
+    try:
+        created = await ctx.sessions.create(tenant.namespace, manifest)
+    except SessionAlreadyExists:
+        existing = await replay(ctx.sessions.get, tenant, name, fingerprint)
+        if existing is None:
+            raise GatewayError(
+                409, "conflict", f"Session {name!r} is being replaced; retry"
+            ) from None
+        return SessionOutcome(session_info(existing), False)
+    except ExecutionRejected as exc:
+        raise refused_by_cluster(exc, "session") from exc
     return SessionOutcome(session_info(created), True)
 
 

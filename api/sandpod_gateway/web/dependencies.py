@@ -12,6 +12,7 @@ from sandpod_gateway.kube.service import ExecutionService, SessionService
 from sandpod_gateway.languages import LanguageCatalog
 from sandpod_gateway.policy.admission import AdmissionControl
 from sandpod_gateway.policy.auth import ApiKeyStore, KeyStoreUnavailable, Tenant
+from sandpod_gateway.policy.tenant_counts import OperatorCounts
 from sandpod_gateway.settings import GatewaySettings
 from sandpod_gateway.usecases.direct_runs import DirectRunner
 from sandpod_gateway.usecases.executions import ExecutionContext
@@ -38,6 +39,7 @@ get_key_store: Callable[[Request], ApiKeyStore] = from_app_state("key_store")
 get_execution_service: Callable[[Request], ExecutionService] = from_app_state("execution_service")
 get_session_service: Callable[[Request], SessionService] = from_app_state("session_service")
 get_direct_runner: Callable[[Request], DirectRunner | None] = from_app_state("direct_runner")
+get_tenant_counts: Callable[[Request], OperatorCounts | None] = from_app_state("tenant_counts")
 get_known_sessions: Callable[[Request], KnownSessions] = from_app_state("known_sessions")
 
 
@@ -49,6 +51,7 @@ KeyStoreDep = Annotated[ApiKeyStore, Depends(get_key_store)]
 ExecutionServiceDep = Annotated[ExecutionService, Depends(get_execution_service)]
 SessionServiceDep = Annotated[SessionService, Depends(get_session_service)]
 DirectRunnerDep = Annotated[DirectRunner | None, Depends(get_direct_runner)]
+TenantCountsDep = Annotated[OperatorCounts | None, Depends(get_tenant_counts)]
 KnownSessionsDep = Annotated[KnownSessions, Depends(get_known_sessions)]
 
 bearer_scheme = HTTPBearer(
@@ -112,8 +115,9 @@ def execution_context_of(
         settings: SettingsDep,
         admission: AdmissionDep,
         direct: DirectRunnerDep,
+        counts: TenantCountsDep,
     ) -> ExecutionContext:
-        return ExecutionContext(tenant, executions, catalog, settings, admission, direct)
+        return ExecutionContext(tenant, executions, catalog, settings, admission, direct, counts)
 
     return get_context
 
@@ -142,6 +146,7 @@ def session_context_of(
             ctx.settings,
             ctx.admission,
             ctx.direct,
+            ctx.counts,
             sessions=sessions,
             known=known,
         )

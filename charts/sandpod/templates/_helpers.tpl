@@ -93,9 +93,26 @@ when every tenant there lists egress.allowedCidrs (then their union). Read it wi
 {{- else }}
 {{- $_ := set $entry "hostsNarrowed" false }}
 {{- end }}
+{{- with (.limits | default dict).maxStoredBytes }}
+{{- $_ := set $entry "maxStoredBytes" (max (int64 .) (int64 ($entry.maxStoredBytes | default 0))) }}
+{{- end }}
 {{- $_ := set $namespaces $namespace $entry }}
 {{- end }}
 {{- toYaml $namespaces }}
+{{- end }}
+
+{{/* Each tenant namespace's bound on the bytes its executions keep, as YAML {namespace:
+bytes or null (the operator's default)}: the largest its tenants set. */}}
+{{- define "sandpod.storedBytesBounds" -}}
+{{- $bounds := dict }}
+{{- range $namespace, $entry := fromYaml (include "sandpod.tenantNamespaces" .) }}
+{{- if hasKey $entry "maxStoredBytes" }}
+{{- $_ := set $bounds $namespace $entry.maxStoredBytes }}
+{{- else }}
+{{- $_ := set $bounds $namespace nil }}
+{{- end }}
+{{- end }}
+{{- toYaml $bounds }}
 {{- end }}
 
 {{/* The API keys Secret's name. */}}

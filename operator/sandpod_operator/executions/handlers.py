@@ -20,6 +20,7 @@ from sandpod_contract.names import (
     VERSION,
 )
 
+from sandpod_operator.admission.handlers import over_stored_bytes
 from sandpod_operator.executions.builders import DENY_ALL_POLICY_NAME
 from sandpod_operator.executions.reconciler import Reconciler, is_transient
 from sandpod_operator.executions.stalls import StallDetector
@@ -122,8 +123,8 @@ async def claim_early(
 ) -> None:
     stalls_of(memo).handler_ran(body.get("metadata", {}).get("uid"))
     pools = list(index_of(kwargs, "sandbox_pools").get(namespace or "", []))
-    if not pools:
-        return
+    if not pools or over_stored_bytes(memo, namespace, body.get("metadata", {}).get("name")):
+        return  # the create handler ends one over its namespace's bound
     pods = list(index_of(kwargs, "pool_pods").get(namespace or "", []))
     try:
         await reconciler_of(memo).start_early(plain(body), pools=pools, pool_pods=pods)
@@ -134,10 +135,22 @@ async def claim_early(
 @kopf.on.resume(*EXECUTIONS, labels=RECONCILED)
 @kopf.on.create(*EXECUTIONS, labels=RECONCILED)
 async def start_execution(
-    body: kopf.Body, namespace: str | None, retry: int, memo: kopf.Memo, **kwargs: Any
+    body: kopf.Body,
+    namespace: str | None,
+    name: str,
+    reason: str,
+    retry: int,
+    memo: kopf.Memo,
+    **kwargs: Any,
 ) -> None:
     reconciler = reconciler_of(memo)
     execution = plain(body)
+    # A create over its namespace's stored bytes (kubectl's: the gateway's were admitted) is
+    # not run; one seen again after a restart was let in before.
+    refused = over_stored_bytes(memo, namespace, name) if reason == kopf.Reason.CREATE else None
+    if refused is not None:
+        await reconciler.record(execution, refused)
+        return
     protected = bool(index_of(kwargs, "deny_all_policies").get(namespace or ""))
     pools = list(index_of(kwargs, "sandbox_pools").get(namespace or "", []))
     session = session_of(kwargs, execution)

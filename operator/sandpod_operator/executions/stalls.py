@@ -30,6 +30,10 @@ class StallDetector:
         if uid is not None:
             self._touched.pop(uid, None)
 
+    def any_ran(self) -> bool:
+        """Whether a handler has run: kopf runs none before every index is populated."""
+        return self._any_ran
+
     def touched(self, uid: str) -> None:
         """The resync touched the execution `uid`: a handler must see it."""
         self._touched.setdefault(uid, self._clock())

@@ -10,7 +10,15 @@ from typing import Any, cast
 import kopf
 from sandpod_contract.names import CANCEL_ANNOTATION, RECORD_DIRECT, RECORD_LABEL
 
-from sandpod_operator.executions.handlers import EXECUTIONS, index_of, plain, reconciler_of
+from sandpod_operator.admission import endpoint as admission_endpoint
+from sandpod_operator.admission.handlers import ledger_of
+from sandpod_operator.executions.handlers import (
+    EXECUTIONS,
+    index_of,
+    plain,
+    reconciler_of,
+    stalls_of,
+)
 from sandpod_operator.serving import endpoint as direct_endpoint
 from sandpod_operator.serving.direct import DirectRuns, RecordEntry, keep_records
 from sandpod_operator.settings import OperatorSettings
@@ -44,6 +52,7 @@ async def start_direct_path(
 
     wait = sandpod.pod_startup_timeout_seconds
     app = direct_endpoint.create_app(runs, token, session, pools, starting_wait_seconds=wait)
+    admission_endpoint.add_routes(app, ledger_of(memo), token, stalls_of(memo).any_ran)
     memo.direct_endpoint = await direct_endpoint.start(app, sandpod.direct_port)
 
 

@@ -20,10 +20,10 @@ from sandpod_gateway.families.judge0 import judge0
 from sandpod_gateway.families.judge0.callbacks import Judge0Callbacks
 from sandpod_gateway.kube.resources import Resource
 from sandpod_gateway.kube.service import ExecutionNotFound
-from sandpod_gateway.policy.admission import check_concurrency
 from sandpod_gateway.policy.auth import Tenant
 from sandpod_gateway.usecases.executions import (
     ExecutionContext,
+    check_room,
     create_execution,
     get_owned_execution,
 )
@@ -229,7 +229,7 @@ async def create_submission_batch(
     if problem is not None:
         raise GatewayError(400, "bad_request", problem)
     # As Judge0 checks its queue: the whole batch fits, or none of it is created.
-    await check_concurrency(ctx.executions, ctx.tenant, ctx.settings, wanted=len(items))
+    await check_room(ctx, wanted=len(items))
     answers: list[dict[str, Any]] = []
     for item in items:
         try:
