@@ -198,7 +198,11 @@ def test_a_compiled_languages_pool_builds_as_its_runs_do(
     served = json.loads(configmap["data"]["config.json"])
     spec = CodeExecutionSpec(language=language, source="x")
     run = build_runner_config(spec, plan_execution(spec, catalog, settings), settings)
-    assert served["compileCommand"] == run["compileCommand"] == catalog.languages[language].compile_command
+    assert (
+        served["compileCommand"]
+        == run["compileCommand"]
+        == catalog.languages[language].compile_command
+    )
     assert (served["command"], served["env"]) == (run["command"], run["env"])
 
 

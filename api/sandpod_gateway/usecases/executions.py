@@ -20,6 +20,7 @@ from sandpod_gateway.kube.resources import (
     build_code_execution,
     execution_result,
     output_file,
+    queued,
     request_fingerprint,
     stored_outputs,
 )
@@ -83,11 +84,13 @@ async def create_execution(
     session: str | None = None,
     name: str | None = None,
     annotations: Mapping[str, str] | None = None,
+    queue_size: int = 0,
 ) -> CreateOutcome:
     """Create (or replay) an execution, in `session` when given, and wait for it if asked.
     A one-off run that waits tries a ready pool sandbox through the direct path first.
     `name` and `annotations`: a compatibility API's own identity for it (a Judge0 token) and
-    what that API keeps on it."""
+    what that API keeps on it; `queue_size`: how many of the tenant's executions may wait
+    (queued, the operator starts them in turn) beyond its maxConcurrent."""
     tenant, service, settings, admission = ctx.tenant, ctx.executions, ctx.settings, ctx.admission
     if ctx.direct is not None and wait and session is None and request.mode == "run":
         outcome = await run_directly(
@@ -115,7 +118,7 @@ async def create_execution(
             created = resource is None
             if resource is None:
                 manifest = _manifest(request, name, ctx, session, annotations)
-                resource, created = await _admit(manifest, name, ctx, fingerprint)
+                resource, created = await _admit(manifest, name, ctx, fingerprint, queue_size)
             if wait:
                 resource = await finished(resource, tenant.namespace, service, settings)
         except ExecutionNotFound as exc:
@@ -126,12 +129,14 @@ async def create_execution(
 
 
 async def _admit(
-    manifest: Resource, name: str, ctx: ExecutionContext, fingerprint: str
+    manifest: Resource, name: str, ctx: ExecutionContext, fingerprint: str, queue_size: int
 ) -> tuple[Resource, bool]:
-    """Create the execution if the tenant may run another: (the execution, created?)."""
+    """Create the execution if the tenant may run another, or queued while its queue has room:
+    (the execution, created?)."""
     tenant, service, settings, admission = ctx.tenant, ctx.executions, ctx.settings, ctx.admission
     async with admission.admitting(tenant.name):
-        await check_concurrency(service, tenant, settings)
+        if await check_concurrency(service, tenant, settings, queue_size=queue_size):
+            manifest = queued(manifest, tenant.limits.max_concurrent)
         try:
             return await service.create(tenant.namespace, manifest), True
         except ExecutionAlreadyExists:

@@ -48,8 +48,8 @@ Judge0CallbacksDep = Annotated[Judge0Callbacks, Depends(get_judge0_callbacks)]
 
 
 def judge0_status(error: GatewayError) -> tuple[int, str]:
-    """A gateway error's status and message as Judge0's. The tenant's concurrency is Judge0's
-    queue, so its limit answers as a full queue does."""
+    """A gateway error's status and message as Judge0's. Submissions beyond the tenant's
+    concurrency wait in its queue, so the limit of both answers as a full queue does."""
     if error.code == "concurrency_limit":
         return 503, f"queue is full ({error.message})"
     return error.status_code, error.message
@@ -179,6 +179,7 @@ async def _submit(
         wait=wait,
         name=str(uuid.uuid4()),
         annotations=translated.annotations(),
+        queue_size=ctx.settings.judge0_queue_size,
     )
     if outcome.created:
         how.metrics.executions.labels(outcome.result.language, outcome.result.status.value).inc()
@@ -204,14 +205,11 @@ async def create_submission(
     return judge0.submission_view(resource, requested, encoded, judge0.language_names(ctx.catalog))
 
 
-def _batch_size_problem(count: int) -> str | None:
+def _batch_size_problem(count: int, limit: int) -> str | None:
     if count == 0:
         return "there should be at least one submission in a batch"
-    if count > judge0.MAX_BATCH_SIZE:
-        return (
-            "number of submissions in a batch should be less than or equal to "
-            f"{judge0.MAX_BATCH_SIZE}"
-        )
+    if count > limit:
+        return f"number of submissions in a batch should be less than or equal to {limit}"
     return None
 
 
@@ -225,11 +223,17 @@ async def create_submission_batch(
 ) -> list[dict[str, Any]]:
     items = body.get("submissions") if isinstance(body, dict) else None
     items = items if isinstance(items, list) else []
-    problem = _batch_size_problem(len(items))
+    problem = _batch_size_problem(len(items), ctx.settings.judge0_max_batch_size)
     if problem is not None:
         raise GatewayError(400, "bad_request", problem)
     # As Judge0 checks its queue: the whole batch fits, or none of it is created.
-    await check_concurrency(ctx.executions, ctx.tenant, ctx.settings, wanted=len(items))
+    await check_concurrency(
+        ctx.executions,
+        ctx.tenant,
+        ctx.settings,
+        wanted=len(items),
+        queue_size=ctx.settings.judge0_queue_size,
+    )
     answers: list[dict[str, Any]] = []
     for item in items:
         try:
@@ -262,7 +266,7 @@ async def get_submission_batch(
     requested = judge0.requested_fields(fields)
     text = request.headers.get("tokens") or tokens or ""
     names = [token.strip() for token in text.strip().split(",") if token.strip()]
-    problem = _batch_size_problem(len(names))
+    problem = _batch_size_problem(len(names), ctx.settings.judge0_max_batch_size)
     if problem is not None:
         raise GatewayError(400, "bad_request", problem)
     found = await asyncio.gather(*(_owned_or_none(name, ctx) for name in names))
