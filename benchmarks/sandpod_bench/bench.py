@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -43,15 +43,22 @@ BENCH_REQUESTS_PER_SECOND = 10000
 MAX_SESSIONS = 32
 
 
-def tenants_secret(tenants: dict[str, tuple[str, str]]) -> client.V1Secret:
-    """The gateway's keys Secret: tenant -> (namespace, API key)."""
+# The Judge0 tenants' maxConcurrent (section judge0): a class on a 2-core node.
+JUDGE0_MAX_CONCURRENT = 8
+
+
+def tenants_secret(
+    tenants: dict[str, tuple[str, str]], max_concurrent: Mapping[str, int]
+) -> client.V1Secret:
+    """The gateway's keys Secret: tenant -> (namespace, API key); each runs 256 executions
+    at once unless `max_concurrent` says otherwise."""
     document = {
         "tenants": {
             name: {
                 "namespace": namespace,
                 "limits": {
                     "maxTimeoutSeconds": 60,
-                    "maxConcurrent": 256,
+                    "maxConcurrent": max_concurrent.get(name, 256),
                     "maxSessions": MAX_SESSIONS,
                     "requestsPerSecond": BENCH_REQUESTS_PER_SECOND,
                     "requestBurst": BENCH_REQUESTS_PER_SECOND,
@@ -168,6 +175,8 @@ class GatewayClients:
     load: httpx.Client
     pool: httpx.Client
     session: httpx.Client
+    judge0_cold: httpx.Client
+    judge0_pool: httpx.Client
     url: str
     session_key: str
 
@@ -286,7 +295,7 @@ class Bench:
         options = self.options
         keys = {
             tenant: f"sk-{secrets.token_urlsafe(24)}"
-            for tenant in ("gateway", "load", "pool", "session")
+            for tenant in ("gateway", "load", "pool", "session", "judge0_cold", "judge0_pool")
         }
         self.core.create_namespaced_secret(
             self.namespaces.gateway,
@@ -296,7 +305,13 @@ class Bench:
                     "bench-load": (self.namespaces.load, keys["load"]),
                     "bench-pool": (self.namespaces.pool, keys["pool"]),
                     "bench-session": (self.namespaces.session, keys["session"]),
-                }
+                    "bench-judge0-cold": (self.namespaces.judge0_cold, keys["judge0_cold"]),
+                    "bench-judge0-pool": (self.namespaces.judge0_pool, keys["judge0_pool"]),
+                },
+                {
+                    "bench-judge0-cold": JUDGE0_MAX_CONCURRENT,
+                    "bench-judge0-pool": JUDGE0_MAX_CONCURRENT,
+                },
             ),
         )
         # The direct path between the two, as the chart sets it up (a token both read).

@@ -129,9 +129,25 @@ class Namespaces:
         return f"{self.prefix}-session"
 
     @property
+    def judge0_cold(self) -> str:
+        return f"{self.prefix}-judge0-cold"
+
+    @property
+    def judge0_pool(self) -> str:
+        return f"{self.prefix}-judge0-pool"
+
+    @property
     def sandpod(self) -> list[str]:
         """Those the main operator watches."""
-        return [self.kubectl, self.gateway, self.load, self.pool, self.session]
+        return [
+            self.kubectl,
+            self.gateway,
+            self.load,
+            self.pool,
+            self.session,
+            self.judge0_cold,
+            self.judge0_pool,
+        ]
 
 
 def delete_executions(

@@ -46,7 +46,7 @@ from sandpod_bench.kube import connect
 from sandpod_bench.options import POOL_SECTIONS, SESSION_SECTIONS, Options, parse_options
 from sandpod_bench.procstat import ProcessSample
 from sandpod_bench.report import render
-from sandpod_bench.sections import baselines, cost, latency, pool, session, throughput
+from sandpod_bench.sections import baselines, cost, judge0, latency, pool, session, throughput
 from sandpod_bench.workloads import SandpodGateway
 
 CONTAINERD_SOCKET = REPO_ROOT / ".cluster" / "run" / "containerd.sock"
@@ -82,6 +82,8 @@ def run_sections(bench: Bench) -> None:
             pool.run(bench, clients.pool, recorders.pool)
         if any(section in sections for section in SESSION_SECTIONS):
             session.run(bench, clients, recorders.session, recorders.kubectl)
+        if "judge0" in sections:
+            judge0.run(bench, clients.judge0_cold, clients.judge0_pool)
         baselines.record_ratios(bench)
         record_main_operator(bench, operator_start, operator.sample(), recorders)
         progress("removing the executions (the operator releases them)")

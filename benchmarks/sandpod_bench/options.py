@@ -21,6 +21,7 @@ SECTIONS = (
     "pool-throughput",
     "session",
     "session-throughput",
+    "judge0",
     "cost",
 )
 POOL_SECTIONS = ("pool", "pool-throughput")

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,9 +23,11 @@ import judge0
 import pytest
 from chart_release import ChartRelease, DeployedGateway
 from kubernetes import client
+from sandpod_contract.names import QUEUED_LABEL
 from sandpod_testkit.components import GatewayProcess
-from sandpod_testkit.kube import GROUP, PLURAL, VERSION
+from sandpod_testkit.kube import GROUP, PLURAL, VERSION, create_namespace, delete_executions
 from sandpod_testkit.waiting import wait_until
+from test_pools import namespace_with_pools, pool_counts, ready_pool
 
 SEGFAULT = "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n"
 FLOATING_POINT = "import os, signal\nos.kill(os.getpid(), signal.SIGFPE)\n"
@@ -56,9 +59,16 @@ def judge0_gateway(
         process.stop()
 
 
-def add_tenant(gateway: DeployedGateway, judge0_gateway: str, name: str, namespace: str) -> str:
-    """A tenant whose queue holds a class's batch: its key, once the Judge0 API accepts it."""
-    key = gateway.add_tenant(name, namespace, maxTimeoutSeconds=30, maxConcurrent=20)
+def add_tenant(
+    gateway: DeployedGateway,
+    judge0_gateway: str,
+    name: str,
+    namespace: str,
+    max_concurrent: int = 20,
+) -> str:
+    """A tenant running `max_concurrent` submissions at once (more wait in its queue): its key,
+    once the Judge0 API accepts it."""
+    key = gateway.add_tenant(name, namespace, maxTimeoutSeconds=30, maxConcurrent=max_concurrent)
     wait_until(
         lambda: httpx.get(f"{judge0_gateway}/about", headers={"X-Auth-Token": key}).is_success,
         timeout=60,
@@ -198,3 +208,185 @@ def test_the_implicit_client_reads_its_endpoint_and_key_from_the_environment(
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["ACCEPTED", "42"]
+
+
+GO_SUM = (
+    'package main\n\nimport "fmt"\n\nfunc main() {\n'
+    "\tvar a, b int\n\tfmt.Scan(&a, &b)\n\tfmt.Println(a + b)\n}\n"
+)
+CSHARP_SUM = (
+    "using System;\nclass P { static void Main() {\n"
+    "  var n = Console.ReadLine().Split(' ');\n"
+    "  Console.WriteLine(int.Parse(n[0]) + int.Parse(n[1]));\n} }\n"
+)
+# Larger than a submission's defaults, so a submission fits the pools' sandboxes.
+POOL_RESOURCES = {"cpu": "1", "memory": "512Mi"}
+
+
+def executions_of(objects: client.CustomObjectsApi, namespace: str, tokens: list[str]) -> list[Any]:
+    return [
+        objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, token)
+        for token in tokens
+    ]
+
+
+def test_go_and_csharp_submissions_are_built_and_run_in_pool_sandboxes(
+    gateway: DeployedGateway,
+    judge0_gateway: str,
+    namespace_prefix: str,
+    core_v1: client.CoreV1Api,
+    custom_objects: client.CustomObjectsApi,
+) -> None:
+    namespace = f"{namespace_prefix}-j0pool-{uuid.uuid4().hex[:6]}"
+    with namespace_with_pools(namespace, core_v1, custom_objects):
+        key = add_tenant(gateway, judge0_gateway, namespace, namespace)
+        for name, language in (("go", "go"), ("cs", "csharp")):
+            spec = {"language": language, "size": 1, "resources": POOL_RESOURCES}
+            ready_pool(custom_objects, namespace, name, spec)
+        client_of = judge0.Client(endpoint=judge0_gateway, headers={"X-Auth-Token": key})
+        accepted = judge0.run(
+            client=client_of,
+            submissions=[
+                judge0.Submission(
+                    source_code=GO_SUM, language=judge0.GO, stdin="2 3", expected_output="5"
+                ),
+                judge0.Submission(
+                    source_code=CSHARP_SUM,
+                    language=judge0.CSHARP,
+                    stdin="4 5",
+                    expected_output="9",
+                ),
+            ],
+        )
+        assert [s.status for s in accepted] == [judge0.Status.ACCEPTED] * 2, [
+            (s.status, s.compile_output, s.stderr, s.message) for s in accepted
+        ]
+        wait_until(
+            lambda: pool_counts(custom_objects, namespace, "go") == (1, 1),
+            timeout=180,
+            what="the go pool to refill",
+        )
+        broken = judge0.run(
+            client=client_of,
+            source_code="package main\nfunc main() { undefinedThing() }\n",
+            language=judge0.GO,
+        )
+        assert broken.status == judge0.Status.COMPILATION_ERROR, (broken.status, broken.message)
+        assert "undefinedThing" in (broken.compile_output or "")
+        assert broken.stdout is None
+        tokens = [str(s.token) for s in (*accepted, broken)]
+        statuses = [e["status"] for e in executions_of(custom_objects, namespace, tokens)]
+        # Each was served by a claimed pool sandbox (the warm path), the build included.
+        assert [s.get("startMode") for s in statuses] == ["warm"] * 3, statuses
+        assert [s.get("reason") for s in statuses][-1] == "CompilationError"
+
+
+def class_batch(count: int) -> list[tuple[judge0.Submission, judge0.Status]]:
+    """`count` submissions of a class with every verdict kind, and the verdict each must get:
+    in each ten, one wrong answer, time limit, build failure and runtime error; the rest
+    accepted."""
+    source = "a, b = map(int, input().split())\nprint(a + b)\n"
+    python = judge0.PYTHON
+    kinds: list[tuple[dict[str, Any], judge0.Status]] = [
+        (
+            {"source_code": source, "stdin": "2 3", "expected_output": "6"},
+            judge0.Status.WRONG_ANSWER,
+        ),
+        (
+            {"source_code": "while True: pass\n", "cpu_time_limit": 1, "wall_time_limit": 2},
+            judge0.Status.TIME_LIMIT_EXCEEDED,
+        ),
+        (
+            {"source_code": "package main\nfunc main() { x }\n", "language": judge0.GO},
+            judge0.Status.COMPILATION_ERROR,
+        ),
+        ({"source_code": "import sys\nsys.exit(2)\n"}, judge0.Status.RUNTIME_ERROR_NZEC),
+    ]
+    accepted = (
+        {"source_code": source, "stdin": "2 3", "expected_output": "5"},
+        judge0.Status.ACCEPTED,
+    )
+    batch = []
+    for i in range(count):
+        fields, verdict = kinds[i % 10] if i % 10 < len(kinds) else accepted
+        batch.append((judge0.Submission(**{"language": python, **fields}), verdict))
+    return batch
+
+
+def queued_now(objects: client.CustomObjectsApi, namespace: str) -> int:
+    listed: Any = objects.list_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, label_selector=QUEUED_LABEL
+    )
+    return len(listed["items"])
+
+
+def test_a_batch_beyond_max_concurrent_waits_in_queue_and_every_verdict_is_right(
+    gateway: DeployedGateway,
+    judge0_gateway: str,
+    namespace: str,
+    custom_objects: client.CustomObjectsApi,
+) -> None:
+    key = add_tenant(gateway, judge0_gateway, namespace, namespace, max_concurrent=4)
+    client_of = judge0.Client(endpoint=judge0_gateway, headers={"X-Auth-Token": key})
+    batch = class_batch(20)
+    created = judge0.async_execute(
+        client=client_of, submissions=[submission for submission, _ in batch]
+    )
+    # Beyond maxConcurrent they wait (Judge0's In Queue), none refused.
+    assert queued_now(custom_objects, namespace) > 0
+    waited = judge0.wait(client=client_of, submissions=created)
+    verdicts = [s.status for s in waited]
+    assert verdicts == [want for _, want in batch], [
+        (s.status, s.stderr, s.message) for s in waited
+    ]
+    assert queued_now(custom_objects, namespace) == 0
+
+
+def test_one_tenants_batch_does_not_starve_anothers(
+    gateway: DeployedGateway,
+    judge0_gateway: str,
+    namespace_prefix: str,
+    core_v1: client.CoreV1Api,
+    custom_objects: client.CustomObjectsApi,
+) -> None:
+    """Alice queues 12 submissions first, Bob 4 right after: each tenant's queue waits on its
+    own running submissions only, so Bob's are done before Alice's are."""
+    clients = {}
+    namespaces = {}
+    for tenant in ("alice", "bob"):
+        namespace = f"{namespace_prefix}-j0-{tenant}-{uuid.uuid4().hex[:6]}"
+        create_namespace(core_v1, namespace)
+        namespaces[tenant] = namespace
+        key = add_tenant(gateway, judge0_gateway, namespace, namespace, max_concurrent=2)
+        clients[tenant] = judge0.Client(endpoint=judge0_gateway, headers={"X-Auth-Token": key})
+    try:
+
+        def programs(count: int) -> list[judge0.Submission]:
+            source = "import time\ntime.sleep(1)\nprint('ok')\n"
+            return [
+                judge0.Submission(source_code=source, language=judge0.PYTHON, expected_output="ok")
+                for _ in range(count)
+            ]
+
+        alice = judge0.async_execute(client=clients["alice"], submissions=programs(12))
+        bob = judge0.async_execute(client=clients["bob"], submissions=programs(4))
+        done = {
+            "alice": judge0.wait(client=clients["alice"], submissions=alice),
+            "bob": judge0.wait(client=clients["bob"], submissions=bob),
+        }
+        for submissions in done.values():
+            assert [s.status for s in submissions] == [judge0.Status.ACCEPTED] * len(submissions)
+        finished = {
+            tenant: max(
+                e["status"]["finishedAt"]
+                for e in executions_of(
+                    custom_objects, namespaces[tenant], [str(s.token) for s in submissions]
+                )
+            )
+            for tenant, submissions in done.items()
+        }
+        assert finished["bob"] < finished["alice"], finished
+    finally:
+        for namespace in namespaces.values():
+            delete_executions(custom_objects, namespace, timeout=60)
+            core_v1.delete_namespace(namespace, propagation_policy="Background")
