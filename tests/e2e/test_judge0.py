@@ -219,6 +219,13 @@ CSHARP_SUM = (
     "  var n = Console.ReadLine().Split(' ');\n"
     "  Console.WriteLine(int.Parse(n[0]) + int.Parse(n[1]));\n} }\n"
 )
+
+
+def batch_wait() -> judge0.MaxWaitTime:
+    """The client's own strategy polls forever: a bound (it counts the time it sleeps)."""
+    return judge0.MaxWaitTime(max_wait_time_sec=600)
+
+
 # Larger than a submission's defaults, so a submission fits the pools' sandboxes.
 POOL_RESOURCES = {"cpu": "1", "memory": "512Mi"}
 
@@ -334,7 +341,7 @@ def test_a_batch_beyond_max_concurrent_waits_in_queue_and_every_verdict_is_right
     )
     # Beyond maxConcurrent they wait (Judge0's In Queue), none refused.
     assert queued_now(custom_objects, namespace) > 0
-    waited = judge0.wait(client=client_of, submissions=created)
+    waited = judge0.wait(client=client_of, submissions=created, retry_strategy=batch_wait())
     verdicts = [s.status for s in waited]
     assert verdicts == [want for _, want in batch], [
         (s.status, s.stderr, s.message) for s in waited
@@ -371,8 +378,10 @@ def test_one_tenants_batch_does_not_starve_anothers(
         alice = judge0.async_execute(client=clients["alice"], submissions=programs(12))
         bob = judge0.async_execute(client=clients["bob"], submissions=programs(4))
         done = {
-            "alice": judge0.wait(client=clients["alice"], submissions=alice),
-            "bob": judge0.wait(client=clients["bob"], submissions=bob),
+            "alice": judge0.wait(
+                client=clients["alice"], submissions=alice, retry_strategy=batch_wait()
+            ),
+            "bob": judge0.wait(client=clients["bob"], submissions=bob, retry_strategy=batch_wait()),
         }
         for submissions in done.values():
             assert [s.status for s in submissions] == [judge0.Status.ACCEPTED] * len(submissions)
