@@ -75,6 +75,17 @@ class ExecutionContext:
     direct: DirectRunner | None = None
 
 
+@dataclass(frozen=True)
+class Queueing:
+    """How an execution may wait in its tenant's queue (created labelled queued; the operator
+    starts it in turn): up to `size` of the tenant's beyond its maxConcurrent. `admitted`: the
+    caller has checked that it fits (a batch, as a whole), so it is created queued at once and
+    the operator's queue alone decides when it runs."""
+
+    size: int
+    admitted: bool = False
+
+
 async def create_execution(
     request: CreateExecutionRequest,
     ctx: ExecutionContext,
@@ -84,13 +95,12 @@ async def create_execution(
     session: str | None = None,
     name: str | None = None,
     annotations: Mapping[str, str] | None = None,
-    queue_size: int = 0,
+    queueing: Queueing | None = None,
 ) -> CreateOutcome:
     """Create (or replay) an execution, in `session` when given, and wait for it if asked.
     A one-off run that waits tries a ready pool sandbox through the direct path first.
     `name` and `annotations`: a compatibility API's own identity for it (a Judge0 token) and
-    what that API keeps on it; `queue_size`: how many of the tenant's executions may wait
-    (queued, the operator starts them in turn) beyond its maxConcurrent."""
+    what that API keeps on it; `queueing`: whether it may wait in the tenant's queue."""
     tenant, service, settings, admission = ctx.tenant, ctx.executions, ctx.settings, ctx.admission
     if ctx.direct is not None and wait and session is None and request.mode == "run":
         outcome = await run_directly(
@@ -118,7 +128,7 @@ async def create_execution(
             created = resource is None
             if resource is None:
                 manifest = _manifest(request, name, ctx, session, annotations)
-                resource, created = await _admit(manifest, name, ctx, fingerprint, queue_size)
+                resource, created = await _admit(manifest, name, ctx, fingerprint, queueing)
             if wait:
                 resource = await finished(resource, tenant.namespace, service, settings)
         except ExecutionNotFound as exc:
@@ -129,25 +139,40 @@ async def create_execution(
 
 
 async def _admit(
-    manifest: Resource, name: str, ctx: ExecutionContext, fingerprint: str, queue_size: int
+    manifest: Resource,
+    name: str,
+    ctx: ExecutionContext,
+    fingerprint: str,
+    queueing: Queueing | None,
 ) -> tuple[Resource, bool]:
     """Create the execution if the tenant may run another, or queued while its queue has room:
     (the execution, created?)."""
     tenant, service, settings, admission = ctx.tenant, ctx.executions, ctx.settings, ctx.admission
+    limit = tenant.limits.max_concurrent
+    if queueing is not None and queueing.admitted:
+        return await _create(queued(manifest, limit), name, ctx, fingerprint)
     async with admission.admitting(tenant.name):
-        if await check_concurrency(service, tenant, settings, queue_size=queue_size):
-            manifest = queued(manifest, tenant.limits.max_concurrent)
-        try:
-            return await service.create(tenant.namespace, manifest), True
-        except ExecutionAlreadyExists:
-            existing = await replay(service.get, tenant, name, fingerprint)
-            if existing is None:
-                raise GatewayError(
-                    409, "conflict", f"Execution {name!r} is being replaced; retry"
-                ) from None
-            return existing, False
-        except ExecutionRejected as exc:
-            raise refused_by_cluster(exc, "execution") from exc
+        size = queueing.size if queueing is not None else 0
+        if await check_concurrency(service, tenant, settings, queue_size=size):
+            manifest = queued(manifest, limit)
+        return await _create(manifest, name, ctx, fingerprint)
+
+
+async def _create(
+    manifest: Resource, name: str, ctx: ExecutionContext, fingerprint: str
+) -> tuple[Resource, bool]:
+    tenant, service = ctx.tenant, ctx.executions
+    try:
+        return await service.create(tenant.namespace, manifest), True
+    except ExecutionAlreadyExists:
+        existing = await replay(service.get, tenant, name, fingerprint)
+        if existing is None:
+            raise GatewayError(
+                409, "conflict", f"Execution {name!r} is being replaced; retry"
+            ) from None
+        return existing, False
+    except ExecutionRejected as exc:
+        raise refused_by_cluster(exc, "execution") from exc
 
 
 def _manifest(

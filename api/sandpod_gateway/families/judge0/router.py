@@ -24,6 +24,7 @@ from sandpod_gateway.policy.admission import check_concurrency
 from sandpod_gateway.policy.auth import Tenant
 from sandpod_gateway.usecases.executions import (
     ExecutionContext,
+    Queueing,
     create_execution,
     get_owned_execution,
 )
@@ -42,6 +43,8 @@ from sandpod_gateway.web.metrics import GatewayMetrics
 
 PREFIX = "/judge0"
 AUTH_HEADER = "X-Auth-Token"
+# A batch's submissions created at once, at most.
+BATCH_CREATES = 16
 
 get_judge0_callbacks: Callable[[Request], Judge0Callbacks] = from_app_state("judge0_callbacks")
 Judge0CallbacksDep = Annotated[Judge0Callbacks, Depends(get_judge0_callbacks)]
@@ -161,6 +164,7 @@ async def _submit(
     *,
     base64_encoded: bool,
     wait: bool,
+    queueing: Queueing,
 ) -> Resource:
     """Create the execution a submission stands for (waiting for it if asked), and its
     callback once it is done."""
@@ -179,7 +183,7 @@ async def _submit(
         wait=wait,
         name=str(uuid.uuid4()),
         annotations=translated.annotations(),
-        queue_size=ctx.settings.judge0_queue_size,
+        queueing=queueing,
     )
     if outcome.created:
         how.metrics.executions.labels(outcome.result.language, outcome.result.status.value).inc()
@@ -199,7 +203,10 @@ async def create_submission(
 ) -> dict[str, Any]:
     requested = judge0.requested_fields(fields)
     encoded = base64_encoded == "true"
-    resource = await _submit(body, ctx, how, base64_encoded=encoded, wait=wait == "true")
+    queueing = Queueing(ctx.settings.judge0_queue_size)
+    resource = await _submit(
+        body, ctx, how, base64_encoded=encoded, wait=wait == "true", queueing=queueing
+    )
     if wait != "true":
         return {"token": resource["metadata"]["name"]}
     return judge0.submission_view(resource, requested, encoded, judge0.language_names(ctx.catalog))
@@ -234,22 +241,32 @@ async def create_submission_batch(
         wanted=len(items),
         queue_size=ctx.settings.judge0_queue_size,
     )
-    answers: list[dict[str, Any]] = []
-    for item in items:
-        try:
-            resource = await _submit(
-                item, ctx, how, base64_encoded=base64_encoded == "true", wait=False
-            )
-        except judge0.InvalidSubmission as exc:
-            answers.append(dict(exc.errors))
-            continue
-        except Exception as exc:
-            error = as_gateway_error(exc, ctx.settings.default_retry_after_seconds)
-            if error is None:
-                raise
-            answers.append({"error": judge0_status(error)[1]})
-            continue
-        answers.append({"token": resource["metadata"]["name"]})
+    # Each created queued at once, concurrently (Judge0's client waits 5 s for the answer):
+    # the operator's queue starts them in turn.
+    queueing = Queueing(ctx.settings.judge0_queue_size, admitted=True)
+    creating = asyncio.Semaphore(BATCH_CREATES)
+
+    async def answer(item: object) -> dict[str, Any]:
+        async with creating:
+            try:
+                resource = await _submit(
+                    item,
+                    ctx,
+                    how,
+                    base64_encoded=base64_encoded == "true",
+                    wait=False,
+                    queueing=queueing,
+                )
+            except judge0.InvalidSubmission as exc:
+                return dict(exc.errors)
+            except Exception as exc:
+                error = as_gateway_error(exc, ctx.settings.default_retry_after_seconds)
+                if error is None:
+                    raise
+                return {"error": judge0_status(error)[1]}
+        return {"token": resource["metadata"]["name"]}
+
+    answers = await asyncio.gather(*(answer(item) for item in items))
     if not any("token" in answer for answer in answers):
         response.status_code = 422
     return answers
