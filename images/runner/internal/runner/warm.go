@@ -215,13 +215,8 @@ func (c *warmChild) run(ctx context.Context, cfg Config, request runRequest, fra
 	}
 	c.spec.timeout = time.Duration(cfg.TimeoutSeconds) * time.Second
 	// A compiled language builds in the work dir first; the waiting shim execs
-	// the built program only once it is released. The build must not reap
-	// every process as a program's end does (the runner as PID 1): the waiting
-	// child is one; the program's end reaps what the compiler left.
-	build := c.spec
-	build.reapAll = false
-	compiled, final, ok := compileFirst(ctx, &build, cfg)
-	c.spec.timeout = build.timeout
+	// the built program only once it is released.
+	compiled, final, ok := compileFirst(ctx, &c.spec, cfg)
 	if !ok {
 		c.abandon()
 		return final
