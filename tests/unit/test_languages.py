@@ -17,6 +17,7 @@ from sandpod_gateway.kube.resources import execution_result
 from sandpod_gateway.languages import load_language_catalog
 from sandpod_gateway.schemas import ExecutionStatus
 from sandpod_operator.executions.builders import (
+    InvalidSpecError,
     build_runner_config,
     plan_execution,
 )
@@ -121,10 +122,9 @@ def test_config_json_carries_the_compile_step_in_run_mode(settings: OperatorSett
 
 
 @pytest.mark.parametrize("language", COMPILED)
-def test_compiled_languages_have_pools(settings: OperatorSettings, language: str) -> None:
-    """A claimed sandbox builds the run's source first (test_operator_pools.py)."""
-    sandbox = plan_pool(SandboxPoolSpec(language=language, size=1), CATALOG, settings)
-    assert sandbox.language.compile_command is not None
+def test_compiled_languages_have_no_pools(settings: OperatorSettings, language: str) -> None:
+    with pytest.raises(InvalidSpecError, match=r"spec.language: .* is compiled"):
+        plan_pool(SandboxPoolSpec(language=language, size=1), CATALOG, settings)
 
 
 # --- the runner's compile result ------------------------------------------------------------

@@ -49,9 +49,15 @@ TEMPLATE_HASH_CHARS = 16
 
 def plan_pool(spec: SandboxPoolSpec, catalog: Catalog, settings: OperatorSettings) -> Sandbox:
     """The pool's sandbox, or InvalidSpecError naming the field (unknown language, limits
-    above the installation's maximums). Pool pods run the default RuntimeClass; a compiled
-    language's claimed sandbox builds each run's source before it releases the program."""
+    above the installation's maximums, a compiled language). Pool pods run the default
+    RuntimeClass."""
     language = catalog_language(spec.language, catalog)
+    if language.compile_command is not None:
+        # A pre-started program cannot wait for a build of a source it has not seen yet.
+        raise InvalidSpecError(
+            f"spec.language: {spec.language} is compiled before it runs; pools serve "
+            "languages without a compile step"
+        )
     return Sandbox(
         language=language,
         runtime_class_name=settings.runtime_class_name,
@@ -78,14 +84,12 @@ def build_serve_configmap(
     sandbox: Sandbox,
     settings: OperatorSettings,
     extra_env: Mapping[str, str] | None = None,
-    builds: bool = False,
 ) -> Manifest:
     """The serve config: a complete config.json for this language, which the runner checks as
     it checks any; the per-execution fields (args, timeout, output cap, files, stdin) come with
     each request and replace these placeholders. Each request's env must be this one
-    (`extra_env`: a session's egress proxy variables); with `builds` (a pool's run-once
-    sandbox), so must its compile step, which the runner runs before releasing the program."""
-    config: dict[str, object] = {
+    (`extra_env`: a session's egress proxy variables)."""
+    config = {
         "mode": "run",
         **language_config(sandbox.language, settings, extra_env),
         "args": [],
@@ -94,8 +98,6 @@ def build_serve_configmap(
         "files": [],
         "hasStdin": False,
     }
-    if builds and sandbox.language.compile_command is not None:
-        config["compileCommand"] = list(sandbox.language.compile_command)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -113,7 +115,6 @@ def build_pool_configmap(
         labels={MANAGED_BY_LABEL: MANAGED_BY, POOL_LABEL: pool_name},
         sandbox=sandbox,
         settings=settings,
-        builds=True,
     )
 
 

@@ -69,8 +69,8 @@ func compileFirst(ctx context.Context, spec *processSpec, cfg Config) (compiled 
 	return compiled, Result{}, true
 }
 
-// checkNoCompileStep refuses a compile step in a session, whose runs share
-// one interpreter (serve mode builds each run's source before releasing it).
+// checkNoCompileStep refuses a compile step where the program is pre-started
+// (serve mode): there is nothing to compile before the source arrives.
 func checkNoCompileStep(cfg Config) error {
 	if len(cfg.CompileCommand) > 0 {
 		return fmt.Errorf("serve mode does not run a compile step (compileCommand %q)", cfg.CompileCommand)

@@ -119,49 +119,15 @@ func TestAMissingCompilerIsTheRunnersError(t *testing.T) {
 	}
 }
 
-func TestServeBuildsThenRunsTheProgram(t *testing.T) {
-	f := newCompiledFixture(t, `echo "hello from a pool"`, copyingCompiler)
-	output := f.decodeLog(f.serve().run("exec-1"))
-
-	assertExit(t, output, intPtr(0), nil)
-	if got := output.text(StreamStdout); got != "hello from a pool\n" {
-		t.Errorf("the program's stdout %q: the compiler's output must stay apart", got)
-	}
-	compiled := output.result.Compile
-	if compiled == nil || compiled.ExitCode == nil || *compiled.ExitCode != 0 || !strings.Contains(compiled.Output, "compiling") {
-		t.Fatalf("compile result %+v", compiled)
-	}
-}
-
-func TestServeReportsAFailedBuildAndRunsNoProgram(t *testing.T) {
-	f := newCompiledFixture(t, `touch ran`, `echo "main.src:1:1: syntax error" >&2; exit 2`)
-	output := f.decodeLog(f.serve().run("exec-1"))
-
-	if output.result.ExitCode != nil || output.result.Error != nil || len(output.frames) != 0 {
-		t.Errorf("result %+v, frames %+v: the program must not have run", output.result, output.frames)
-	}
-	compiled := output.result.Compile
-	if compiled == nil || compiled.ExitCode == nil || *compiled.ExitCode != 2 || compiled.Output != "main.src:1:1: syntax error\n" {
-		t.Fatalf("compile result %+v", compiled)
-	}
-	if _, err := os.Stat(filepath.Join(f.opts.WorkDir, "ran")); err == nil {
-		t.Error("the program ran after a failed compile")
-	}
-}
-
-func TestARunMustBuildAsThePreStartedChildWould(t *testing.T) {
+func TestServeModeRefusesACompileStep(t *testing.T) {
 	served := newCompiledFixture(t, ``, copyingCompiler).config
 	if err := checkNoCompileStep(served); err == nil {
-		t.Error("a session's runs cannot have a compile step")
+		t.Error("a pre-started child cannot wait for a compile step")
 	}
-	if err := checkServable(served, served); err != nil {
-		t.Errorf("the served config itself: %v", err)
-	}
-	for _, compile := range [][]string{nil, {"/bin/sh", "other.sh"}} {
-		request := served
-		request.CompileCommand = compile
-		if err := checkServable(served, request); err == nil {
-			t.Errorf("compileCommand %q fits a child pre-started for %q", compile, served.CompileCommand)
-		}
+	served.CompileCommand = nil
+	request := served
+	request.CompileCommand = []string{"/bin/sh", "compile.sh"}
+	if err := checkServable(served, request); err == nil {
+		t.Error("a request with a compile step fits no pre-started child")
 	}
 }

@@ -103,7 +103,7 @@ func Serve(ctx context.Context, opts Options, stdout, stderr io.Writer) error {
 	if err == nil && served.Mode != ModeRun {
 		err = fmt.Errorf("serve mode runs programs only, not mode %q", served.Mode)
 	}
-	if err == nil && opts.Session {
+	if err == nil {
 		err = checkNoCompileStep(served)
 	}
 	if err != nil {

@@ -214,13 +214,6 @@ func (c *warmChild) run(ctx context.Context, cfg Config, request runRequest, fra
 		argv = argv[1:]
 	}
 	c.spec.timeout = time.Duration(cfg.TimeoutSeconds) * time.Second
-	// A compiled language builds in the work dir first; the waiting shim execs
-	// the built program only once it is released.
-	compiled, final, ok := compileFirst(ctx, &c.spec, cfg)
-	if !ok {
-		c.abandon()
-		return final
-	}
 	var reported *valueReader
 	result := runCaptured(cfg, frames, outputsDir(c.spec.dir), func(stdout, stderr io.Writer) processOutcome {
 		c.process.started = time.Now()
@@ -231,7 +224,6 @@ func (c *warmChild) run(ctx context.Context, cfg Config, request runRequest, fra
 	if reported != nil {
 		result.setValue(reported.value())
 	}
-	result.Compile = compiled
 	return result
 }
 
@@ -319,10 +311,8 @@ func checkServable(served, request Config) error {
 		return fmt.Errorf("the limits %+v are not the pre-started %+v", request.Limits, served.Limits)
 	case served.SourceFile != request.SourceFile:
 		return fmt.Errorf("the sourceFile %q is not the pre-started %q", request.SourceFile, served.SourceFile)
-	case !slices.Equal(served.CompileCommand, request.CompileCommand):
-		return fmt.Errorf("the compileCommand %q is not the pre-started program's %q", request.CompileCommand, served.CompileCommand)
 	}
-	return nil
+	return checkNoCompileStep(request)
 }
 
 func describe(value *int) string {
