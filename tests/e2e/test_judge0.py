@@ -27,7 +27,6 @@ from sandpod_contract.names import QUEUED_LABEL
 from sandpod_testkit.components import GatewayProcess
 from sandpod_testkit.kube import GROUP, PLURAL, VERSION, create_namespace, delete_executions
 from sandpod_testkit.waiting import wait_until
-from test_pools import namespace_with_pools, pool_counts, ready_pool
 
 SEGFAULT = "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n"
 FLOATING_POINT = "import os, signal\nos.kill(os.getpid(), signal.SIGFPE)\n"
@@ -210,24 +209,9 @@ def test_the_implicit_client_reads_its_endpoint_and_key_from_the_environment(
     assert run.stdout.split() == ["ACCEPTED", "42"]
 
 
-GO_SUM = (
-    'package main\n\nimport "fmt"\n\nfunc main() {\n'
-    "\tvar a, b int\n\tfmt.Scan(&a, &b)\n\tfmt.Println(a + b)\n}\n"
-)
-CSHARP_SUM = (
-    "using System;\nclass P { static void Main() {\n"
-    "  var n = Console.ReadLine().Split(' ');\n"
-    "  Console.WriteLine(int.Parse(n[0]) + int.Parse(n[1]));\n} }\n"
-)
-
-
 def batch_wait() -> judge0.MaxWaitTime:
     """The client's own strategy polls forever: a bound (it counts the time it sleeps)."""
     return judge0.MaxWaitTime(max_wait_time_sec=600)
-
-
-# Larger than a submission's defaults, so a submission fits the pools' sandboxes.
-POOL_RESOURCES = {"cpu": "1", "memory": "512Mi"}
 
 
 def executions_of(objects: client.CustomObjectsApi, namespace: str, tokens: list[str]) -> list[Any]:
@@ -235,57 +219,6 @@ def executions_of(objects: client.CustomObjectsApi, namespace: str, tokens: list
         objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, token)
         for token in tokens
     ]
-
-
-def test_go_and_csharp_submissions_are_built_and_run_in_pool_sandboxes(
-    gateway: DeployedGateway,
-    judge0_gateway: str,
-    namespace_prefix: str,
-    core_v1: client.CoreV1Api,
-    custom_objects: client.CustomObjectsApi,
-) -> None:
-    namespace = f"{namespace_prefix}-j0pool-{uuid.uuid4().hex[:6]}"
-    with namespace_with_pools(namespace, core_v1, custom_objects):
-        key = add_tenant(gateway, judge0_gateway, namespace, namespace)
-        for name, language in (("go", "go"), ("cs", "csharp")):
-            spec = {"language": language, "size": 1, "resources": POOL_RESOURCES}
-            ready_pool(custom_objects, namespace, name, spec)
-        client_of = judge0.Client(endpoint=judge0_gateway, headers={"X-Auth-Token": key})
-        accepted = judge0.run(
-            client=client_of,
-            submissions=[
-                judge0.Submission(
-                    source_code=GO_SUM, language=judge0.GO, stdin="2 3", expected_output="5"
-                ),
-                judge0.Submission(
-                    source_code=CSHARP_SUM,
-                    language=judge0.CSHARP,
-                    stdin="4 5",
-                    expected_output="9",
-                ),
-            ],
-        )
-        assert [s.status for s in accepted] == [judge0.Status.ACCEPTED] * 2, [
-            (s.status, s.compile_output, s.stderr, s.message) for s in accepted
-        ]
-        wait_until(
-            lambda: pool_counts(custom_objects, namespace, "go") == (1, 1),
-            timeout=180,
-            what="the go pool to refill",
-        )
-        broken = judge0.run(
-            client=client_of,
-            source_code="package main\nfunc main() { undefinedThing() }\n",
-            language=judge0.GO,
-        )
-        assert broken.status == judge0.Status.COMPILATION_ERROR, (broken.status, broken.message)
-        assert "undefinedThing" in (broken.compile_output or "")
-        assert broken.stdout is None
-        tokens = [str(s.token) for s in (*accepted, broken)]
-        statuses = [e["status"] for e in executions_of(custom_objects, namespace, tokens)]
-        # Each was served by a claimed pool sandbox (the warm path), the build included.
-        assert [s.get("startMode") for s in statuses] == ["warm"] * 3, statuses
-        assert [s.get("reason") for s in statuses][-1] == "CompilationError"
 
 
 def class_batch(count: int) -> list[tuple[judge0.Submission, judge0.Status]]:

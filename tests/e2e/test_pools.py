@@ -84,24 +84,17 @@ def pods_in_state(core: client.CoreV1Api, namespace: str, pool: str, state: str)
 
 def python_pool(objects: client.CustomObjectsApi, namespace: str, size: int) -> None:
     """A SandboxPool `py` of `size` Python sandboxes, once they are all ready."""
-    ready_pool(objects, namespace, "py", {"language": "python", "size": size})
-
-
-def ready_pool(
-    objects: client.CustomObjectsApi, namespace: str, name: str, spec: dict[str, Any]
-) -> None:
-    """A SandboxPool `name` of `spec`, once all its sandboxes are ready."""
     pool = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "SandboxPool",
-        "metadata": {"name": name},
-        "spec": spec,
+        "metadata": {"name": "py"},
+        "spec": {"language": "python", "size": size},
     }
     objects.create_namespaced_custom_object(GROUP, VERSION, namespace, POOL_PLURAL, pool)
     wait_until(
-        lambda: pool_counts(objects, namespace, name) == (spec["size"], spec["size"]),
+        lambda: pool_counts(objects, namespace, "py") == (size, size),
         timeout=FILL_TIMEOUT,
-        what=f"the pool {name} to have {spec['size']} ready pods",
+        what=f"the pool to have {size} ready pods",
         interval=0.5,
     )
 

@@ -30,6 +30,7 @@ from sandpod_contract.names import (
 )
 
 from sandpod_operator.executions.builders import (
+    InvalidSpecError,
     Sandbox,
     catalog_language,
     language_config,
