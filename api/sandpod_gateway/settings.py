@@ -94,6 +94,20 @@ class GatewaySettings(BaseSettings):
         "the gateway PUTs the result there when the submission is done. Empty: callback_url "
         "is refused.",
     )
+    judge0_queue_size: int = Field(
+        default=100,
+        ge=0,
+        description="Judge0 submissions of one tenant that may wait beyond its maxConcurrent "
+        "(status In Queue; the operator starts them in turn); more are refused with 503 "
+        "'queue is full'. Judge0's MAX_QUEUE_SIZE.",
+    )
+    judge0_max_batch_size: int = Field(
+        default=100,
+        ge=1,
+        le=1000,
+        description="Submissions one POST /judge0/submissions/batch may hold (Judge0's "
+        "MAX_SUBMISSION_BATCH_SIZE; its default is 20, a class's batch is larger).",
+    )
     mcp_allowed_hosts: list[str] = Field(
         default_factory=list,
         description="Host headers the MCP endpoint accepts (DNS-rebinding protection); "

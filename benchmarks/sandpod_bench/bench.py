@@ -44,6 +44,10 @@ BENCH_REQUESTS_PER_SECOND = 10000
 MAX_SESSIONS = 32
 
 
+# The Judge0 tenants' maxConcurrent (section judge0): a class on a 2-core node.
+JUDGE0_MAX_CONCURRENT = 8
+
+
 BENCH_LIMITS = {
     "maxTimeoutSeconds": 60,
     "maxConcurrent": 256,
@@ -51,6 +55,7 @@ BENCH_LIMITS = {
     "requestsPerSecond": BENCH_REQUESTS_PER_SECOND,
     "requestBurst": BENCH_REQUESTS_PER_SECOND,
 }
+JUDGE0_LIMITS = {**BENCH_LIMITS, "maxConcurrent": JUDGE0_MAX_CONCURRENT}
 
 
 def tenants_secret(
@@ -176,6 +181,8 @@ class GatewayClients:
     load: httpx.Client
     pool: httpx.Client
     session: httpx.Client
+    judge0_cold: httpx.Client
+    judge0_pool: httpx.Client
     url: str
     session_key: str
     soak: dict[str, httpx.Client] = field(default_factory=dict)
@@ -297,7 +304,7 @@ class Bench:
         options = self.options
         keys = {
             tenant: f"sk-{secrets.token_urlsafe(24)}"
-            for tenant in ("gateway", "load", "pool", "session")
+            for tenant in ("gateway", "load", "pool", "session", "judge0_cold", "judge0_pool")
         }
         soak_keys = {
             tenant: f"sk-{secrets.token_urlsafe(24)}" for tenant in self.namespaces.soak_tenants
@@ -314,8 +321,14 @@ class Bench:
                         f"bench-{tenant}": (namespace, soak_keys[tenant])
                         for tenant, namespace in self.namespaces.soak_tenants.items()
                     },
+                    "bench-judge0-cold": (self.namespaces.judge0_cold, keys["judge0_cold"]),
+                    "bench-judge0-pool": (self.namespaces.judge0_pool, keys["judge0_pool"]),
                 },
-                {f"bench-{ABUSIVE_TENANT}": ABUSIVE_LIMITS},
+                {
+                    f"bench-{ABUSIVE_TENANT}": ABUSIVE_LIMITS,
+                    "bench-judge0-cold": JUDGE0_LIMITS,
+                    "bench-judge0-pool": JUDGE0_LIMITS,
+                },
             ),
         )
         # The direct path between the two, as the chart sets it up (a token both read).

@@ -139,6 +139,14 @@ class Namespaces:
         return {tenant: f"{self.prefix}-{tenant}" for tenant in SOAK_TENANTS if self.soak}
 
     @property
+    def judge0_cold(self) -> str:
+        return f"{self.prefix}-judge0-cold"
+
+    @property
+    def judge0_pool(self) -> str:
+        return f"{self.prefix}-judge0-pool"
+
+    @property
     def sandpod(self) -> list[str]:
         """Those the main operator watches."""
         return [
@@ -147,6 +155,8 @@ class Namespaces:
             self.load,
             self.pool,
             self.session,
+            self.judge0_cold,
+            self.judge0_pool,
             *self.soak_tenants.values(),
         ]
 

@@ -46,7 +46,16 @@ from sandpod_bench.kube import connect
 from sandpod_bench.options import POOL_SECTIONS, SESSION_SECTIONS, Options, parse_options
 from sandpod_bench.procstat import ProcessSample
 from sandpod_bench.report import render
-from sandpod_bench.sections import baselines, cost, latency, pool, session, soak, throughput
+from sandpod_bench.sections import (
+    baselines,
+    cost,
+    judge0,
+    latency,
+    pool,
+    session,
+    soak,
+    throughput,
+)
 from sandpod_bench.workloads import SandpodGateway
 
 CONTAINERD_SOCKET = REPO_ROOT / ".cluster" / "run" / "containerd.sock"
@@ -82,6 +91,8 @@ def run_sections(bench: Bench) -> None:
             pool.run(bench, clients.pool, recorders.pool)
         if any(section in sections for section in SESSION_SECTIONS):
             session.run(bench, clients, recorders.session, recorders.kubectl)
+        if "judge0" in sections:
+            judge0.run(bench, clients.judge0_cold, clients.judge0_pool)
         if "soak" in sections:
             soak.run(bench, clients, operator)
         baselines.record_ratios(bench)

@@ -21,6 +21,7 @@ SECTIONS = (
     "pool-throughput",
     "session",
     "session-throughput",
+    "judge0",
     "cost",
 )
 # Run only when named: not part of a default run (or of make bench).

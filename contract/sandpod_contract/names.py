@@ -28,6 +28,10 @@ FINISHED_LABEL = f"{GROUP}/finished"
 # it alone. Value: RECORD_DIRECT.
 RECORD_LABEL = f"{GROUP}/record"
 RECORD_DIRECT = "direct"
+# An execution waiting for its tenant's turn (a Judge0 submission beyond the tenant's
+# maxConcurrent): the operator's handlers leave it alone until its queue (executions/queue.py)
+# removes the label. Value: the tenant's maxConcurrent, which the gateway set.
+QUEUED_LABEL = f"{GROUP}/queued"
 # The operator's endpoint of the direct path, which the gateway posts a session's run to.
 DIRECT_RUN_PATH = "/v1/session-runs"
 DIRECT_POOL_RUN_PATH = "/v1/pool-runs"

@@ -23,6 +23,7 @@ from sandpod_operator.executions.handlers import (
     reconciler_of,
     stalls_of,
 )
+from sandpod_operator.executions.queue import ExecutionQueue
 from sandpod_operator.executions.reconciler import Reconciler
 from sandpod_operator.executions.resync import resync_unstarted
 from sandpod_operator.executions.stalls import StallDetector
@@ -35,6 +36,8 @@ from sandpod_operator.settings import OperatorSettings
 
 KOPF_PREFIX = f"kopf.{GROUP}"
 WATCH_SERVER_TIMEOUT_SECONDS = 300
+# The executions queue looks again this often without a change (a release that failed).
+QUEUE_BACKSTOP_SECONDS = 5.0
 
 
 @kopf.on.startup()
@@ -70,6 +73,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: 
             on_touch=stalls_of(memo).touched,
         )
     )
+    memo.queue = ExecutionQueue(
+        kube, index_of(kwargs, "queued_executions"), index_of(kwargs, "running_executions")
+    )
+    memo.queue_task = asyncio.create_task(memo.queue.run(QUEUE_BACKSTOP_SECONDS))
     memo.pools = PoolController(kube=kube, settings=sandpod, catalog=catalog)
     start_ledger(memo, sandpod, kwargs)
     await start_direct_path(memo, sandpod, kwargs)
@@ -90,6 +97,7 @@ def handlers_run(memo: kopf.Memo, **_: Any) -> str:
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: Any) -> None:
     memo.resync.cancel()
+    memo.queue_task.cancel()
     memo.records.cancel()
     if memo.direct_endpoint is not None:
         await memo.direct_endpoint.cleanup()

@@ -21,6 +21,7 @@ from sandpod_contract.names import (
     PLURAL,
     POOL_LABEL,
     POOL_PLURAL,
+    QUEUED_LABEL,
     RESYNC_ANNOTATION,
     SESSION_PLURAL,
     VERSION,
@@ -499,6 +500,13 @@ class Kube:
         whether it was still there to annotate."""
         return await self._patch_this(
             PLURAL, namespace, name, uid, {"annotations": {RESYNC_ANNOTATION: at}}
+        )
+
+    async def release_execution(self, namespace: str, name: str, *, uid: str) -> bool:
+        """Take this very execution out of its tenant's queue (executions/queue.py); whether
+        it was still there."""
+        return await self._patch_this(
+            PLURAL, namespace, name, uid, {"labels": {QUEUED_LABEL: None}}
         )
 
     async def _patch_this(

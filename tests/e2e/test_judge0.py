@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,9 @@ import judge0
 import pytest
 from chart_release import ChartRelease, DeployedGateway
 from kubernetes import client
+from sandpod_contract.names import QUEUED_LABEL
 from sandpod_testkit.components import GatewayProcess
-from sandpod_testkit.kube import GROUP, PLURAL, VERSION
+from sandpod_testkit.kube import GROUP, PLURAL, VERSION, create_namespace, delete_executions
 from sandpod_testkit.waiting import wait_until
 
 SEGFAULT = "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n"
@@ -56,9 +58,16 @@ def judge0_gateway(
         process.stop()
 
 
-def add_tenant(gateway: DeployedGateway, judge0_gateway: str, name: str, namespace: str) -> str:
-    """A tenant whose queue holds a class's batch: its key, once the Judge0 API accepts it."""
-    key = gateway.add_tenant(name, namespace, maxTimeoutSeconds=30, maxConcurrent=20)
+def add_tenant(
+    gateway: DeployedGateway,
+    judge0_gateway: str,
+    name: str,
+    namespace: str,
+    max_concurrent: int = 20,
+) -> str:
+    """A tenant running `max_concurrent` submissions at once (more wait in its queue): its key,
+    once the Judge0 API accepts it."""
+    key = gateway.add_tenant(name, namespace, maxTimeoutSeconds=30, maxConcurrent=max_concurrent)
     wait_until(
         lambda: httpx.get(f"{judge0_gateway}/about", headers={"X-Auth-Token": key}).is_success,
         timeout=60,
@@ -198,3 +207,128 @@ def test_the_implicit_client_reads_its_endpoint_and_key_from_the_environment(
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["ACCEPTED", "42"]
+
+
+def batch_wait() -> judge0.MaxWaitTime:
+    """The client's own strategy polls forever: a bound (it counts the time it sleeps)."""
+    return judge0.MaxWaitTime(max_wait_time_sec=600)
+
+
+def executions_of(objects: client.CustomObjectsApi, namespace: str, tokens: list[str]) -> list[Any]:
+    return [
+        objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, token)
+        for token in tokens
+    ]
+
+
+def class_batch(count: int) -> list[tuple[judge0.Submission, judge0.Status]]:
+    """`count` submissions of a class with every verdict kind, and the verdict each must get:
+    in each ten, one wrong answer, time limit, build failure and runtime error; the rest
+    accepted."""
+    source = "a, b = map(int, input().split())\nprint(a + b)\n"
+    python = judge0.PYTHON
+    kinds: list[tuple[dict[str, Any], judge0.Status]] = [
+        (
+            {"source_code": source, "stdin": "2 3", "expected_output": "6"},
+            judge0.Status.WRONG_ANSWER,
+        ),
+        (
+            {"source_code": "while True: pass\n", "cpu_time_limit": 1, "wall_time_limit": 2},
+            judge0.Status.TIME_LIMIT_EXCEEDED,
+        ),
+        (
+            {"source_code": "package main\nfunc main() { x }\n", "language": judge0.GO},
+            judge0.Status.COMPILATION_ERROR,
+        ),
+        ({"source_code": "import sys\nsys.exit(2)\n"}, judge0.Status.RUNTIME_ERROR_NZEC),
+    ]
+    accepted = (
+        {"source_code": source, "stdin": "2 3", "expected_output": "5"},
+        judge0.Status.ACCEPTED,
+    )
+    batch = []
+    for i in range(count):
+        fields, verdict = kinds[i % 10] if i % 10 < len(kinds) else accepted
+        batch.append((judge0.Submission(**{"language": python, **fields}), verdict))
+    return batch
+
+
+def queued_now(objects: client.CustomObjectsApi, namespace: str) -> int:
+    listed: Any = objects.list_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, label_selector=QUEUED_LABEL
+    )
+    return len(listed["items"])
+
+
+def test_a_batch_beyond_max_concurrent_waits_in_queue_and_every_verdict_is_right(
+    gateway: DeployedGateway,
+    judge0_gateway: str,
+    namespace: str,
+    custom_objects: client.CustomObjectsApi,
+) -> None:
+    key = add_tenant(gateway, judge0_gateway, namespace, namespace, max_concurrent=4)
+    client_of = judge0.Client(endpoint=judge0_gateway, headers={"X-Auth-Token": key})
+    batch = class_batch(20)
+    created = judge0.async_execute(
+        client=client_of, submissions=[submission for submission, _ in batch]
+    )
+    # Beyond maxConcurrent they wait (Judge0's In Queue), none refused.
+    assert queued_now(custom_objects, namespace) > 0
+    waited = judge0.wait(client=client_of, submissions=created, retry_strategy=batch_wait())
+    verdicts = [s.status for s in waited]
+    assert verdicts == [want for _, want in batch], [
+        (s.status, s.stderr, s.message) for s in waited
+    ]
+    assert queued_now(custom_objects, namespace) == 0
+
+
+def test_one_tenants_batch_does_not_starve_anothers(
+    gateway: DeployedGateway,
+    judge0_gateway: str,
+    namespace_prefix: str,
+    core_v1: client.CoreV1Api,
+    custom_objects: client.CustomObjectsApi,
+) -> None:
+    """Alice queues 12 submissions first, Bob 4 right after: each tenant's queue waits on its
+    own running submissions only, so Bob's are done before Alice's are."""
+    clients = {}
+    namespaces = {}
+    for tenant in ("alice", "bob"):
+        namespace = f"{namespace_prefix}-j0-{tenant}-{uuid.uuid4().hex[:6]}"
+        create_namespace(core_v1, namespace)
+        namespaces[tenant] = namespace
+        key = add_tenant(gateway, judge0_gateway, namespace, namespace, max_concurrent=2)
+        clients[tenant] = judge0.Client(endpoint=judge0_gateway, headers={"X-Auth-Token": key})
+    try:
+
+        def programs(count: int) -> list[judge0.Submission]:
+            source = "import time\ntime.sleep(1)\nprint('ok')\n"
+            return [
+                judge0.Submission(source_code=source, language=judge0.PYTHON, expected_output="ok")
+                for _ in range(count)
+            ]
+
+        alice = judge0.async_execute(client=clients["alice"], submissions=programs(12))
+        bob = judge0.async_execute(client=clients["bob"], submissions=programs(4))
+        done = {
+            "alice": judge0.wait(
+                client=clients["alice"], submissions=alice, retry_strategy=batch_wait()
+            ),
+            "bob": judge0.wait(client=clients["bob"], submissions=bob, retry_strategy=batch_wait()),
+        }
+        for submissions in done.values():
+            assert [s.status for s in submissions] == [judge0.Status.ACCEPTED] * len(submissions)
+        finished = {
+            tenant: max(
+                e["status"]["finishedAt"]
+                for e in executions_of(
+                    custom_objects, namespaces[tenant], [str(s.token) for s in submissions]
+                )
+            )
+            for tenant, submissions in done.items()
+        }
+        assert finished["bob"] < finished["alice"], finished
+    finally:
+        for namespace in namespaces.values():
+            delete_executions(custom_objects, namespace, timeout=60)
+            core_v1.delete_namespace(namespace, propagation_policy="Background")

@@ -135,6 +135,8 @@ EVERY_GATEWAY_SETTING: dict[str, Any] = {
     "maxLogFollowBytes": 1048576,
     "mcpAllowedHosts": ["sandpod.example"],
     "judge0CallbackHosts": ["lms.example", "grader.example:8443"],
+    "judge0QueueSize": 40,
+    "judge0MaxBatchSize": 50,
 }
 CI_KEY_DIGEST = hashlib.sha256(b"sk-ci-a").hexdigest()
 CI_B_KEY_DIGEST = hashlib.sha256(b"sk-ci-b").hexdigest()

@@ -16,6 +16,7 @@ import judge0
 import pytest
 from fastapi import FastAPI
 from gateway_fakes import FakeExecutionService, Run, make_app, served, tenant
+from sandpod_contract.names import QUEUED_LABEL
 from sandpod_gateway.families.judge0 import judge0 as translation
 from sandpod_gateway.families.judge0.judge0 import InvalidSubmission, Status, SubmissionRequest
 from sandpod_gateway.languages import LanguageCatalog
@@ -465,35 +466,45 @@ def test_base64_answers_are_encoded_as_judge0_encodes_them(
     assert created["status"] == {"id": 3, "description": "Accepted"}
 
 
-def test_a_full_queue_is_judge0s_503(tmp_path: Path) -> None:
-    """The tenant's concurrency is Judge0's queue: beyond it, 503 "queue is full", Retry-After.
-    A batch fits as a whole, or none of it is created."""
+def test_submissions_beyond_the_tenants_concurrency_wait_in_its_queue(tmp_path: Path) -> None:
+    """Beyond the tenant's maxConcurrent a submission is created queued (the operator starts
+    it in turn) and reads In Queue; beyond the queue's size too, 503 "queue is full", with
+    Retry-After. A batch fits as a whole, or none of it is created."""
     service = FakeExecutionService(runner=None)
-    with served(make_app(service, {KEY: tenant("alice", max_concurrent=3)}, tmp_path)) as url:
+    keys = {KEY: tenant("alice", max_concurrent=2)}
+    with served(make_app(service, keys, tmp_path, judge0_queue_size=2)) as url:
         headers = {"X-Auth-Token": KEY}
         submission = {"source_code": "x", "language_id": 71}
         first = httpx.post(f"{url}/judge0/submissions", json=submission, headers=headers)
         assert first.status_code == 201
+        too_many = httpx.post(
+            f"{url}/judge0/submissions/batch",
+            json={"submissions": [submission] * 4},
+            headers=headers,
+        )
+        assert too_many.status_code == 503
+        assert too_many.json()["error"] == (
+            "queue is full (1 executions are already running or waiting and 4 more were "
+            "asked for; this tenant may run 2 at once and 2 may wait.)"
+        )
+        assert len(service.created) == 1
         batch = httpx.post(
             f"{url}/judge0/submissions/batch",
             json={"submissions": [submission] * 3},
             headers=headers,
-        )
-        assert batch.status_code == 503
-        assert batch.json()["error"] == (
-            "queue is full (1 executions are already running and 3 more were asked for; "
-            "this tenant may run 3 at once.)"
-        )
-        assert len(service.created) == 1
-        fits = httpx.post(
-            f"{url}/judge0/submissions/batch",
-            json={"submissions": [submission] * 2},
-            headers=headers,
-        )
-        assert [list(answer) for answer in fits.json()] == [["token"], ["token"]]
+        ).json()
+        queued = [
+            (resource["metadata"].get("labels") or {}).get(QUEUED_LABEL)
+            for resource in service.created
+        ]
+        # A submission alone waits only beyond maxConcurrent; a batch's all wait queued at
+        # once, the operator's queue letting them go in turn.
+        assert queued == [None, "2", "2", "2"]
+        waiting = httpx.get(f"{url}/judge0/submissions/{batch[2]['token']}", headers=headers)
+        assert waiting.json()["status"] == {"id": 1, "description": "In Queue"}
         full = httpx.post(f"{url}/judge0/submissions", json=submission, headers=headers)
     assert full.status_code == 503
-    assert full.json()["error"].startswith("queue is full (3 executions are already running;")
+    assert full.json()["error"].startswith("queue is full (4 executions are already running")
     assert int(full.headers["Retry-After"]) >= 1
 
 

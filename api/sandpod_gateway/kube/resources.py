@@ -26,6 +26,7 @@ from sandpod_contract.models import (
 from sandpod_contract.names import (
     API_VERSION,
     KIND,
+    QUEUED_LABEL,
     REQUEST_HASH_ANNOTATION,
     SESSION_KIND,
     TENANT_LABEL,
@@ -111,6 +112,14 @@ def _source_file(file: FileInput) -> SourceFile:
 def _spec_error_field(location: tuple[int | str, ...]) -> str:
     head, *rest = location or ("spec",)
     return format_location(("body", REQUEST_FIELDS.get(str(head), str(head)), *rest))
+
+
+def queued(manifest: Resource, max_concurrent: int) -> Resource:
+    """The execution to create waiting for its tenant's turn: the operator starts it once
+    fewer than `max_concurrent` of the tenant's executions run (the label's value)."""
+    metadata = manifest["metadata"]
+    labels = {**(metadata.get("labels") or {}), QUEUED_LABEL: str(max_concurrent)}
+    return {**manifest, "metadata": {**metadata, "labels": labels}}
 
 
 def build_code_execution(

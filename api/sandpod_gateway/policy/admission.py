@@ -341,32 +341,45 @@ def unfinished_selector(tenant: str) -> str:
 
 
 async def check_concurrency(
-    service: ExecutionService, tenant: Tenant, settings: GatewaySettings, wanted: int = 1
-) -> None:
-    """429 with Retry-After when the tenant cannot start `wanted` more executions: it runs as
-    many as it may. Counts from metadata alone, and reads no more than the limit."""
+    service: ExecutionService,
+    tenant: Tenant,
+    settings: GatewaySettings,
+    wanted: int = 1,
+    queue_size: int = 0,
+) -> bool:
+    """Whether `wanted` more executions must wait in the tenant's queue (beyond its
+    maxConcurrent, up to `queue_size` more); 429 with Retry-After when they do not fit even
+    there. Counts from metadata alone, and reads no more than the limit."""
     limit = tenant.limits.max_concurrent
     unfinished = await service.list_metadata(
-        tenant.namespace, label_selector=unfinished_selector(tenant.name), limit=limit
+        tenant.namespace,
+        label_selector=unfinished_selector(tenant.name),
+        limit=limit + queue_size,
     )
-    if len(unfinished) + wanted > limit:
+    if len(unfinished) + wanted > limit + queue_size:
         retry_after = retry_after_seconds(
             unfinished,
             datetime.now(UTC),
             tenant.limits.max_timeout_seconds,
             settings.default_retry_after_seconds,
         )
-        raise concurrency_refused(len(unfinished), wanted, limit, retry_after)
+        raise concurrency_refused(len(unfinished), wanted, limit, retry_after, queue_size)
+    return len(unfinished) + wanted > limit
 
 
-def concurrency_refused(running: int, wanted: int, limit: int, retry_after: int) -> GatewayError:
-    """429 concurrency_limit: `running` executions run, `wanted` more were asked for."""
+def concurrency_refused(
+    running: int, wanted: int, limit: int, retry_after: int, queue_size: int = 0
+) -> GatewayError:
+    """429 concurrency_limit: `running` executions run (or wait, in a queue of `queue_size`),
+    `wanted` more were asked for."""
+    waiting = f" and {queue_size} may wait" if queue_size else ""
     return GatewayError(
         429,
         "concurrency_limit",
         f"{running} executions are already running"
+        + (" or waiting" if queue_size else "")
         + (f" and {wanted} more were asked for" if wanted > 1 else "")
-        + f"; this tenant may run {limit} at once.",
+        + f"; this tenant may run {limit} at once{waiting}.",
         [ErrorDetail(message="too many running", type="max_concurrent", limit=limit)],
         headers={"Retry-After": str(retry_after)},
     )

@@ -10,7 +10,6 @@ import json
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Protocol
 
 from sandpod_contract.models import execution_name_problem
@@ -22,6 +21,7 @@ from sandpod_gateway.kube.resources import (
     build_code_execution,
     execution_result,
     output_file,
+    queued,
     request_fingerprint,
     stored_outputs,
 )
@@ -39,9 +39,7 @@ from sandpod_gateway.policy.admission import (
     AdmissionControl,
     check_concurrency,
     check_request,
-    concurrency_refused,
     resolved_limits,
-    seconds_until_room,
 )
 from sandpod_gateway.policy.auth import Tenant
 from sandpod_gateway.policy.idempotency import Getter, execution_name, replay
@@ -82,6 +80,17 @@ class ExecutionContext:
     counts: OperatorCounts | None = None
 
 
+@dataclass(frozen=True)
+class Queueing:
+    """How an execution may wait in its tenant's queue (created labelled queued; the operator
+    starts it in turn): up to `size` of the tenant's beyond its maxConcurrent. `admitted`: the
+    caller has checked that it fits (a batch, as a whole), so it is created queued at once and
+    the operator's queue alone decides when it runs."""
+
+    size: int
+    admitted: bool = False
+
+
 async def create_execution(
     request: CreateExecutionRequest,
     ctx: ExecutionContext,
@@ -91,11 +100,12 @@ async def create_execution(
     session: str | None = None,
     name: str | None = None,
     annotations: Mapping[str, str] | None = None,
+    queueing: Queueing | None = None,
 ) -> CreateOutcome:
     """Create (or replay) an execution, in `session` when given, and wait for it if asked.
     A one-off run that waits tries a ready pool sandbox through the direct path first.
     `name` and `annotations`: a compatibility API's own identity for it (a Judge0 token) and
-    what that API keeps on it."""
+    what that API keeps on it; `queueing`: whether it may wait in the tenant's queue."""
     tenant, service, settings, admission = ctx.tenant, ctx.executions, ctx.settings, ctx.admission
     if ctx.direct is not None and wait and session is None and request.mode == "run":
         outcome = await run_directly(
@@ -123,7 +133,7 @@ async def create_execution(
             created = resource is None
             if resource is None:
                 manifest = _manifest(request, name, ctx, session, annotations)
-                resource, created = await _admit(manifest, name, ctx, fingerprint)
+                resource, created = await _admit(manifest, name, ctx, fingerprint, queueing)
             if wait:
                 resource = await finished(resource, tenant.namespace, service, settings)
         except ExecutionNotFound as exc:
@@ -134,18 +144,28 @@ async def create_execution(
 
 
 async def _admit(
-    manifest: Resource, name: str, ctx: ExecutionContext, fingerprint: str
+    manifest: Resource,
+    name: str,
+    ctx: ExecutionContext,
+    fingerprint: str,
+    queueing: Queueing | None,
 ) -> tuple[Resource, bool]:
-    """Create the execution if the tenant may run another and keep its bytes: (the
-    execution, created?). The operator's counts admit it when the gateway has them (creates
-    run in parallel); else this replica counts by listing, one create of a tenant at a time."""
+    """Create the execution if the tenant may run another and keep its bytes, or queued while
+    its queue has room: (the execution, created?). The operator's counts admit a create that
+    cannot queue (creates run in parallel); one that may queue (Judge0's), and every create of
+    a gateway without those counts, this replica counts by listing, one of a tenant at a time."""
     tenant, settings, admission = ctx.tenant, ctx.settings, ctx.admission
-    if ctx.counts is not None:
+    limit = tenant.limits.max_concurrent
+    if queueing is not None and queueing.admitted:
+        return await _create(queued(manifest, limit), name, ctx, fingerprint)
+    if queueing is None and ctx.counts is not None:
         size = len(json.dumps(manifest["spec"], separators=(",", ":")).encode())
         await ctx.counts.admit(tenant, "execution", name, size, settings)
         return await _create(manifest, name, ctx, fingerprint)
     async with admission.admitting(tenant.name):
-        await check_concurrency(ctx.executions, tenant, settings)
+        size = queueing.size if queueing is not None else 0
+        if await check_concurrency(ctx.executions, tenant, settings, queue_size=size):
+            manifest = queued(manifest, limit)
         return await _create(manifest, name, ctx, fingerprint)
 
 
@@ -164,24 +184,6 @@ async def _create(
         return existing, False
     except ExecutionRejected as exc:
         raise refused_by_cluster(exc, "execution") from exc
-
-
-async def check_room(ctx: ExecutionContext, wanted: int) -> None:
-    """429 concurrency_limit unless the tenant may start `wanted` more executions now (a
-    check only: each create is still admitted)."""
-    if ctx.counts is None:
-        await check_concurrency(ctx.executions, ctx.tenant, ctx.settings, wanted)
-        return
-    usage = await ctx.counts.usage(ctx.tenant)
-    limits = ctx.tenant.limits
-    if usage.running + wanted > limits.max_concurrent:
-        wait = seconds_until_room(
-            usage.oldest_running,
-            datetime.now(UTC),
-            limits.max_timeout_seconds,
-            ctx.settings.default_retry_after_seconds,
-        )
-        raise concurrency_refused(usage.running, wanted, limits.max_concurrent, wait)
 
 
 def _manifest(

@@ -10,18 +10,22 @@ from sandpod_contract.models import is_terminal
 from sandpod_contract.names import (
     CANCEL_ANNOTATION,
     EXECUTION_LABEL,
+    FINISHED_LABEL,
     GROUP,
     MANAGED_BY,
     MANAGED_BY_LABEL,
     PLURAL,
+    QUEUED_LABEL,
     RECORD_LABEL,
     ROLE_LABEL,
     SANDBOX_ROLE,
+    TENANT_LABEL,
     VERSION,
 )
 
 from sandpod_operator.admission.handlers import over_stored_bytes
 from sandpod_operator.executions.builders import DENY_ALL_POLICY_NAME
+from sandpod_operator.executions.queue import Tenant, Waiting, queue_limit
 from sandpod_operator.executions.reconciler import Reconciler, is_transient
 from sandpod_operator.executions.stalls import StallDetector
 from sandpod_operator.kube import API_ERRORS
@@ -32,8 +36,9 @@ PODS = ("v1", "pods")
 NODES = ("v1", "nodes")
 NETWORK_POLICIES = ("networking.k8s.io", "v1", "networkpolicies")
 SANDBOX_POD_LABELS = {ROLE_LABEL: SANDBOX_ROLE, MANAGED_BY_LABEL: MANAGED_BY}
-# The filter of every handler of CodeExecutions: records (of direct runs) are not reconciled.
-RECONCILED = {RECORD_LABEL: kopf.ABSENT}
+# The filter of every handler of CodeExecutions: records (of direct runs) are not reconciled,
+# nor executions waiting in their tenant's queue (executions/queue.py) until it lets them go.
+RECONCILED = {RECORD_LABEL: kopf.ABSENT, QUEUED_LABEL: kopf.ABSENT}
 # Transient API errors while starting an execution are retried this often (2 s apart),
 # then the execution ends with Error/OperatorError instead of staying Pending.
 START_RETRIES = 30
@@ -117,6 +122,47 @@ def unstarted_executions(
 
 # Before kopf's first cycle (adding its finalizer) lets on.create run: saves a round trip
 # to the API server on the warm path. Not retried: the create handler does the rest.
+@kopf.index(
+    *EXECUTIONS,
+    labels={QUEUED_LABEL: kopf.PRESENT, TENANT_LABEL: kopf.PRESENT},
+    when=waiting_to_start,
+)
+def queued_executions(
+    namespace: str | None,
+    name: str | None,
+    uid: str | None,
+    meta: kopf.Meta,
+    labels: kopf.Labels,
+    **_: Any,
+) -> dict[Tenant, Waiting]:
+    """(namespace, tenant) -> its executions waiting in its queue."""
+    entry = Waiting(
+        created=meta.get("creationTimestamp") or "",
+        name=name or "",
+        uid=uid or "",
+        limit=queue_limit(labels.get(QUEUED_LABEL)),
+    )
+    return {(namespace or "", labels[TENANT_LABEL]): entry}
+
+
+@kopf.index(
+    *EXECUTIONS,
+    labels={TENANT_LABEL: kopf.PRESENT, QUEUED_LABEL: kopf.ABSENT, FINISHED_LABEL: kopf.ABSENT},
+)
+def running_executions(
+    namespace: str | None, name: str | None, labels: kopf.Labels, **_: Any
+) -> dict[Tenant, str]:
+    """(namespace, tenant) -> its executions neither queued nor finished, as the gateway
+    counts them against maxConcurrent."""
+    return {(namespace or "", labels[TENANT_LABEL]): name or ""}
+
+
+@kopf.on.event(*EXECUTIONS, labels={TENANT_LABEL: kopf.PRESENT})
+def tenant_execution_changed(memo: kopf.Memo, **_: Any) -> None:
+    """One queued, started or finished: the queue may let another go."""
+    memo.queue.wake()
+
+
 @kopf.on.event(*EXECUTIONS, labels=RECONCILED, when=not_started)
 async def claim_early(
     body: kopf.Body, namespace: str | None, memo: kopf.Memo, logger: kopf.Logger, **kwargs: Any
@@ -134,6 +180,8 @@ async def claim_early(
 
 @kopf.on.resume(*EXECUTIONS, labels=RECONCILED)
 @kopf.on.create(*EXECUTIONS, labels=RECONCILED)
+# Let go by its queue: kopf saw it created (queued) already, so the change is an update.
+@kopf.on.update(*EXECUTIONS, labels=RECONCILED, field="metadata.labels", when=waiting_to_start)
 async def start_execution(
     body: kopf.Body,
     namespace: str | None,

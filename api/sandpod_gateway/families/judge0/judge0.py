@@ -112,7 +112,6 @@ SIGNAL_STATUSES = {11: Status.SIGSEGV, 25: Status.SIGXFSZ, 8: Status.SIGFPE, 6: 
 # The limits sandpod does not set per execution: the sandbox's own (the operator's defaults).
 STACK_LIMIT_KB = 8192
 PROCESS_LIMIT = 128
-MAX_BATCH_SIZE = 20
 # Judge0's defaults: a callback is tried this often (again only when no answer came).
 CALLBACK_TRIES = 3
 CALLBACK_TIMEOUT_SECONDS = 5.0
@@ -229,7 +228,7 @@ class Judge0Config(BaseModel):
     redirect_stderr_to_stdout: bool = False
     max_extract_size: int
     enable_batched_submissions: bool = True
-    max_submission_batch_size: int = MAX_BATCH_SIZE
+    max_submission_batch_size: int
     submission_cache_duration: float = 0.0
     use_docs_as_homepage: bool = False
     allow_enable_network: bool = False
@@ -238,12 +237,13 @@ class Judge0Config(BaseModel):
 
 def config_for(tenant: Tenant, settings: GatewaySettings) -> Judge0Config:
     """The tenant's limits in Judge0's terms: its time limits in seconds (one wall-clock limit in
-    sandpod), memory in KB, its concurrency as the queue."""
+    sandpod), memory in KB; submissions beyond its maxConcurrent wait in its queue."""
     defaults = default_limits(tenant, settings)
     max_seconds = float(tenant.limits.max_timeout_seconds)
     return Judge0Config(
         enable_callbacks=bool(settings.judge0_callback_hosts),
-        max_queue_size=tenant.limits.max_concurrent,
+        max_queue_size=settings.judge0_queue_size,
+        max_submission_batch_size=settings.judge0_max_batch_size,
         cpu_time_limit=float(defaults.timeout_seconds),
         max_cpu_time_limit=max_seconds,
         max_cpu_extra_time=max_seconds,

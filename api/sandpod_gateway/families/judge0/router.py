@@ -20,10 +20,11 @@ from sandpod_gateway.families.judge0 import judge0
 from sandpod_gateway.families.judge0.callbacks import Judge0Callbacks
 from sandpod_gateway.kube.resources import Resource
 from sandpod_gateway.kube.service import ExecutionNotFound
+from sandpod_gateway.policy.admission import check_concurrency
 from sandpod_gateway.policy.auth import Tenant
 from sandpod_gateway.usecases.executions import (
     ExecutionContext,
-    check_room,
+    Queueing,
     create_execution,
     get_owned_execution,
 )
@@ -42,14 +43,16 @@ from sandpod_gateway.web.metrics import GatewayMetrics
 
 PREFIX = "/judge0"
 AUTH_HEADER = "X-Auth-Token"
+# A batch's submissions created at once, at most.
+BATCH_CREATES = 16
 
 get_judge0_callbacks: Callable[[Request], Judge0Callbacks] = from_app_state("judge0_callbacks")
 Judge0CallbacksDep = Annotated[Judge0Callbacks, Depends(get_judge0_callbacks)]
 
 
 def judge0_status(error: GatewayError) -> tuple[int, str]:
-    """A gateway error's status and message as Judge0's. The tenant's concurrency is Judge0's
-    queue, so its limit answers as a full queue does."""
+    """A gateway error's status and message as Judge0's. Submissions beyond the tenant's
+    concurrency wait in its queue, so the limit of both answers as a full queue does."""
     if error.code == "concurrency_limit":
         return 503, f"queue is full ({error.message})"
     return error.status_code, error.message
@@ -161,6 +164,7 @@ async def _submit(
     *,
     base64_encoded: bool,
     wait: bool,
+    queueing: Queueing,
 ) -> Resource:
     """Create the execution a submission stands for (waiting for it if asked), and its
     callback once it is done."""
@@ -179,6 +183,7 @@ async def _submit(
         wait=wait,
         name=str(uuid.uuid4()),
         annotations=translated.annotations(),
+        queueing=queueing,
     )
     if outcome.created:
         how.metrics.executions.labels(outcome.result.language, outcome.result.status.value).inc()
@@ -198,20 +203,20 @@ async def create_submission(
 ) -> dict[str, Any]:
     requested = judge0.requested_fields(fields)
     encoded = base64_encoded == "true"
-    resource = await _submit(body, ctx, how, base64_encoded=encoded, wait=wait == "true")
+    queueing = Queueing(ctx.settings.judge0_queue_size)
+    resource = await _submit(
+        body, ctx, how, base64_encoded=encoded, wait=wait == "true", queueing=queueing
+    )
     if wait != "true":
         return {"token": resource["metadata"]["name"]}
     return judge0.submission_view(resource, requested, encoded, judge0.language_names(ctx.catalog))
 
 
-def _batch_size_problem(count: int) -> str | None:
+def _batch_size_problem(count: int, limit: int) -> str | None:
     if count == 0:
         return "there should be at least one submission in a batch"
-    if count > judge0.MAX_BATCH_SIZE:
-        return (
-            "number of submissions in a batch should be less than or equal to "
-            f"{judge0.MAX_BATCH_SIZE}"
-        )
+    if count > limit:
+        return f"number of submissions in a batch should be less than or equal to {limit}"
     return None
 
 
@@ -225,27 +230,43 @@ async def create_submission_batch(
 ) -> list[dict[str, Any]]:
     items = body.get("submissions") if isinstance(body, dict) else None
     items = items if isinstance(items, list) else []
-    problem = _batch_size_problem(len(items))
+    problem = _batch_size_problem(len(items), ctx.settings.judge0_max_batch_size)
     if problem is not None:
         raise GatewayError(400, "bad_request", problem)
     # As Judge0 checks its queue: the whole batch fits, or none of it is created.
-    await check_room(ctx, wanted=len(items))
-    answers: list[dict[str, Any]] = []
-    for item in items:
-        try:
-            resource = await _submit(
-                item, ctx, how, base64_encoded=base64_encoded == "true", wait=False
-            )
-        except judge0.InvalidSubmission as exc:
-            answers.append(dict(exc.errors))
-            continue
-        except Exception as exc:
-            error = as_gateway_error(exc, ctx.settings.default_retry_after_seconds)
-            if error is None:
-                raise
-            answers.append({"error": judge0_status(error)[1]})
-            continue
-        answers.append({"token": resource["metadata"]["name"]})
+    await check_concurrency(
+        ctx.executions,
+        ctx.tenant,
+        ctx.settings,
+        wanted=len(items),
+        queue_size=ctx.settings.judge0_queue_size,
+    )
+    # Each created queued at once, concurrently (Judge0's client waits 5 s for the answer):
+    # the operator's queue starts them in turn.
+    queueing = Queueing(ctx.settings.judge0_queue_size, admitted=True)
+    creating = asyncio.Semaphore(BATCH_CREATES)
+
+    async def answer(item: object) -> dict[str, Any]:
+        async with creating:
+            try:
+                resource = await _submit(
+                    item,
+                    ctx,
+                    how,
+                    base64_encoded=base64_encoded == "true",
+                    wait=False,
+                    queueing=queueing,
+                )
+            except judge0.InvalidSubmission as exc:
+                return dict(exc.errors)
+            except Exception as exc:
+                error = as_gateway_error(exc, ctx.settings.default_retry_after_seconds)
+                if error is None:
+                    raise
+                return {"error": judge0_status(error)[1]}
+        return {"token": resource["metadata"]["name"]}
+
+    answers = await asyncio.gather(*(answer(item) for item in items))
     if not any("token" in answer for answer in answers):
         response.status_code = 422
     return answers
@@ -262,7 +283,7 @@ async def get_submission_batch(
     requested = judge0.requested_fields(fields)
     text = request.headers.get("tokens") or tokens or ""
     names = [token.strip() for token in text.strip().split(",") if token.strip()]
-    problem = _batch_size_problem(len(names))
+    problem = _batch_size_problem(len(names), ctx.settings.judge0_max_batch_size)
     if problem is not None:
         raise GatewayError(400, "bad_request", problem)
     found = await asyncio.gather(*(_owned_or_none(name, ctx) for name in names))
