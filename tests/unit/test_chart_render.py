@@ -26,6 +26,7 @@ from sandpod_contract.names import (
     FINISHED_LABEL,
     GROUP,
     PLURAL,
+    QUEUED_LABEL,
     ROLE_LABEL,
     RUNNER_PORT,
     SANDBOX_ROLE,
@@ -852,7 +853,7 @@ def test_only_the_gateway_and_the_operator_set_the_counted_labels(
     assert f"'{TENANT_LABEL}' in object.metadata.labels" in variables["tenant"]
     assert f"'{FINISHED_LABEL}' in object.metadata.labels" in variables["finished"]
     assert '["system:masters"]' in variables["trusted"]
-    tenant_rule, finished_rule = (v["expression"] for v in spec["validations"])
+    tenant_rule, finished_rule, queued_rule = (v["expression"] for v in spec["validations"])
     account = f"system:serviceaccount:{NAMESPACE}:{FULLNAME}"
     assert f"== '{account}-gateway'" in tenant_rule
     # The operator sets it only on the records of the direct path it creates.
@@ -861,6 +862,12 @@ def test_only_the_gateway_and_the_operator_set_the_counted_labels(
         " && variables.record == 'direct')"
     )
     assert finished_rule.endswith(f"== '{account}-operator'")
+    # The gateway queues an execution as it creates it; the operator alone lets it go.
+    assert f"'{QUEUED_LABEL}' in object.metadata.labels" in variables["queued"]
+    assert queued_rule.endswith(
+        f"(request.userInfo.username == '{account}-gateway' && oldObject == null)"
+        f" || (request.userInfo.username == '{account}-operator' && variables.queued == '')"
+    )
     for manifests in (rendered["default"], rendered["full"]):
         accounts = {a["metadata"]["name"] for a in of_kind(manifests, "ServiceAccount")}
         assert {f"{FULLNAME}-gateway", f"{FULLNAME}-operator"} <= accounts
