@@ -23,7 +23,7 @@ from chart_release import REQUEST_TIMEOUT, ChartRelease, DeployedGateway
 from executions import GROUP, PLURAL, VERSION, kubectl, manifest, wait_until
 from kubernetes import client
 from results_table import Row
-from sandpod_contract.names import FINISHED_LABEL, TENANT_LABEL
+from sandpod_contract.names import FINISHED_LABEL, QUEUED_LABEL, TENANT_LABEL
 
 pytestmark = pytest.mark.usefixtures("sandpod_operator")
 
@@ -266,6 +266,8 @@ def accounts(
         ("gateway", {FINISHED_LABEL: "true"}, "only the sandpod operator"),
         ("intruder", {"team": "victim"}, None),
         ("gateway", {TENANT_LABEL: "victim"}, None),
+        ("intruder", {QUEUED_LABEL: "5"}, "only the sandpod gateway queues an execution"),
+        ("gateway", {QUEUED_LABEL: "5"}, None),
     ],
     ids=[
         "intruder-sets-tenant",
@@ -274,6 +276,8 @@ def accounts(
         "gateway-sets-finished",
         "intruder-other-label",
         "gateway-sets-tenant",
+        "intruder-queues",
+        "gateway-queues",
     ],
 )
 def test_only_the_gateway_and_operator_set_the_counted_labels(
