@@ -307,3 +307,10 @@ def test_a_killed_sandbox_is_not_running_while_its_session_ends() -> None:
     assert not protocol.is_running(session, now)
     ended = {"metadata": {"annotations": {protocol.END_ANNOTATION: now.isoformat()}}}
     assert not protocol.is_running(ended, now)
+
+
+def test_a_session_answering_with_deep_nesting_is_a_502_not_a_crash() -> None:
+    nested = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(E2bError) as refused:
+        programs.answer_of(repr(nested))
+    assert refused.value.status == 502

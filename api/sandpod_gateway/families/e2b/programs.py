@@ -126,7 +126,8 @@ def answer_of(result: str | None) -> dict[str, Any]:
     try:
         text = ast.literal_eval(result) if result is not None else None
         answer = json.loads(text) if isinstance(text, str) else None
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, RecursionError):
+        # RecursionError: a run in the session may answer with nesting deeper than the parser's.
         answer = None
     if not isinstance(answer, dict):
         raise E2bError(502, "the sandbox did not answer the call (was its session restarted?)")
