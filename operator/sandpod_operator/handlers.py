@@ -14,7 +14,7 @@ from sandpod_contract.catalog import load_catalog
 from sandpod_contract.kube import open_api_client
 from sandpod_contract.names import FINALIZER, GROUP, MANAGED_BY, MANAGED_BY_LABEL
 
-from sandpod_operator.admission.handlers import start_ledger
+from sandpod_operator.admission.handlers import ledger_of, start_ledger
 from sandpod_operator.executions.handlers import (
     NETWORK_POLICIES,
     PODS,
@@ -63,7 +63,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: 
     settings.watching.client_timeout = WATCH_SERVER_TIMEOUT_SECONDS + 30
     settings.watching.connect_timeout = 30
     kube = Kube(await open_api_client(), RequestCounter())
-    memo.reconciler = Reconciler(kube=kube, settings=sandpod, catalog=catalog)
+    start_ledger(memo, sandpod, kwargs)
+    memo.reconciler = Reconciler(
+        kube=kube, settings=sandpod, catalog=catalog, on_finished=ledger_of(memo).finished
+    )
     memo.stalls = StallDetector(sandpod.stalled_after_seconds)
     memo.resync = asyncio.create_task(
         resync_unstarted(
@@ -78,7 +81,6 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: 
     )
     memo.queue_task = asyncio.create_task(memo.queue.run(QUEUE_BACKSTOP_SECONDS))
     memo.pools = PoolController(kube=kube, settings=sandpod, catalog=catalog)
-    start_ledger(memo, sandpod, kwargs)
     await start_direct_path(memo, sandpod, kwargs)
     if sandpod.metrics_port:
         prometheus_client.start_http_server(sandpod.metrics_port)

@@ -131,8 +131,29 @@ def test_stored_bytes_are_spec_and_status_and_stored_outputs() -> None:
     size = stored_bytes(spec, status)
 
     assert 1000 + 500 + 4000 < size < 1000 + 500 + 4000 + 300
-    use = execution_use("a", {"sandpod.dev/tenant": "alice"}, "sandpod.dev/tenant", {}, spec, {})
+    use = execution_use("a", {"sandpod.dev/tenant": "alice"}, {}, spec, {})
     assert (use.tenant, use.unfinished) == ("alice", True)
+
+
+def test_an_execution_labelled_finished_is_not_running_whatever_its_phase() -> None:
+    labels = {"sandpod.dev/tenant": "alice", "sandpod.dev/finished": "true"}
+
+    direct_record = execution_use("d", labels, {}, {"source": "1"}, {"phase": "Running"})
+
+    assert direct_record.unfinished is False
+
+
+def test_an_execution_the_operator_labelled_finished_stops_counting_before_the_watch_says_so() -> (
+    None
+):
+    seen = Seen(executions={"ns": [running("a")]})
+    ledger = seen.ledger()
+    assert ledger.admit(ask("b", max_concurrent=1)) is not None
+
+    ledger.finished("ns", "a")
+
+    assert ledger.usage("ns", "alice").running == 0
+    assert ledger.admit(ask("b", max_concurrent=1)) is None
 
 
 def test_a_create_over_the_namespace_bound_is_not_run_unless_it_was_admitted() -> None:

@@ -57,7 +57,7 @@ def execution_uses(
     **_: Any,
 ) -> dict[str, ExecutionUse]:
     """namespace -> what each execution takes of it (the admission ledger counts these)."""
-    use = execution_use(name or "", labels, TENANT_LABEL, meta, dict(spec), dict(status))
+    use = execution_use(name or "", labels, meta, dict(spec), dict(status))
     return {namespace or "": use}
 
 

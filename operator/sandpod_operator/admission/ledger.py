@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sandpod_contract.models import is_terminal
+from sandpod_contract.names import FINISHED_LABEL, TENANT_LABEL
 
 from sandpod_operator.status import Verdict
 
@@ -25,6 +26,9 @@ LimitName = Literal["maxConcurrent", "maxSessions", "maxStoredBytes"]
 # How long the ledger remembers that it admitted an execution: the start of a create it
 # admitted is not checked against the namespace's bound again (it was, when admitted).
 ADMITTED_MEMORY_SECONDS = 600.0
+# How long the ledger remembers that the operator labelled an execution finished: long
+# enough for the watch to deliver that label to the index it counts from.
+FINISHED_MEMORY_SECONDS = 120.0
 STORED_BYTES_REASON = "StoredBytesLimit"
 
 
@@ -60,15 +64,17 @@ def stored_bytes(spec: Mapping[str, Any], status: Mapping[str, Any]) -> int:
 def execution_use(
     name: str,
     labels: Mapping[str, str],
-    tenant_label: str,
     meta: Mapping[str, Any],
     spec: Mapping[str, Any],
     status: Mapping[str, Any],
 ) -> ExecutionUse:
+    """An execution is finished once its phase is terminal or the operator has labelled it
+    finished (a direct run's record carries that label from its creation)."""
+    finished = is_terminal(status.get("phase")) or labels.get(FINISHED_LABEL) == "true"
     return ExecutionUse(
         name=name,
-        tenant=labels.get(tenant_label, ""),
-        unfinished=not is_terminal(status.get("phase")),
+        tenant=labels.get(TENANT_LABEL, ""),
+        unfinished=not finished,
         stored_bytes=stored_bytes(spec, status),
         created=str(meta.get("creationTimestamp") or ""),
     )
@@ -132,6 +138,7 @@ class Ledger:
     clock: Callable[[], float] = time.monotonic
     _held: dict[tuple[str, Kind, str], _Reservation] = field(default_factory=dict)
     _admitted: dict[tuple[str, str], float] = field(default_factory=dict)
+    _finished: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def usage(self, namespace: str, tenant: str, leaving_out: str | None = None) -> Usage:
         """The tenant's use (`leaving_out`: a name whose reservation is not counted)."""
@@ -145,7 +152,14 @@ class Ledger:
         for key, reservation in list(self._held.items()):
             if key[0] == namespace and (reservation.expires <= now or key[2] in seen[key[1]]):
                 del self._held[key]
-        running = [use for use in executions if use.tenant == tenant and use.unfinished]
+        self._finished = {key: until for key, until in self._finished.items() if until > now}
+        running = [
+            use
+            for use in executions
+            if use.tenant == tenant
+            and use.unfinished
+            and (namespace, use.name) not in self._finished
+        ]
         held = {
             (kind, name): reservation
             for (space, kind, name), reservation in self._held.items()
@@ -175,6 +189,11 @@ class Ledger:
             self._admitted = {key: until for key, until in self._admitted.items() if until > now}
             self._admitted[(ask.namespace, ask.name)] = now + ADMITTED_MEMORY_SECONDS
         return None
+
+    def finished(self, namespace: str, name: str) -> None:
+        """The operator has just labelled execution `name` finished: it no longer counts as
+        running, even before the watch delivers that label."""
+        self._finished[(namespace, name)] = self.clock() + FINISHED_MEMORY_SECONDS
 
     def admitted(self, namespace: str, name: str) -> bool:
         """Whether this ledger admitted execution `name` lately."""

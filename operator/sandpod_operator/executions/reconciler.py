@@ -12,7 +12,7 @@ whose write made the transition.
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -147,6 +147,9 @@ class Reconciler:
     settings: OperatorSettings
     catalog: Catalog
     post_event: EventPoster = kopf.event
+    # Told (namespace, name) of each execution as soon as it is labelled finished (the
+    # admission ledger, which must not wait for the watch to stop counting it).
+    on_finished: Callable[[str, str], None] = lambda namespace, name: None
     # Per pod uid, the state last acted on (or FINAL), to skip pod events that change nothing.
     observations: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # Per node name, its allocatable resources: a sandbox larger than every node never queues.
@@ -715,9 +718,9 @@ class Reconciler:
         """Label a finished execution, so the gateway counts unfinished ones from metadata
         alone. Also called for every finished execution the operator sees (restart-safe)."""
         meta = execution["metadata"]
-        if (meta.get("labels") or {}).get(FINISHED_LABEL) == "true":
-            return
-        await self.kube.label_finished(meta["namespace"], meta["name"], uid=meta["uid"])
+        if (meta.get("labels") or {}).get(FINISHED_LABEL) != "true":
+            await self.kube.label_finished(meta["namespace"], meta["name"], uid=meta["uid"])
+        self.on_finished(meta["namespace"], meta["name"])
 
     async def _try_mark_finished(self, execution: Manifest) -> None:
         # The finished-executions daemon labels what this misses.
