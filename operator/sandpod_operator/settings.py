@@ -132,12 +132,14 @@ class OperatorSettings(BaseSettings):
         "ends at once.",
     )
     deadline_grace_seconds: float = Field(
-        default=3.0,
+        default=10.0,
         ge=0,
         le=60,
         description="The operator ends a program still running this long after its timeout "
         "(counted from the container's start as the kubelet saw it) with TimedOut and "
-        "removes its pod, whatever became of the runner.",
+        "removes its pod, whatever became of the runner. The runner's own timer starts "
+        "later, when the program starts: on a busy node that can be seconds after the "
+        "container's start.",
     )
     resync_after_seconds: float = Field(
         default=30.0,

@@ -51,7 +51,9 @@ def reconciler(kube: FakeKube) -> Reconciler:
 def new_reconciler(kube: FakeKube) -> Reconciler:
     """A fresh operator process: nothing observed yet."""
     settings = OperatorSettings(
-        pod_startup_timeout_seconds=STARTUP_TIMEOUT, default_ttl_seconds=DEFAULT_TTL
+        pod_startup_timeout_seconds=STARTUP_TIMEOUT,
+        default_ttl_seconds=DEFAULT_TTL,
+        deadline_grace_seconds=3,
     )
     return Reconciler(
         kube=kube, settings=settings, catalog=load_catalog(), post_event=kube.post_event

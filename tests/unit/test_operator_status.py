@@ -36,7 +36,9 @@ def stamp(moment: datetime) -> str:
 
 @pytest.fixture
 def settings() -> OperatorSettings:
-    return OperatorSettings(pod_startup_timeout_seconds=60, queue_timeout_seconds=300)
+    return OperatorSettings(
+        pod_startup_timeout_seconds=60, queue_timeout_seconds=300, deadline_grace_seconds=3
+    )
 
 
 def make_pod(
