@@ -198,9 +198,9 @@ def test_contexts_have_their_own_namespace_directory_and_count(
     assert sandbox.run_code("x").text == "'default'"
     sandbox.restart_code_context(other)
     assert sandbox.run_code("x", context=other).error is not None
-    with pytest.raises(e2b.SandboxException, match="400.*cannot be removed"):
+    with pytest.raises(e2b.SandboxException, match=r"400.*cannot be removed"):
         sandbox.remove_code_context("default")
-    with pytest.raises(e2b.SandboxException, match="400.*this sandbox runs python"):
+    with pytest.raises(e2b.SandboxException, match=r"400.*this sandbox runs python"):
         sandbox.create_code_context(language="js")
     sandbox.remove_code_context(other)
     with pytest.raises(e2b.NotFoundException):
