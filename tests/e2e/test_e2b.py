@@ -15,6 +15,7 @@ from chart_release import DeployedGateway
 from e2b_code_interpreter import AsyncSandbox, Sandbox
 from kubernetes import client
 from sandpod_testkit.kube import GROUP, VERSION
+from sandpod_testkit.waiting import wait_until
 
 SESSIONS = "codesessions"
 # The image's matplotlib backend turns a shown figure into a PNG output file.
@@ -77,6 +78,91 @@ def test_run_code_keeps_state_and_reports_results_and_errors(sandbox: Sandbox) -
     assert "Traceback" in failed.error.traceback
     assert sandbox.run_code("import os\nos.environ.get('WHO')", envs={"WHO": "me"}).text == "'me'"
     assert sandbox.run_code("import os\nos.environ.get('WHO')").text is None
+
+
+def _executions(custom_objects: client.CustomObjectsApi, namespace: str, name: str) -> int:
+    session = custom_objects.get_namespaced_custom_object(GROUP, VERSION, namespace, SESSIONS, name)
+    return int((session.get("status") or {}).get("executionCount") or 0)
+
+
+def test_a_cell_is_one_run_in_the_session(
+    sandbox: Sandbox, namespace: str, custom_objects: client.CustomObjectsApi
+) -> None:
+    # The first call finds the session without the module (one run) and installs it with the
+    # cell (a second); every cell after is exactly one run.
+    cells = ["x = 1", "x + 1", "x + 2;", "def f():\n    return 1 / 0\nf()", "x"]
+    executions = [sandbox.run_code(cell) for cell in cells]
+    assert [e.execution_count for e in executions] == [1, 2, 3, 4, 5]
+    runs = wait_until(
+        lambda: (n := _executions(custom_objects, namespace, sandbox.sandbox_id)) >= 6 and n,
+        timeout=60,
+        what="the session's runs counted",
+    )
+    assert runs == len(cells) + 1
+    assert [e.text for e in executions] == [None, "2", None, None, "1"]
+    error = executions[3].error
+    assert error is not None and error.name == "ZeroDivisionError"
+    frames = [line for line in error.traceback.splitlines() if line.startswith("  File")]
+    assert frames == [
+        '  File "<cell default:4>", line 3, in <module>',
+        '  File "<cell default:4>", line 2, in f',
+    ]
+
+
+def test_env_vars_of_the_sandbox_and_of_a_cell(alice: dict[str, Any]) -> None:
+    box = Sandbox.create(envs={"WHO": "sandbox", "KEEP": "k"}, **alice)
+    try:
+        read = "import os\n(os.environ.get('WHO'), os.environ.get('KEEP'), os.environ.get('A'))"
+        assert box.run_code(read, envs={"WHO": "cell", "A": "a"}).text == "('cell', 'k', 'a')"
+        assert box.run_code(read).text == "('sandbox', 'k', None)"
+    finally:
+        box.kill()
+
+
+def test_contexts_are_namespaces_of_their_own(sandbox: Sandbox) -> None:
+    sandbox.run_code("x = 'default'\nimport os\nos.makedirs('sub', exist_ok=True)")
+    other = sandbox.create_code_context(cwd="/home/user/sub")
+    assert (other.language, other.cwd) == ("python", "/home/user/sub")
+    assert {c.id for c in sandbox.list_code_contexts()} == {"default", other.id}
+    there = sandbox.run_code("import os\nx = 'other'\nos.getcwd()", context=other)
+    assert (there.text, there.execution_count) == ("'/tmp/work/sub'", 1)
+    assert sandbox.run_code("x").text == "'default'"
+    assert sandbox.run_code("x", context=other).text == "'other'"
+    sandbox.restart_code_context(other)
+    restarted = sandbox.run_code("x", context=other)
+    assert restarted.error is not None and restarted.error.name == "NameError"
+    assert restarted.execution_count == 1
+    with pytest.raises(e2b.SandboxException, match="400"):
+        sandbox.create_code_context(language="javascript")
+    with pytest.raises(e2b.SandboxException, match="400"):
+        sandbox.remove_code_context("default")
+    sandbox.remove_code_context(other)
+    with pytest.raises(e2b.NotFoundException):
+        sandbox.run_code("1", context=other)
+    assert [c.id for c in sandbox.list_code_contexts()] == ["default"]
+
+
+def test_a_dataframe_comes_back_as_html_and_display_as_results(sandbox: Sandbox) -> None:
+    shown: list[str | None] = []
+    execution = sandbox.run_code(
+        "import pandas as pd\n"
+        "frame = pd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})\n"
+        "display('first', frame.head(1))\n"
+        "frame",
+        on_result=lambda result: shown.append(result.text),
+    )
+    assert execution.error is None, execution.error
+    assert [r.is_main_result for r in execution.results] == [False, False, True]
+    assert execution.results[0].text == "'first'"
+    main = execution.results[-1]
+    assert main.html is not None and "<table" in main.html and "<td>y</td>" in main.html
+    assert main.text is not None and "a  b" in main.text
+    assert len(shown) == 3
+    big = sandbox.run_code(
+        "class Big:\n    def _repr_html_(self):\n        return 'x' * 100_000\nBig()"
+    )
+    assert big.results[0].html is None and big.results[0].text
+    assert any("sandpod: result 1: its html" in line for line in big.logs.stderr)
 
 
 def test_a_matplotlib_figure_comes_back_as_a_png(sandbox: Sandbox) -> None:

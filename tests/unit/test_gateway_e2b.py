@@ -17,6 +17,7 @@ import e2b
 import pytest
 from e2b_code_interpreter import Sandbox
 from gateway_fakes import FakeExecutionService, FakeSessionService, Run, make_app, served, tenant
+from python_kernel import PythonKernel
 from sandpod_gateway.families.e2b import programs, protocol
 from sandpod_gateway.families.e2b.protocol import E2bError
 from sandpod_gateway.schemas import ExecutionResult, ExecutionStatus, FileOutput
@@ -31,25 +32,43 @@ TRACEBACK = (
 
 
 class Kernel:
-    """The fake session's kernel: the prelude counts, 1/0 fails, the E2B family's own programs
-    (files, commands) and file transfers really run, in a directory standing for the work
-    directory; anything else prints."""
+    """The fake session's kernel: the code interpreter's calls run in the runner's own python
+    kernel (a real interpreter, the session module really installed and called); the E2B
+    family's other programs (files, commands) and file transfers really run, in a directory
+    standing for the work directory."""
 
     def __init__(self, work: Path) -> None:
         self.work = work
         self.lock = threading.Lock()
+        self.python = PythonKernel(work)
+        self.module_runs = 0
 
     def __call__(self, spec: dict[str, Any]) -> Run:
         source = spec["source"]
-        if "_sandpod_e2b_cells" in source:
-            return Run({"phase": "Succeeded", "exitCode": 0, "result": "7"})
-        if "_sandpod_e2b_saved" in source:
-            return Run({"phase": "Succeeded", "exitCode": 0})
-        if source == "1/0":
-            return Run({"phase": "Failed", "exitCode": 1, "stderr": "warn\n" + TRACEBACK})
+        if programs.SESSION_MODULE_NAME in source:
+            return self.in_kernel(source)
         if source.startswith("(lambda") or spec.get("files"):
             return self.really(spec)
-        return Run({"phase": "Succeeded", "exitCode": 0, "stdout": "hi\nthere\n", "result": "42"})
+        return Run({"phase": "Succeeded", "exitCode": 0, "stdout": "hi\n", "result": "42"})
+
+    def in_kernel(self, source: str) -> Run:
+        module = programs.SESSION_MODULE
+        moved = module.replace(repr(programs.WORK_DIR), repr(str(self.work)))
+        source = source.replace(repr(module), repr(moved))
+        source = source.replace(f"'{programs.WORK_DIR}", f"'{self.work}")
+        with self.lock:
+            self.module_runs += 1
+            run = self.python.run(source)
+        phase = "Succeeded" if run.exit_code == 0 else "Failed"
+        return Run(
+            {
+                "phase": phase,
+                "exitCode": run.exit_code,
+                "stdout": run.stdout,
+                "stderr": run.stderr,
+                "result": run.value,
+            }
+        )
 
     def really(self, spec: dict[str, Any]) -> Run:
         for file in spec.get("files") or []:
@@ -84,15 +103,22 @@ class Kernel:
 
 
 @pytest.fixture
-def gateway(tmp_path: Path) -> Iterator[str]:
+def kernel(tmp_path: Path) -> Iterator[Kernel]:
     work = tmp_path / "work"
     work.mkdir()
+    found = Kernel(work)
+    yield found
+    found.python.close()
+
+
+@pytest.fixture
+def gateway(tmp_path: Path, kernel: Kernel) -> Iterator[str]:
     token = tmp_path / "direct-token"
     token.write_text("a-shared-secret\n")
     keys = {KEY: tenant("alice"), OTHER_KEY: tenant("bob")}
     sessions = FakeSessionService()
     app = make_app(
-        FakeExecutionService(Kernel(work)), keys, tmp_path, sessions, direct_token_file=str(token)
+        FakeExecutionService(kernel), keys, tmp_path, sessions, direct_token_file=str(token)
     )
     with served(app) as url:
         yield url
@@ -127,7 +153,7 @@ def test_the_sdk_creates_lists_times_out_connects_and_kills(e2b_env: str) -> Non
     assert sandbox.get_info().end_at > info.end_at
     connected = Sandbox.connect(sandbox.sandbox_id)
     assert connected.is_running()
-    assert connected.run_code("x").text == "42"
+    assert connected.run_code("6 * 7").text == "42"
     sandbox.kill()
     assert other.is_running() and not sandbox.is_running()
     assert Sandbox.list(query=e2b.SandboxQuery(metadata={"user": "ada"})).next_items() == []
@@ -135,21 +161,78 @@ def test_the_sdk_creates_lists_times_out_connects_and_kills(e2b_env: str) -> Non
         Sandbox.connect(sandbox.sandbox_id)
 
 
-def test_run_code_gives_logs_the_result_the_error_and_the_count(e2b_env: str) -> None:
-    sandbox = Sandbox.create()
+def test_a_cell_is_one_run_once_the_session_has_the_module(e2b_env: str, kernel: Kernel) -> None:
+    sandbox = Sandbox.create(envs={"WHO": "sandbox"})
     seen: list[str] = []
-    execution = sandbox.run_code("x", on_stdout=lambda m: seen.append(m.line), envs={"A": "b"})
-    assert execution.logs.stdout == ["hi\n", "there\n"]
-    assert seen == ["hi\n", "there\n"]
-    assert execution.text == "42"
-    assert execution.execution_count == 7
-    assert execution.error is None
-    failed = sandbox.run_code("1/0")
+    first = sandbox.run_code("print('hi')\nx = 41\nx + 1", on_stdout=lambda m: seen.append(m.line))
+    assert (first.logs.stdout, seen, first.text, first.error) == (["hi\n"], ["hi\n"], "42", None)
+    assert first.execution_count == 1
+    assert kernel.module_runs == 2  # the first call finds no module: installed, called again
+    envs = sandbox.run_code("import os\n(os.environ['WHO'], os.environ.get('A'))", envs={"A": "b"})
+    assert envs.text == "('sandbox', 'b')"
+    assert (
+        sandbox.run_code("os.environ.get('A'), os.environ.get('WHO')").text == "(None, 'sandbox')"
+    )
+    assert sandbox.run_code("x;").text is None
+    assert kernel.module_runs == 5
+    failed = sandbox.run_code("print('warn', file=__import__('sys').stderr)\n1/0")
     assert failed.error is not None
     assert (failed.error.name, failed.error.value) == ("ZeroDivisionError", "division by zero")
-    assert failed.error.traceback == TRACEBACK
-    assert failed.logs.stderr == ["warn\n"]
-    assert [c.id for c in sandbox.list_code_contexts()] == ["default"]
+    assert (
+        failed.error.traceback.splitlines()[1] == '  File "<cell default:5>", line 2, in <module>'
+    )
+    assert (failed.logs.stderr, failed.execution_count) == (["warn\n"], 5)
+
+
+def test_contexts_have_their_own_namespace_directory_and_count(
+    e2b_env: str, kernel: Kernel
+) -> None:
+    sandbox = Sandbox.create()
+    sandbox.run_code("x = 'default'")
+    (kernel.work / "sub").mkdir()
+    other = sandbox.create_code_context(cwd="/home/user/sub")
+    assert (other.language, other.cwd) == ("python", "/home/user/sub")
+    assert {c.id for c in sandbox.list_code_contexts()} == {"default", other.id}
+    there = sandbox.run_code("x = 'other'\nimport os\nos.getcwd()", context=other)
+    assert (there.text, there.execution_count) == (repr(str(kernel.work / "sub")), 1)
+    assert sandbox.run_code("x").text == "'default'"
+    sandbox.restart_code_context(other)
+    assert sandbox.run_code("x", context=other).error is not None
+    with pytest.raises(e2b.SandboxException, match=r"400.*cannot be removed"):
+        sandbox.remove_code_context("default")
+    with pytest.raises(e2b.SandboxException, match=r"400.*this sandbox runs python"):
+        sandbox.create_code_context(language="js")
+    sandbox.remove_code_context(other)
+    with pytest.raises(e2b.NotFoundException):
+        sandbox.run_code("1", context=other)
+    with pytest.raises(e2b.NotFoundException):
+        sandbox.restart_code_context(other)
+
+
+def test_rich_results_and_display(e2b_env: str) -> None:
+    sandbox = Sandbox.create()
+    execution = sandbox.run_code(
+        "class Page:\n"
+        "    def _repr_html_(self): return '<b>hi</b>'\n"
+        "    def _repr_json_(self): return {'a': 1}\n"
+        "    def _repr_png_(self): return b'png'\n"
+        "    def __repr__(self): return 'Page'\n"
+        "display(Page(), 'two')\n"
+        "Page()"
+    )
+    assert [(r.text, r.is_main_result) for r in execution.results] == [
+        ("Page", False),
+        ("'two'", False),
+        ("Page", True),
+    ]
+    page = execution.results[0]
+    assert (page.html, page.json, page.png) == ("<b>hi</b>", {"a": 1}, "cG5n")
+    big = sandbox.run_code("class Big:\n    def _repr_html_(self): return 'x' * 100_000\nBig()")
+    assert big.results[0].html is None and big.results[0].text.startswith("<")
+    assert any(line.startswith("sandpod: result 1: its html") for line in big.logs.stderr)
+    many = sandbox.run_code("for i in range(200): display(i)")
+    assert len(many.results) == protocol.MAX_DISPLAYS
+    assert "72 more dropped" in "".join(many.logs.stderr)
 
 
 def test_files_and_commands_go_through_envd_calls(e2b_env: str) -> None:
@@ -253,7 +336,13 @@ def _result(**fields: Any) -> ExecutionResult:
     return ExecutionResult(id="cx-1", language="python", **fields)
 
 
-def test_execute_lines_carry_a_png_the_text_and_the_end() -> None:
+def _cell(answer: object, **fields: Any) -> list[dict[str, Any]]:
+    value = answer if isinstance(answer, str) or answer is None else json.dumps(answer)
+    result = _result(status=ExecutionStatus.success, exit_code=0, result=value, **fields)
+    return [json.loads(line) for line in protocol.execute_lines(result)]
+
+
+def test_execute_lines_carry_the_figures_the_results_and_the_end() -> None:
     png = FileOutput(
         path="figure-1.png",
         size=3,
@@ -262,31 +351,57 @@ def test_execute_lines_carry_a_png_the_text_and_the_end() -> None:
         stored=True,
         content_base64="iVBO",
     )
-    lines = [
-        json.loads(line)
-        for line in protocol.execute_lines(
-            _result(status=ExecutionStatus.success, exit_code=0, result="3", files=[png]), 2
-        )
-    ]
+    answer = {"results": [{"text": "3", "is_main_result": True}], "error": None, "count": 2}
+    lines = _cell(answer, stdout="hi\n", files=[png])
     assert [line["type"] for line in lines] == [
+        "stdout",
         "result",
         "result",
         "number_of_executions",
         "end_of_execution",
     ]
-    assert lines[0]["png"] == "iVBO" and lines[1] == {
-        "type": "result",
-        "text": "3",
-        "is_main_result": True,
-    }
+    assert lines[1]["png"] == "iVBO"
+    assert lines[2] == {"type": "result", "text": "3", "is_main_result": True}
+    assert lines[3]["execution_count"] == 2
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        None,
+        "False",
+        "not json",
+        "[1]",
+        "1" * (protocol.MAX_ANSWER_BYTES + 1),
+        "[" * 100_000 + "]" * 100_000,
+        {"results": [], "error": None},
+        {"results": [{"text": 3}], "error": None, "count": 1},
+        {"results": [{"text": "a", "bogus": 1}], "error": None, "count": 1},
+        {"results": [{"text": "a"}] * (protocol.MAX_DISPLAYS + 2), "error": None, "count": 1},
+        {"results": [], "error": {"name": "E"}, "count": 1},
+        {"error": ["internal", "KeyError: 'x'"]},
+    ],
+)
+def test_a_malformed_answer_is_a_sandpod_error(answer: object) -> None:
+    lines = _cell(answer, stdout="out\n")
+    assert [line["type"] for line in lines] == ["stdout", "error", "end_of_execution"]
+    assert lines[1]["name"] == "SandpodError"
+
+
+def test_an_error_the_module_names_is_refused_by_its_status() -> None:
+    with pytest.raises(E2bError) as refused:
+        protocol.session_answer(json.dumps({"error": ["not_found", "context 'x' not found"]}))
+    assert refused.value.status == 404
 
 
 def test_a_run_the_platform_ended_is_an_error() -> None:
-    lines = protocol.execute_lines(
-        _result(status=ExecutionStatus.timeout, reason="DeadlineExceeded", error_message="slow"),
-        None,
-    )
-    error = json.loads(lines[-2])
+    lines = [
+        json.loads(line)
+        for line in protocol.execute_lines(
+            _result(status=ExecutionStatus.timeout, reason="DeadlineExceeded", error_message="slow")
+        )
+    ]
+    error = lines[-2]
     assert (error["type"], error["name"], error["value"]) == ("error", "DeadlineExceeded", "slow")
 
 

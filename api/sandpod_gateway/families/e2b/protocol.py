@@ -12,16 +12,17 @@ import json
 import re
 import time
 import urllib.parse
+import uuid
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sandpod_contract.models import MAX_CONTENT_CHARS, MIN_IDLE_TIMEOUT_SECONDS
 from sandpod_contract.names import GROUP
 
 from sandpod_gateway.kube.resources import Resource, session_info
 from sandpod_gateway.schemas import ExecutionResult, ExecutionStatus, SessionStatus
-from sandpod_gateway.usecases.tracebacks import last_exception
 
 TEMPLATES = {"code-interpreter-v1": "python", "base": "python"}
 DEFAULT_TIMEOUT_SECONDS = 300
@@ -45,7 +46,7 @@ MAX_CODE_CHARS = MAX_CONTENT_CHARS
 MAX_METADATA_ENTRIES = 64
 MAX_METADATA_CHARS = 16 * 1024
 _TOKEN_LABEL = b"sandpod e2b access token\x00"
-_TRACEBACK_START = "Traceback (most recent call last):"
+CONTEXT_ID = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_.]{0,127}$")
 _SANDBOX_ID = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
@@ -273,20 +274,6 @@ def _chunks(text: str) -> list[str]:
     return text.splitlines(keepends=True)
 
 
-def split_error(result: ExecutionResult) -> tuple[str, dict[str, str] | None]:
-    """(stderr before the traceback, E2B's error) of a Python run that ended on an uncaught
-    exception; the traceback is the program's own words, as Jupyter's are."""
-    exception = last_exception(result.stderr) if result.exit_code == 1 else None
-    if exception is None:
-        return result.stderr, None
-    start = result.stderr.rfind(_TRACEBACK_START)
-    before, traceback = (
-        (result.stderr[:start], result.stderr[start:]) if start >= 0 else ("", result.stderr)
-    )
-    name, _, value = exception.partition(": ")
-    return before, {"name": name.rpartition(".")[2], "value": value, "traceback": traceback}
-
-
 def failure_error(result: ExecutionResult) -> dict[str, str] | None:
     """A run the platform ended (timeout, memory, a lost kernel): its words as an error."""
     if result.status in (ExecutionStatus.success, ExecutionStatus.error) and not result.state_lost:
@@ -295,55 +282,133 @@ def failure_error(result: ExecutionResult) -> dict[str, str] | None:
     return {"name": result.reason or "SandpodError", "value": message, "traceback": message}
 
 
-def execute_lines(result: ExecutionResult, execution_count: int | None) -> list[str]:
-    """The code interpreter's /execute answer (JSON lines) for a finished run."""
+# The session module's answer is the run's value, which the runner keeps up to 64 KiB.
+MAX_ANSWER_BYTES = 64 * 1024
+MAX_DISPLAYS = 128
+ANSWER_ERRORS = {"not_found": 404, "invalid_argument": 400}
+
+
+class CellResult(BaseModel):
+    """One result of a cell, as E2B's Result carries it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str | None = None
+    html: str | None = None
+    markdown: str | None = None
+    svg: str | None = None
+    png: str | None = None
+    jpeg: str | None = None
+    pdf: str | None = None
+    latex: str | None = None
+    json_: dict[str, Any] | list[Any] | None = Field(default=None, alias="json")
+    javascript: str | None = None
+    is_main_result: bool = False
+
+
+class CellError(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    value: str
+    traceback: str
+
+
+class CellAnswer(BaseModel):
+    """What the session module answers for a cell."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    results: list[CellResult] = Field(max_length=MAX_DISPLAYS + 1)
+    error: CellError | None
+    count: int = Field(ge=1)
+
+
+class MalformedAnswer(Exception):
+    """The session answered something else than the module's JSON (its words, shortened)."""
+
+
+def session_answer(value: str | None) -> dict[str, Any]:
+    """The module's JSON answer (an object) from a run's value; an error it names is an
+    E2bError (404, 400), anything else malformed."""
+    if value is None:
+        raise MalformedAnswer("the sandbox's session gave no answer")
+    if len(value.encode()) > MAX_ANSWER_BYTES:
+        raise MalformedAnswer(f"the sandbox's answer is over {MAX_ANSWER_BYTES} bytes")
+    try:
+        answer = json.loads(value)
+    except (ValueError, RecursionError):
+        raise MalformedAnswer(f"the sandbox's answer is not JSON: {value[:200]!r}") from None
+    if not isinstance(answer, dict):
+        raise MalformedAnswer(f"the sandbox's answer is not a JSON object: {value[:200]!r}")
+    error = answer.get("error")
+    if isinstance(error, list) and len(error) == 2 and all(isinstance(e, str) for e in error):
+        status = ANSWER_ERRORS.get(error[0])
+        if status is None:
+            raise MalformedAnswer(f"the sandbox's module failed: {error[1][:500]}")
+        raise E2bError(status, error[1])
+    return answer
+
+
+def cell_answer(value: str | None) -> CellAnswer:
+    answer = session_answer(value)
+    try:
+        return CellAnswer.model_validate(answer)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        message = f"the sandbox's answer is malformed at {where}: {first['msg']}"
+        raise MalformedAnswer(message) from None
+
+
+def _logs(stdout: str, stderr: str) -> list[str]:
     stamp = _now_ns()
-    stderr, error = split_error(result)
-    lines = [_line("stdout", text=chunk, timestamp=stamp) for chunk in _chunks(result.stdout)]
-    lines += [_line("stderr", text=chunk, timestamp=stamp) for chunk in _chunks(stderr)]
-    for file in result.files:
-        if file.media_type == "image/png" and file.content_base64:
-            lines.append(_line("result", png=file.content_base64, is_main_result=False))
-    if result.result is not None:
-        lines.append(_line("result", text=result.result, is_main_result=True))
-    error = error or failure_error(result)
-    if error is not None:
-        lines.append(_line("error", **error))
+    lines = [_line("stdout", text=chunk, timestamp=stamp) for chunk in _chunks(stdout)]
+    return lines + [_line("stderr", text=chunk, timestamp=stamp) for chunk in _chunks(stderr)]
+
+
+def _pngs(result: ExecutionResult) -> list[str]:
+    return [
+        _line("result", png=file.content_base64, is_main_result=False)
+        for file in result.files
+        if file.media_type == "image/png" and file.content_base64
+    ]
+
+
+def _end(error: dict[str, str] | None, execution_count: int | None) -> list[str]:
+    lines = [] if error is None else [_line("error", **error)]
     if execution_count is not None:
         lines.append(_line("number_of_executions", execution_count=execution_count))
-    lines.append(_line("end_of_execution"))
-    return lines
+    return [*lines, _line("end_of_execution")]
 
 
-def prelude(sandbox_envs: Mapping[str, str], envs: Mapping[str, str]) -> str:
-    """A run before the cell, binding no names: sets the sandbox's environment variables,
-    saves and sets the cell's own, and counts the cell (its value is the count)."""
-    return (
-        "(lambda s, e: (e.update(" + json.dumps(dict(sandbox_envs)) + "), "
-        "setattr(s, '_sandpod_e2b_saved', {k: e.get(k) for k in " + json.dumps(list(envs)) + "}), "
-        "e.update(" + json.dumps(dict(envs)) + "), "
-        "setattr(s, '_sandpod_e2b_cells', getattr(s, '_sandpod_e2b_cells', 0) + 1), "
-        "s._sandpod_e2b_cells)[-1])(__import__('sys'), __import__('os').environ)"
-    )
-
-
-# A run after a cell that had its own environment variables: they are put back as they were.
-RESTORE_ENVS = (
-    "(lambda s, e: [e.pop(k, None) if v is None else e.__setitem__(k, v)"
-    " for k, v in getattr(s, '_sandpod_e2b_saved', {}).items()] and None)"
-    "(__import__('sys'), __import__('os').environ)"
-)
-
-
-def read_count(value: str | None) -> int | None:
+def execute_lines(result: ExecutionResult) -> list[str]:
+    """The code interpreter's /execute answer (JSON lines) for a cell's run: its logs, its
+    figures, then the module's results, error and count. A run the platform ended, or an
+    answer the module cannot have given, is an error (SandpodError for the latter)."""
+    failure = failure_error(result)
+    if failure is not None:
+        return [*_logs(result.stdout, result.stderr), *_pngs(result), *_end(failure, None)]
     try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
+        answer = cell_answer(result.result)
+    except (MalformedAnswer, E2bError) as exc:
+        message = exc.message if isinstance(exc, E2bError) else str(exc)
+        refused = {"name": "SandpodError", "value": message, "traceback": message}
+        return [*_logs(result.stdout, result.stderr), *_end(refused, None)]
+    results = [
+        _line("result", **r.model_dump(by_alias=True, exclude_none=True)) for r in answer.results
+    ]
+    error = None if answer.error is None else answer.error.model_dump()
+    return [
+        *_logs(result.stdout, result.stderr),
+        *_pngs(result),
+        *results,
+        *_end(error, answer.count),
+    ]
 
 
-def context(context_id: str, language: str = "python", cwd: str = HOME) -> dict[str, str]:
-    return {"id": context_id, "language": language, "cwd": cwd}
+def new_context_id() -> str:
+    return str(uuid.uuid4())
 
 
 def now() -> datetime:

@@ -9,6 +9,7 @@ sandbox named by E2b-Sandbox-Id.
 """
 
 import base64
+import contextlib
 import hashlib
 import json
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -399,24 +400,59 @@ async def health(call: SandboxCallDep) -> Response:
     return Response(status_code=204)
 
 
-@data_plane.post("/execute")
-async def execute(body: ExecuteBody, call: SandboxCallDep) -> StreamingResponse:
-    if body.language not in (None, "python"):
-        raise E2bError(400, f"language {body.language!r}: this sandbox runs python")
-    if body.context_id not in (None, protocol.DEFAULT_CONTEXT):
-        raise E2bError(404, f"context {body.context_id!r} not found")
-    envs = protocol.checked_metadata(body.env_vars)
+async def _sandbox_envs(call: SandboxCall) -> dict[str, str]:
+    """Sandbox.create(envs=), from the session (remembered: no read on the critical path)."""
     known = call.ctx.known
     session = known.get(call.ctx.tenant.name, call.sandbox_id)
     if session is None:
         session = await _live(call.sandbox_id, call.ctx)
         known.remember(call.ctx.tenant.name, call.sandbox_id, session)
-    sandbox_envs = protocol.sandbox_envs(session)
-    counted = await _run(call, protocol.prelude(sandbox_envs, envs))
-    result = await _run(call, body.code)
-    if envs:
-        await _run(call, protocol.RESTORE_ENVS)
-    lines = protocol.execute_lines(result, protocol.read_count(counted.result))
+    return protocol.sandbox_envs(session)
+
+
+async def _module_call(call: SandboxCall, op: str, args: dict[str, Any]) -> ExecutionResult:
+    """One run calling the session's _sandpod_e2b; a session without it (new, restarted, or
+    another version) answers so without running anything, and gets it with the call again."""
+    result = await _run(call, programs.session_call(op, args, install=False))
+    if result.result == programs.MODULE_MISSING and protocol.failure_error(result) is None:
+        result = await _run(call, programs.session_call(op, args, install=True))
+    return result
+
+
+async def _module_answer(call: SandboxCall, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    result = await _module_call(call, op, args)
+    failure = protocol.failure_error(result)
+    if failure is not None:
+        raise E2bError(502, f"the sandbox's session failed: {failure['value']}")
+    try:
+        return protocol.session_answer(result.result)
+    except protocol.MalformedAnswer as exc:
+        raise E2bError(502, str(exc)) from None
+
+
+def _context_id(context_id: str | None) -> str:
+    found = context_id or protocol.DEFAULT_CONTEXT
+    if not protocol.CONTEXT_ID.match(found):
+        raise E2bError(404, f"context {found!r} not found")
+    return found
+
+
+@data_plane.post("/execute")
+async def execute(body: ExecuteBody, call: SandboxCallDep) -> StreamingResponse:
+    if body.language not in (None, "python"):
+        raise E2bError(400, f"language {body.language!r}: this sandbox runs python")
+    args = {
+        "code": body.code,
+        "context": _context_id(body.context_id),
+        "sandbox_envs": await _sandbox_envs(call),
+        "envs": protocol.checked_metadata(body.env_vars),
+    }
+    result = await _module_call(call, "cell", args)
+    if protocol.failure_error(result) is None:
+        # An unknown context is refused (404) before anything streams.
+        with contextlib.suppress(protocol.MalformedAnswer):
+            protocol.session_answer(result.result)
+    lines = protocol.execute_lines(result)
 
     async def answer() -> AsyncIterator[str]:
         for line in lines:
@@ -425,9 +461,40 @@ async def execute(body: ExecuteBody, call: SandboxCallDep) -> StreamingResponse:
     return StreamingResponse(answer(), media_type="application/x-ndjson")
 
 
+class NewContext(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    language: str | None = Field(default=None, max_length=32)
+    cwd: str | None = Field(default=None, min_length=1, max_length=4096)
+
+
+@data_plane.post("/contexts")
+async def create_context(body: NewContext, call: SandboxCallDep) -> dict[str, Any]:
+    if body.language not in (None, "python"):
+        raise E2bError(400, f"language {body.language!r}: this sandbox runs python")
+    args = {"id": protocol.new_context_id(), "cwd": programs.work_path(body.cwd or protocol.HOME)}
+    answer = await _module_answer(call, "create", args)
+    return dict(answer.get("context") or {})
+
+
 @data_plane.get("/contexts")
-async def list_contexts(_call: SandboxCallDep) -> list[dict[str, str]]:
-    return [protocol.context(protocol.DEFAULT_CONTEXT)]
+async def list_contexts(call: SandboxCallDep) -> list[dict[str, Any]]:
+    answer = await _module_answer(call, "list", {})
+    return list(answer.get("contexts") or [])
+
+
+@data_plane.post("/contexts/{context_id}/restart", status_code=204)
+async def restart_context(context_id: str, call: SandboxCallDep) -> Response:
+    await _module_answer(call, "restart", {"id": _context_id(context_id)})
+    return Response(status_code=204)
+
+
+@data_plane.delete("/contexts/{context_id}", status_code=204)
+async def remove_context(context_id: str, call: SandboxCallDep) -> Response:
+    if context_id == protocol.DEFAULT_CONTEXT:
+        raise E2bError(400, "the default context cannot be removed (restart it instead)")
+    await _module_answer(call, "remove", {"id": _context_id(context_id)})
+    return Response(status_code=204)
 
 
 async def _call(call: SandboxCall, program: str) -> tuple[ExecutionResult, dict[str, Any]]:
@@ -586,15 +653,4 @@ async def other_process_call(method: str, _call: SandboxCallDep) -> Response:
         "unimplemented",
         f"sandpod does not serve process.{method}: a command runs to its end (no input, "
         "signals or reconnects)",
-    )
-
-
-@data_plane.post("/contexts")
-@data_plane.delete("/contexts/{context_id}")
-@data_plane.post("/contexts/{context_id}/restart")
-async def other_contexts(_call: SandboxCallDep) -> Response:
-    raise E2bError(
-        404,
-        "a sandpod sandbox has one python context, 'default' (one interpreter per session): "
-        "create another sandbox for another namespace",
     )
