@@ -632,42 +632,33 @@ async def ready_refusing_session(
     await ready_session(kube, proxied, runners, *scripts, network=HOSTS)
 
 
-async def run_one_with_unknown_refusals(kube: FakeKube, proxied: Reconciler) -> None:
-    """Run "one" while the proxy's counts cannot be read: it succeeds and reports no refusals."""
+def api_server_busy(kube: FakeKube) -> None:
+    kube.fail("endpoint_addresses", KubeError(503, "ServiceUnavailable", "the API server is busy"))
+
+
+def replica_does_not_answer(kube: FakeKube) -> None:
+    kube.endpoints[PROXY_SERVICE] = ["127.0.0.2"]  # a replica whose monitor does not answer
+
+
+@pytest.mark.parametrize("break_monitors", [api_server_busy, replica_does_not_answer])
+async def test_refusals_that_cannot_be_read_never_fail_a_run_and_are_unknown_not_zero(
+    kube: FakeKube,
+    runners: list[ServeDouble],
+    proxied: Reconciler,
+    monitor: tuple[Tally, int],
+    break_monitors: Callable[[FakeKube], None],
+) -> None:
+    await ready_refusing_session(kube, runners, proxied, monitor[0])
+    break_monitors(kube)
     ask(kube, "one", ago(2))
     await drain(proxied, kube)
     assert status_of(kube, "one")["phase"] == "Succeeded"
     assert "egressBlocked" not in status_of(kube, "one")
-
-
-async def test_a_proxy_that_does_not_answer_never_fails_a_run(
-    kube: FakeKube,
-    runners: list[ServeDouble],
-    proxied: Reconciler,
-    monitor: tuple[Tally, int],
-) -> None:
-    await ready_refusing_session(kube, runners, proxied, monitor[0])
-    kube.fail("endpoint_addresses", KubeError(503, "ServiceUnavailable", "the API server is busy"))
-    await run_one_with_unknown_refusals(kube, proxied)
-    # Its refusals are unknown; the next run asks before it starts and reports only its own.
-    ask(kube, "two", ago(1))
-    await drain(proxied, kube)
-    assert blocked_of(kube, "two") == {("evil.fake", 443): 1}
-
-
-async def test_monitors_that_do_not_answer_leave_the_counts_unknown_not_zero(
-    kube: FakeKube,
-    runners: list[ServeDouble],
-    proxied: Reconciler,
-    monitor: tuple[Tally, int],
-) -> None:
-    await ready_refusing_session(kube, runners, proxied, monitor[0])
-    kube.endpoints[PROXY_SERVICE] = ["127.0.0.2"]  # a replica whose monitor does not answer
-    await run_one_with_unknown_refusals(kube, proxied)
     kube.endpoints[PROXY_SERVICE] = ["127.0.0.1"]
+    # The next run asks before it starts and reports only its own: not other.fake too, as the
+    # first run's refusals were unknown, never counted as none.
     ask(kube, "two", ago(1))
     await drain(proxied, kube)
-    # Not other.fake too: the first run's refusals were unknown, never counted as none.
     assert blocked_of(kube, "two") == {("evil.fake", 443): 1}
 
 
