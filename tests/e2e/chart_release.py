@@ -10,16 +10,19 @@ import os
 import secrets
 import signal
 import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import yaml
 from kubernetes import client
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from sandpod_testkit.paths import REPO_ROOT
 from sandpod_testkit.quotas import wait_for_quotas
 from sandpod_testkit.waiting import wait_until
@@ -308,6 +311,13 @@ class DeployedGateway(Deployed):
 
     def client(self, key: str) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers=bearer(key), timeout=REQUEST_TIMEOUT)
+
+    @asynccontextmanager
+    async def mcp(self, key: str) -> AsyncIterator[Client]:
+        """An MCP client of the gateway's /mcp, presenting ``key``."""
+        http = httpx2.AsyncClient(headers=bearer(key), timeout=REQUEST_TIMEOUT)
+        async with http, Client(streamable_http_client(f"{self.url}/mcp", http_client=http)) as mcp:
+            yield mcp
 
 
 def keys_secret_tenants(core_v1: client.CoreV1Api, name: str, namespace: str) -> dict[str, Any]:
