@@ -6,7 +6,8 @@ import json
 import logging
 import math
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -197,25 +198,17 @@ class CustomObjects:
         return PageData(items=list(result.get("items") or []), next_cursor=next_cursor)
 
     async def delete(self, namespace: str, name: str) -> None:
-        what = f"deleting the {self._kind}"
-        try:
+        with self._errors_about(name, f"deleting the {self._kind}"):
             await self._custom.delete_namespaced_custom_object(
                 GROUP, VERSION, namespace, self.plural, name
             )
-        except ApiException as exc:
-            if exc.status == 404:
-                raise self._not_found(name) from exc
-            raise _unavailable(what, exc) from exc
-        except TRANSPORT_ERRORS as exc:
-            raise _unavailable(what, exc) from exc
 
     async def annotate(
         self, namespace: str, name: str, annotations: dict[str, str], what: str = ""
     ) -> Resource:
         """Set these annotations (a merge patch); the not-found exception if it is gone."""
-        what = what or f"annotating the {self._kind}"
         patch = {"metadata": {"annotations": annotations}}
-        try:
+        with self._errors_about(name, what or f"annotating the {self._kind}"):
             patched: Resource = await self._custom.patch_namespaced_custom_object(
                 GROUP,
                 VERSION,
@@ -226,13 +219,20 @@ class CustomObjects:
                 # Supported at runtime, missing from the type stubs.
                 _content_type="application/merge-patch+json",  # type: ignore[call-arg]
             )
+        return patched
+
+    @contextmanager
+    def _errors_about(self, name: str, what: str) -> Iterator[None]:
+        """A request about one object: its not-found exception for a 404, Kubernetes
+        unavailable (saying `what` failed) for any other refusal or a transport error."""
+        try:
+            yield
         except ApiException as exc:
             if exc.status == 404:
                 raise self._not_found(name) from exc
             raise _unavailable(what, exc) from exc
         except TRANSPORT_ERRORS as exc:
             raise _unavailable(what, exc) from exc
-        return patched
 
 
 class KubernetesSessionService(CustomObjects):
