@@ -57,6 +57,22 @@ def new_api_key() -> tuple[str, str]:
     return key, hashlib.sha256(key.encode()).hexdigest()
 
 
+def helm_run(
+    helm: Path, kubeconfig: Path, namespace: str, *args: str, timeout: float = 900
+) -> subprocess.CompletedProcess[str]:
+    """`helm ARGS --namespace NAMESPACE`; RuntimeError (with its output) when it fails."""
+    command = [str(helm), *args, "--namespace", namespace]
+    completed = subprocess.run(
+        [*command, "--kubeconfig", str(kubeconfig)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if completed.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{completed.stdout}\n{completed.stderr}")
+    return completed
+
+
 @dataclass
 class ChartRelease:
     """A release of the chart named `name` in `namespace`; every object is named after the
@@ -71,18 +87,7 @@ class ChartRelease:
     workdir: Path
 
     def helm_run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        command = [str(self.helm), *args, "--namespace", self.namespace]
-        completed = subprocess.run(
-            [*command, "--kubeconfig", str(self.kubeconfig)],
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        if completed.returncode != 0:
-            raise RuntimeError(
-                f"{' '.join(command)} failed:\n{completed.stdout}\n{completed.stderr}"
-            )
-        return completed
+        return helm_run(self.helm, self.kubeconfig, self.namespace, *args)
 
     def install(self) -> None:
         """`helm upgrade --install --wait` with `values` (so also an upgrade), then until the
