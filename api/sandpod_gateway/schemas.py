@@ -27,22 +27,19 @@ from sandpod_contract.models import (
     MAX_ARGS,
     MAX_FILES,
     MAX_NAME_LENGTH,
-    MAX_OUTPUT_BYTES,
-    MAX_SESSION_SECONDS,
-    MAX_TIMEOUT_SECONDS,
     MEMORY_BOUNDS,
-    MIN_IDLE_TIMEOUT_SECONDS,
-    MIN_MAX_LIFETIME_SECONDS,
-    MIN_OUTPUT_BYTES,
-    MIN_TIMEOUT_SECONDS,
     RELATIVE_PATH_PATTERN,
     BlockedEgress,
     Diagnostic,
     EgressRule,
+    IdleTimeoutSeconds,
+    LifetimeSeconds,
     LintRules,
     Network,
+    OutputBytes,
     PortRule,
     ReportedBy,
+    TimeoutSeconds,
 )
 
 from sandpod_gateway.kube.service import PageData, Resource
@@ -231,17 +228,13 @@ class ProgramFields(BaseModel):
         default_factory=list, max_length=MAX_ARGS
     )
     files: list[FileInput] = Field(default_factory=list, max_length=MAX_FILES)
-    timeout_seconds: int | None = Field(
+    timeout_seconds: TimeoutSeconds | None = Field(
         default=None,
-        ge=MIN_TIMEOUT_SECONDS,
-        le=MAX_TIMEOUT_SECONDS,
         description="Wall-clock limit in seconds; default from the gateway, "
         "at most the tenant's maximum",
     )
-    max_output_bytes: int | None = Field(
+    max_output_bytes: OutputBytes | None = Field(
         default=None,
-        ge=MIN_OUTPUT_BYTES,
-        le=MAX_OUTPUT_BYTES,
         description="Cap per output stream; the rest is dropped and *_truncated set",
     )
 
@@ -448,17 +441,13 @@ class CreateSessionRequest(NetworkFields):
     )
     memory: Memory | None = Field(default=None, description="Memory limit, e.g. 256Mi")
     cpu: Cpu | None = Field(default=None, description="CPU limit, e.g. 500m")
-    idle_timeout_seconds: int | None = Field(
+    idle_timeout_seconds: IdleTimeoutSeconds | None = Field(
         default=None,
-        ge=MIN_IDLE_TIMEOUT_SECONDS,
-        le=MAX_SESSION_SECONDS,
         description="End the session this long after its last run; "
         f"default {DEFAULT_IDLE_TIMEOUT_SECONDS} s, at most the tenant's maximum",
     )
-    max_lifetime_seconds: int | None = Field(
+    max_lifetime_seconds: LifetimeSeconds | None = Field(
         default=None,
-        ge=MIN_MAX_LIFETIME_SECONDS,
-        le=MAX_SESSION_SECONDS,
         description="End the session this long after it was opened; "
         f"default {DEFAULT_MAX_LIFETIME_SECONDS} s, at most the tenant's maximum",
     )

@@ -100,51 +100,36 @@ def ensure_runtime_class(api: client.ApiClient, name: str) -> None:
 SOAK_TENANTS = ("soak-a", "soak-b", "soak-abuse")
 
 
+class _Namespace:
+    """A namespace of the run, named after its attribute: the prefix, a dash, the name with
+    dashes for underscores (`judge0_cold`: `<prefix>-judge0-cold`)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.suffix = name.replace("_", "-")
+
+    def __get__(self, namespaces: Namespaces, owner: type | None = None) -> str:
+        return f"{namespaces.prefix}-{self.suffix}"
+
+
 @dataclass
 class Namespaces:
     prefix: str
     soak: bool = False  # with the soak section's tenants
 
-    @property
-    def kubectl(self) -> str:
-        return f"{self.prefix}-kubectl"
-
-    @property
-    def gateway(self) -> str:
-        return f"{self.prefix}-gateway"
-
-    @property
-    def load(self) -> str:
-        return f"{self.prefix}-load"
-
-    @property
-    def baselines(self) -> str:
-        return f"{self.prefix}-baselines"
-
-    @property
-    def cost(self) -> str:
-        return f"{self.prefix}-cost"
-
-    @property
-    def pool(self) -> str:
-        return f"{self.prefix}-pool"
-
-    @property
-    def session(self) -> str:
-        return f"{self.prefix}-session"
+    kubectl = _Namespace()
+    gateway = _Namespace()
+    load = _Namespace()
+    baselines = _Namespace()
+    cost = _Namespace()
+    pool = _Namespace()
+    session = _Namespace()
+    judge0_cold = _Namespace()
+    judge0_pool = _Namespace()
 
     @property
     def soak_tenants(self) -> dict[str, str]:
         """The soak section's tenants and their namespaces (none without the section)."""
         return {tenant: f"{self.prefix}-{tenant}" for tenant in SOAK_TENANTS if self.soak}
-
-    @property
-    def judge0_cold(self) -> str:
-        return f"{self.prefix}-judge0-cold"
-
-    @property
-    def judge0_pool(self) -> str:
-        return f"{self.prefix}-judge0-pool"
 
     @property
     def sandpod(self) -> list[str]:

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from sandpod_contract.catalog import DEFAULT_CATALOG_PATH
+from sandpod_contract.generated_files import write_or_check
 from sandpod_contract.non_public_ranges import NON_PUBLIC_RANGES
 
 CHART_DIR = Path(__file__).resolve().parents[2] / "charts" / "sandpod"
@@ -125,20 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if a file drifted")
     args = parser.parse_args(argv)
     files = generated_files(args.chart)
-    drifted = [path for path, text in files.items() if _read(path) != text]
-    if args.check:
-        for path in drifted:
-            print(f"{path} drifted from the contract: run {COMMAND}", file=sys.stderr)
-        return 1 if drifted else 0
-    for path in drifted:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(files[path])
-        print(f"wrote {path}")
-    return 0
-
-
-def _read(path: Path) -> str:
-    return path.read_text() if path.exists() else ""
+    return write_or_check(files, check=args.check, command=COMMAND)
 
 
 if __name__ == "__main__":

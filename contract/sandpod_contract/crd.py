@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+from sandpod_contract.generated_files import write_or_check
 from sandpod_contract.models import (
     NAME_RULE,
     CodeExecutionSpec,
@@ -356,21 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     files = outputs(chart=args.chart, output=args.output)
-    if args.check:
-        stale = [path for path, text in files.items() if _read(path) != text]
-        for path in stale:
-            command = "python -m sandpod_contract.crd" + (" --chart" if args.chart else "")
-            print(f"{path} is stale: run {command}", file=sys.stderr)
-        return 1 if stale else 0
-    for path, text in files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        print(f"wrote {path}")
-    return 0
-
-
-def _read(path: Path) -> str:
-    return path.read_text() if path.exists() else ""
+    command = "python -m sandpod_contract.crd" + (" --chart" if args.chart else "")
+    return write_or_check(files, check=args.check, command=command)
 
 
 if __name__ == "__main__":

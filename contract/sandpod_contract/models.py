@@ -368,6 +368,25 @@ class LintRules(_Model):
         return options
 
 
+# The bounds a request field carries, written once for the contract and the gateway.
+TimeoutSeconds = Annotated[int, Field(ge=MIN_TIMEOUT_SECONDS, le=MAX_TIMEOUT_SECONDS)]
+OutputBytes = Annotated[int, Field(ge=MIN_OUTPUT_BYTES, le=MAX_OUTPUT_BYTES)]
+ObjectName = Annotated[str, Field(max_length=MAX_NAME_LENGTH, pattern=DNS_LABEL_PATTERN)]
+RuntimeClassName = Annotated[str, Field(max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)]
+ObservedGeneration = Annotated[
+    int | None, Field(description="metadata.generation the status was written for.")
+]
+
+
+def _conditions_field(description: str) -> Any:
+    """A status's conditions: a list keyed by type, empty by default."""
+    return Field(
+        default_factory=list,
+        description=description,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+
+
 class CodeExecutionSpec(_Model):
     """What to run and under which limits. Immutable once created."""
 
@@ -406,10 +425,8 @@ class CodeExecutionSpec(_Model):
         description="lint mode: the rules to check, instead of the language's (its catalog "
         "entry's lintRules); only for languages whose catalog entry has lintRules.",
     )
-    timeout_seconds: int = Field(
+    timeout_seconds: TimeoutSeconds = Field(
         default=DEFAULT_TIMEOUT_SECONDS,
-        ge=MIN_TIMEOUT_SECONDS,
-        le=MAX_TIMEOUT_SECONDS,
         description="Wall-clock limit of the program in seconds; it is killed after that and "
         "the phase is TimedOut. The operator may enforce a lower maximum.",
     )
@@ -428,24 +445,18 @@ class CodeExecutionSpec(_Model):
         description="Delete the execution this many seconds after it finished. Defaults to "
         "the operator's setting (one hour unless configured otherwise).",
     )
-    max_output_bytes: int = Field(
+    max_output_bytes: OutputBytes = Field(
         default=DEFAULT_OUTPUT_BYTES,
-        ge=MIN_OUTPUT_BYTES,
-        le=MAX_OUTPUT_BYTES,
         description="Cap on each of stdout and stderr captured by the runner; the rest is "
         "counted and dropped, and the truncated flag is set.",
     )
-    runtime_class_name: str | None = Field(
+    runtime_class_name: RuntimeClassName | None = Field(
         default=None,
-        max_length=253,
-        pattern=DNS_SUBDOMAIN_PATTERN,
         description="RuntimeClass of the sandbox pod. Defaults to the operator's setting "
         "(gvisor); only classes the operator allows are accepted.",
     )
-    session: str | None = Field(
+    session: ObjectName | None = Field(
         default=None,
-        max_length=MAX_NAME_LENGTH,
-        pattern=DNS_LABEL_PATTERN,
         description="Name of a CodeSession in this namespace to run in: its sandbox, files and "
         "interpreter state. Executions of one session run one at a time, in creation order; "
         "resources and network come from the session.",
@@ -629,14 +640,10 @@ class CodeExecutionStatus(_Model):
         "session can have changed what it reports. Absent when no runner reported (the "
         "platform decided: reason and message say what it saw).",
     )
-    conditions: list[Condition] = Field(
-        default_factory=list,
-        description="Standard conditions: Accepted, Started, Completed, Succeeded, Queued.",
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    conditions: list[Condition] = _conditions_field(
+        "Standard conditions: Accepted, Started, Completed, Succeeded, Queued."
     )
-    observed_generation: int | None = Field(
-        default=None, description="metadata.generation the status was written for."
-    )
+    observed_generation: ObservedGeneration = None
 
 
 def is_terminal(phase: str | None) -> bool:
@@ -680,15 +687,11 @@ class SandboxPoolStatus(_Model):
 
     ready: int = Field(default=0, description="Free pods that are ready to be claimed.")
     total: int = Field(default=0, description="Free pods, ready or still starting.")
-    conditions: list[Condition] = Field(
-        default_factory=list,
-        description="Ready: True when `size` free pods are ready; False with reason Filling, "
-        "RefillLimited (maxRefillPerMinute) or InvalidSpec.",
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    conditions: list[Condition] = _conditions_field(
+        "Ready: True when `size` free pods are ready; False with reason Filling, "
+        "RefillLimited (maxRefillPerMinute) or InvalidSpec."
     )
-    observed_generation: int | None = Field(
-        default=None, description="metadata.generation the status was written for."
-    )
+    observed_generation: ObservedGeneration = None
 
 
 SessionPhase = Literal["Starting", "Ready", "Busy", "Ended"]
@@ -697,6 +700,8 @@ MIN_IDLE_TIMEOUT_SECONDS = 10
 DEFAULT_MAX_LIFETIME_SECONDS = 3600
 MIN_MAX_LIFETIME_SECONDS = 60
 MAX_SESSION_SECONDS = 86400
+IdleTimeoutSeconds = Annotated[int, Field(ge=MIN_IDLE_TIMEOUT_SECONDS, le=MAX_SESSION_SECONDS)]
+LifetimeSeconds = Annotated[int, Field(ge=MIN_MAX_LIFETIME_SECONDS, le=MAX_SESSION_SECONDS)]
 
 
 class CodeSessionSpec(_Model):
@@ -713,24 +718,18 @@ class CodeSessionSpec(_Model):
     network: Network = Field(
         default_factory=Network, description="Network access of the sandbox; none by default."
     )
-    idle_timeout_seconds: int = Field(
+    idle_timeout_seconds: IdleTimeoutSeconds = Field(
         default=DEFAULT_IDLE_TIMEOUT_SECONDS,
-        ge=MIN_IDLE_TIMEOUT_SECONDS,
-        le=MAX_SESSION_SECONDS,
         description="The session ends this long after its last execution ended (or after it "
         "started, before any).",
     )
-    max_lifetime_seconds: int = Field(
+    max_lifetime_seconds: LifetimeSeconds = Field(
         default=DEFAULT_MAX_LIFETIME_SECONDS,
-        ge=MIN_MAX_LIFETIME_SECONDS,
-        le=MAX_SESSION_SECONDS,
         description="The session ends this long after its creation, whatever it is doing "
         "between executions.",
     )
-    pool: str | None = Field(
+    pool: ObjectName | None = Field(
         default=None,
-        max_length=MAX_NAME_LENGTH,
-        pattern=DNS_LABEL_PATTERN,
         description="A SandboxPool (sessions: true) to take the sandbox from. Omitted: any "
         "fitting session pool of the namespace; none free: a sandbox of its own.",
     )
@@ -765,11 +764,7 @@ class CodeSessionStatus(_Model):
         "the idle and the lifetime deadlines.",
     )
     execution_count: int = Field(default=0, ge=0, description="Executions run in the session.")
-    conditions: list[Condition] = Field(
-        default_factory=list,
-        description="Ready: True while the session can run executions.",
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    conditions: list[Condition] = _conditions_field(
+        "Ready: True while the session can run executions."
     )
-    observed_generation: int | None = Field(
-        default=None, description="metadata.generation the status was written for."
-    )
+    observed_generation: ObservedGeneration = None

@@ -10,16 +10,19 @@ import os
 import secrets
 import signal
 import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import yaml
 from kubernetes import client
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from sandpod_testkit.paths import REPO_ROOT
 from sandpod_testkit.quotas import wait_for_quotas
 from sandpod_testkit.waiting import wait_until
@@ -54,6 +57,22 @@ def new_api_key() -> tuple[str, str]:
     return key, hashlib.sha256(key.encode()).hexdigest()
 
 
+def helm_run(
+    helm: Path, kubeconfig: Path, namespace: str, *args: str, timeout: float = 900
+) -> subprocess.CompletedProcess[str]:
+    """`helm ARGS --namespace NAMESPACE`; RuntimeError (with its output) when it fails."""
+    command = [str(helm), *args, "--namespace", namespace]
+    completed = subprocess.run(
+        [*command, "--kubeconfig", str(kubeconfig)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if completed.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{completed.stdout}\n{completed.stderr}")
+    return completed
+
+
 @dataclass
 class ChartRelease:
     """A release of the chart named `name` in `namespace`; every object is named after the
@@ -68,18 +87,7 @@ class ChartRelease:
     workdir: Path
 
     def helm_run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        command = [str(self.helm), *args, "--namespace", self.namespace]
-        completed = subprocess.run(
-            [*command, "--kubeconfig", str(self.kubeconfig)],
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        if completed.returncode != 0:
-            raise RuntimeError(
-                f"{' '.join(command)} failed:\n{completed.stdout}\n{completed.stderr}"
-            )
-        return completed
+        return helm_run(self.helm, self.kubeconfig, self.namespace, *args)
 
     def install(self) -> None:
         """`helm upgrade --install --wait` with `values` (so also an upgrade), then until the
@@ -308,6 +316,13 @@ class DeployedGateway(Deployed):
 
     def client(self, key: str) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers=bearer(key), timeout=REQUEST_TIMEOUT)
+
+    @asynccontextmanager
+    async def mcp(self, key: str) -> AsyncIterator[Client]:
+        """An MCP client of the gateway's /mcp, presenting ``key``."""
+        http = httpx2.AsyncClient(headers=bearer(key), timeout=REQUEST_TIMEOUT)
+        async with http, Client(streamable_http_client(f"{self.url}/mcp", http_client=http)) as mcp:
+            yield mcp
 
 
 def keys_secret_tenants(core_v1: client.CoreV1Api, name: str, namespace: str) -> dict[str, Any]:

@@ -82,6 +82,14 @@ def status(execution: Execution) -> dict[str, Any]:
     return dict(execution.get("status") or {})
 
 
+def run_to_end(
+    objects: client.CustomObjectsApi, namespace: str, name: str, **spec: Any
+) -> dict[str, Any]:
+    """The status of a new execution `name` of `spec` once it has ended."""
+    create(objects, namespace, name, **spec)
+    return status(wait_for(objects, namespace, name))
+
+
 def conditions(execution: Execution) -> dict[str, dict[str, Any]]:
     return {c["type"]: c for c in status(execution).get("conditions", [])}
 

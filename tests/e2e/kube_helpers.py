@@ -84,3 +84,44 @@ def wait_for_pod_matching(
                 pod_watch.stop()
                 return pod  # type: ignore[no-any-return]
     pytest.fail(f"timed out after {timeout}s waiting in {namespace} for {what}")
+
+
+SANDBOX_UID = 65532  # the operator's default sandbox uid and gid (settings.sandbox_uid)
+
+
+def hardened_pod(
+    name: str,
+    labels: dict[str, str],
+    container: client.V1Container,
+    *,
+    volumes: list[client.V1Volume] | None = None,
+    active_deadline_seconds: int | None = None,
+) -> client.V1Pod:
+    """A pod of one container hardened as the operator's sandbox pods are: gVisor, no
+    service-account token or service links, the sandbox's non-root uid and gid, the runtime's
+    default seccomp profile; the container read-only, with no capability and no privilege
+    escalation."""
+    container.security_context = client.V1SecurityContext(
+        read_only_root_filesystem=True,
+        allow_privilege_escalation=False,
+        capabilities=client.V1Capabilities(drop=["ALL"]),
+    )
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, labels=labels),
+        spec=client.V1PodSpec(
+            runtime_class_name="gvisor",
+            restart_policy="Never",
+            automount_service_account_token=False,
+            enable_service_links=False,
+            termination_grace_period_seconds=0,
+            active_deadline_seconds=active_deadline_seconds,
+            security_context=client.V1PodSecurityContext(
+                run_as_non_root=True,
+                run_as_user=SANDBOX_UID,
+                run_as_group=SANDBOX_UID,
+                seccomp_profile=client.V1SeccompProfile(type="RuntimeDefault"),
+            ),
+            containers=[container],
+            volumes=volumes,
+        ),
+    )

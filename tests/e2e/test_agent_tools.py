@@ -12,11 +12,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import httpx2
 import pytest
-from chart_release import REQUEST_TIMEOUT, DeployedGateway
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
+from chart_release import DeployedGateway
 
 # E711 (== None) and W191 (a tab) are outside ruff's default rules; F821 is inside.
 LINTED = "if x == None:\n\tpass\n"
@@ -103,9 +100,8 @@ async def test_an_mcp_client_lints_with_run_code_and_in_a_session(
     gateway: DeployedGateway, namespace: str
 ) -> None:
     key = gateway.add_tenant(namespace, namespace, maxSessions=1)
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=REQUEST_TIMEOUT)
 
-    async with http, Client(streamable_http_client(f"{gateway.url}/mcp", http_client=http)) as mcp:
+    async with gateway.mcp(key) as mcp:
         linted = await mcp.call_tool(
             "run_code", {"language": "python", "code": LINTED, "mode": "lint"}
         )

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
+from chart_release import helm_run
 from kubernetes import client
 from sandpod_testkit.kube import api_server_cidrs
 from sandpod_testkit.paths import REPO_ROOT
@@ -48,17 +49,7 @@ class Release:
         return f"{self.name}-sandpod"
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        command = [str(self.helm), *args, "--namespace", self.namespace]
-        completed = subprocess.run(
-            [*command, "--kubeconfig", str(self.kubeconfig)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert completed.returncode == 0, (
-            f"{' '.join(command)} failed:\n{completed.stdout}\n{completed.stderr}"
-        )
-        return completed
+        return helm_run(self.helm, self.kubeconfig, self.namespace, *args, timeout=600)
 
     def installed(self) -> bool:
         listed = self.run("list", "--filter", f"^{self.name}$", "--short")

@@ -30,9 +30,9 @@ from chart_release import (
 from cluster_fixtures import ReleaseFactory
 from executions import RECORD_TIMEOUT, wait_for
 from kubernetes import client
+from pool_helpers import pool_counts
 from sandpod_testkit.kube import api_server_cidrs
 from sandpod_testkit.waiting import wait_until
-from test_pools import pool_counts
 
 CASES: dict[str, dict[str, Any]] = {
     "hardened": {},

@@ -13,12 +13,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import httpx2
 import pytest
 from chart_release import REQUEST_TIMEOUT, DeployedGateway
 from kubernetes import client
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from sandpod_contract.models import TERMINAL_PHASES
 from sandpod_testkit.expected import AGENT_TOOLS
 from sandpod_testkit.kube import GROUP, PLURAL, VERSION
@@ -231,9 +228,8 @@ async def test_an_mcp_client_lists_and_runs_run_code(
     gateway: DeployedGateway, namespace: str
 ) -> None:
     key = gateway.add_tenant(namespace, namespace)
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=REQUEST_TIMEOUT)
 
-    async with http, Client(streamable_http_client(f"{gateway.url}/mcp", http_client=http)) as mcp:
+    async with gateway.mcp(key) as mcp:
         tools = (await mcp.list_tools()).tools
         result = await mcp.call_tool("run_code", {"language": "python", "code": "print(6 * 7)"})
 

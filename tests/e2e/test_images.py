@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from kube_helpers import wait_for_pod
+from kube_helpers import hardened_pod, wait_for_pod
 from kubernetes import client
 from sandpod_contract.catalog import load_catalog
 from sandpod_contract.runner import LogReader, parse_summary
@@ -23,7 +23,6 @@ from sandpod_testkit.paths import REPO_ROOT
 VERSION = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["version"]
 RUNNER = "/opt/sandpod/bin/sandpod-runner"
 INPUT_DIR = "/sandbox/input"
-SANDBOX_UID = 65532
 POD_TIMEOUT_SECONDS = 180
 # Waiting reasons that mean the pod will never run: fail at once with them.
 STUCK_REASONS = {
@@ -102,53 +101,32 @@ def run_config(language: Language, **overrides: Any) -> dict[str, Any]:
 
 
 def sandbox_pod(name: str, image: str, config_map: str, timeout_seconds: int) -> client.V1Pod:
-    """A pod hardened as the operator's sandbox pods are."""
-    return client.V1Pod(
-        metadata=client.V1ObjectMeta(name=name, labels={"app.kubernetes.io/name": "sandpod-test"}),
-        spec=client.V1PodSpec(
-            runtime_class_name="gvisor",
-            restart_policy="Never",
-            automount_service_account_token=False,
-            enable_service_links=False,
-            termination_grace_period_seconds=0,
-            active_deadline_seconds=timeout_seconds + 60,
-            security_context=client.V1PodSecurityContext(
-                run_as_non_root=True,
-                run_as_user=SANDBOX_UID,
-                run_as_group=SANDBOX_UID,
-                seccomp_profile=client.V1SeccompProfile(type="RuntimeDefault"),
-            ),
-            containers=[
-                client.V1Container(
-                    name="runner",
-                    image=f"localhost/sandpod/{image}:{VERSION}",
-                    image_pull_policy="Never",
-                    command=[RUNNER, f"{INPUT_DIR}/config.json"],
-                    termination_message_policy="File",
-                    security_context=client.V1SecurityContext(
-                        read_only_root_filesystem=True,
-                        allow_privilege_escalation=False,
-                        capabilities=client.V1Capabilities(drop=["ALL"]),
-                    ),
-                    resources=client.V1ResourceRequirements(
-                        limits={"cpu": "1", "memory": "512Mi", "ephemeral-storage": "256Mi"},
-                        requests={"cpu": "100m", "memory": "64Mi"},
-                    ),
-                    volume_mounts=[
-                        client.V1VolumeMount(name="input", mount_path=INPUT_DIR, read_only=True),
-                        client.V1VolumeMount(name="tmp", mount_path="/tmp"),
-                    ],
-                )
-            ],
-            volumes=[
-                client.V1Volume(
-                    name="input", config_map=client.V1ConfigMapVolumeSource(name=config_map)
-                ),
-                client.V1Volume(
-                    name="tmp", empty_dir=client.V1EmptyDirVolumeSource(size_limit="128Mi")
-                ),
-            ],
+    """A pod hardened as the operator's sandbox pods are, running the runner on its input."""
+    runner = client.V1Container(
+        name="runner",
+        image=f"localhost/sandpod/{image}:{VERSION}",
+        image_pull_policy="Never",
+        command=[RUNNER, f"{INPUT_DIR}/config.json"],
+        termination_message_policy="File",
+        resources=client.V1ResourceRequirements(
+            limits={"cpu": "1", "memory": "512Mi", "ephemeral-storage": "256Mi"},
+            requests={"cpu": "100m", "memory": "64Mi"},
         ),
+        volume_mounts=[
+            client.V1VolumeMount(name="input", mount_path=INPUT_DIR, read_only=True),
+            client.V1VolumeMount(name="tmp", mount_path="/tmp"),
+        ],
+    )
+    volumes = [
+        client.V1Volume(name="input", config_map=client.V1ConfigMapVolumeSource(name=config_map)),
+        client.V1Volume(name="tmp", empty_dir=client.V1EmptyDirVolumeSource(size_limit="128Mi")),
+    ]
+    return hardened_pod(
+        name,
+        {"app.kubernetes.io/name": "sandpod-test"},
+        runner,
+        volumes=volumes,
+        active_deadline_seconds=timeout_seconds + 60,
     )
 
 

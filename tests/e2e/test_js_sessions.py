@@ -10,29 +10,26 @@ from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
-from chart_release import DeployedGateway
 from sandpod_testkit.sessions import open_session, run_in
 
+# alice: a tenant serving the test's namespace, with two sessions and 60 s runs.
+from test_sessions_through_gateway import alice
 
-@pytest.fixture
-def tenant(gateway: DeployedGateway, namespace: str) -> Iterator[httpx.Client]:
-    key = gateway.add_tenant(namespace, namespace, maxTimeoutSeconds=60, maxSessions=2)
-    with gateway.client(key) as http:
-        yield http
+__all__ = ["alice"]
 
 
 @pytest.fixture
-def session_in(tenant: httpx.Client) -> Iterator[Callable[[str], str]]:
-    """Opens a session of the tenant's in a language; every one is closed afterwards."""
+def session_in(alice: httpx.Client) -> Iterator[Callable[[str], str]]:
+    """Opens a session of alice's in a language; every one is closed afterwards."""
     opened: list[str] = []
 
     def open_in(language: str) -> str:
-        opened.append(open_session(tenant, language))
+        opened.append(open_session(alice, language))
         return opened[-1]
 
     yield open_in
     for session in opened:
-        tenant.delete(f"/v1/sessions/{session}")
+        alice.delete(f"/v1/sessions/{session}")
 
 
 def outcome(answer: dict[str, object]) -> tuple[object, ...]:
@@ -40,18 +37,18 @@ def outcome(answer: dict[str, object]) -> tuple[object, ...]:
 
 
 def test_javascript_keeps_variables_functions_and_imports_across_three_runs(
-    tenant: httpx.Client, session_in: Callable[[str], str]
+    alice: httpx.Client, session_in: Callable[[str], str]
 ) -> None:
     session = session_in("javascript")
 
     first = run_in(
-        tenant,
+        alice,
         session,
         "import { join } from 'node:path'\nlet x = 40\nfunction inc(n) { return n + 1 }",
     )
-    second = run_in(tenant, session, "x = inc(x)\nconsole.log(join('a', 'b'))\nx")
+    second = run_in(alice, session, "x = inc(x)\nconsole.log(join('a', 'b'))\nx")
     third = run_in(
-        tenant, session, "let x = 'again'\nconst y = await Promise.resolve(inc(41))\nx + ' ' + y"
+        alice, session, "let x = 'again'\nconst y = await Promise.resolve(inc(41))\nx + ' ' + y"
     )
 
     assert outcome(first) == ("success", "", "", None, False), first
@@ -61,20 +58,20 @@ def test_javascript_keeps_variables_functions_and_imports_across_three_runs(
 
 
 def test_typescript_has_its_types_stripped_and_keeps_its_state_across_file_transfers(
-    tenant: httpx.Client, session_in: Callable[[str], str]
+    alice: httpx.Client, session_in: Callable[[str], str]
 ) -> None:
     session = session_in("typescript")
 
     first = run_in(
-        tenant,
+        alice,
         session,
         "enum Level { High = 3 }\ninterface P { n: number }\nconst p: P = { n: Level.High }",
     )
-    second = run_in(tenant, session, "const twice = (v: number): number => v * 2\ntwice(p.n)")
-    uploaded = tenant.put(f"/v1/sessions/{session}/files/data.txt", content=b"moved")
-    downloaded = tenant.get(f"/v1/sessions/{session}/files/data.txt")
+    second = run_in(alice, session, "const twice = (v: number): number => v * 2\ntwice(p.n)")
+    uploaded = alice.put(f"/v1/sessions/{session}/files/data.txt", content=b"moved")
+    downloaded = alice.get(f"/v1/sessions/{session}/files/data.txt")
     # The file transfers, runs in the session too, leave its variables (p) as they were.
-    third = run_in(tenant, session, "twice(p.n)")
+    third = run_in(alice, session, "twice(p.n)")
 
     assert outcome(first) == ("success", "", "", None, False), first
     assert outcome(second) == ("success", "", "", "6", False), second
@@ -84,16 +81,16 @@ def test_typescript_has_its_types_stripped_and_keeps_its_state_across_file_trans
 
 
 def test_a_timeout_then_a_crash_lose_the_javascript_state(
-    tenant: httpx.Client, session_in: Callable[[str], str]
+    alice: httpx.Client, session_in: Callable[[str], str]
 ) -> None:
     session = session_in("javascript")
 
-    kept = run_in(tenant, session, "let x = 1\nx")
-    hung = run_in(tenant, session, "console.log('spinning')\nwhile (true) {}", timeout_seconds=3)
-    after_timeout = run_in(tenant, session, "typeof x")
-    defined = run_in(tenant, session, "let x = 2\nx")
-    crashed = run_in(tenant, session, "process.exit(3)")
-    after_crash = run_in(tenant, session, "typeof x")
+    kept = run_in(alice, session, "let x = 1\nx")
+    hung = run_in(alice, session, "console.log('spinning')\nwhile (true) {}", timeout_seconds=3)
+    after_timeout = run_in(alice, session, "typeof x")
+    defined = run_in(alice, session, "let x = 2\nx")
+    crashed = run_in(alice, session, "process.exit(3)")
+    after_crash = run_in(alice, session, "typeof x")
 
     assert outcome(kept) == ("success", "", "", "1", False), kept
     assert (hung["status"], hung["stdout"], hung["state_lost"]) == ("timeout", "spinning\n", True)

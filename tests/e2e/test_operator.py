@@ -23,6 +23,7 @@ from executions import (
     kubectl,
     manifest,
     pod_gone,
+    run_to_end,
     status,
     wait_for,
 )
@@ -87,8 +88,7 @@ def test_success(
 
 def test_nonzero_exit_keeps_stderr(namespace: str, custom_objects: client.CustomObjectsApi) -> None:
     source = "import sys\nprint('partial')\nprint('boom', file=sys.stderr)\nsys.exit(3)\n"
-    create(custom_objects, namespace, "fails", language="python", source=source)
-    st = status(wait_for(custom_objects, namespace, "fails"))
+    st = run_to_end(custom_objects, namespace, "fails", language="python", source=source)
     assert (st["phase"], st["reason"], st["exitCode"]) == ("Failed", "NonZeroExit", 3)
     assert st["stdout"] == "partial\n"
     assert st["stderr"] == "boom\n"
@@ -100,7 +100,7 @@ def test_nonzero_exit_keeps_stderr(namespace: str, custom_objects: client.Custom
 
 def test_stdin_and_files(namespace: str, custom_objects: client.CustomObjectsApi) -> None:
     source = "import sys\nprint(sys.stdin.read().upper(), open('data/in.txt').read())\n"
-    create(
+    st = run_to_end(
         custom_objects,
         namespace,
         "io",
@@ -109,7 +109,6 @@ def test_stdin_and_files(namespace: str, custom_objects: client.CustomObjectsApi
         stdin="abc",
         files=[{"path": "data/in.txt", "content": "xyz"}],
     )
-    st = status(wait_for(custom_objects, namespace, "io"))
     assert st["phase"] == "Succeeded", st
     assert st["stdout"] == "ABC xyz\n"
 
@@ -119,7 +118,7 @@ def test_large_output_keeps_the_tail(
 ) -> None:
     # 1.2 MB in one write: 100,000 lines of 12 bytes.
     source = "import sys\nsys.stdout.write(''.join(f'line {i:06d}\\n' for i in range(100_000)))\n"
-    create(
+    st = run_to_end(
         custom_objects,
         namespace,
         "chatty",
@@ -128,7 +127,6 @@ def test_large_output_keeps_the_tail(
         maxOutputBytes=512 * 1024,
         timeoutSeconds=60,
     )
-    st = status(wait_for(custom_objects, namespace, "chatty"))
     assert st["phase"] == "Succeeded", st
     assert st["stdoutTruncated"] is True
     # The runner keeps the first 512 KiB (43,690 whole lines); status keeps their last 64 KiB.
@@ -138,7 +136,7 @@ def test_large_output_keeps_the_tail(
 
 
 def test_timeout(namespace: str, custom_objects: client.CustomObjectsApi) -> None:
-    create(
+    st = run_to_end(
         custom_objects,
         namespace,
         "spins",
@@ -146,7 +144,6 @@ def test_timeout(namespace: str, custom_objects: client.CustomObjectsApi) -> Non
         source="print('start', flush=True)\nwhile True:\n    pass\n",
         timeoutSeconds=2,
     )
-    st = status(wait_for(custom_objects, namespace, "spins"))
     assert (st["phase"], st["reason"]) == ("TimedOut", "DeadlineExceeded"), st
     assert st["stdout"] == "start\n"
     assert st["durationMs"] >= 2000
@@ -156,7 +153,7 @@ def test_memory_over_the_limit_is_oom_killed(
     namespace: str, custom_objects: client.CustomObjectsApi
 ) -> None:
     source = "chunks = []\nwhile True:\n    chunks.append(bytearray(16 * 1024 * 1024))\n"
-    create(
+    st = run_to_end(
         custom_objects,
         namespace,
         "hungry",
@@ -165,7 +162,6 @@ def test_memory_over_the_limit_is_oom_killed(
         resources={"memory": "128Mi"},
         timeoutSeconds=30,
     )
-    st = status(wait_for(custom_objects, namespace, "hungry"))
     assert (st["phase"], st["reason"]) == ("Failed", "OOMKilled"), st
     assert "128Mi" in st["message"]
 
@@ -173,8 +169,9 @@ def test_memory_over_the_limit_is_oom_killed(
 def test_lint_mode_reports_diagnostics(
     namespace: str, custom_objects: client.CustomObjectsApi
 ) -> None:
-    create(custom_objects, namespace, "lint", language="python", mode="lint", source="import os\n")
-    st = status(wait_for(custom_objects, namespace, "lint"))
+    st = run_to_end(
+        custom_objects, namespace, "lint", language="python", mode="lint", source="import os\n"
+    )
     assert st["phase"] == "Succeeded", st
     assert [d["code"] for d in st["diagnostics"]] == ["F401"]
 
@@ -442,10 +439,9 @@ def test_sandbox_has_no_network_by_default(
     namespace: str, custom_objects: client.CustomObjectsApi, core_v1: client.CoreV1Api
 ) -> None:
     targets = [f"{ip}:{port}" for ip, port in api_server_addresses(core_v1)]
-    create(
+    st = run_to_end(
         custom_objects, namespace, "offline", language="python", source=NETWORK_PROBE, args=targets
     )
-    st = status(wait_for(custom_objects, namespace, "offline"))
     assert st["phase"] == "Succeeded", st
     lines = st["stdout"].splitlines()
     assert lines[0] == "no-dns"

@@ -6,9 +6,7 @@ kubelet's probe of its runner port answers, i.e. its program's process is pre-st
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,87 +14,28 @@ import pytest
 from chart_release import Deployed, DeployedGateway
 from executions import RECORD_TIMEOUT, kubectl, wait_for
 from kubernetes import client
+from pool_helpers import FILL_TIMEOUT, fresh_pool_namespace, pods_in_state, pool_counts, start_pool
 from sandpod_contract.names import (
     CLAIMED_BY_LABEL,
     EXECUTION_LABEL,
-    POOL_LABEL,
-    POOL_PLURAL,
     POOL_STATE_LABEL,
     RECORD_DIRECT,
     RECORD_LABEL,
-    SESSION_PLURAL,
 )
-from sandpod_testkit.kube import GROUP, VERSION, create_namespace, is_gone
+from sandpod_testkit.kube import is_gone
 from sandpod_testkit.waiting import wait_until
-
-FILL_TIMEOUT = 180
-
-
-@pytest.fixture(scope="module")
-def pool_namespace_prefix(sandpod_operator: Deployed, namespace_prefix: str) -> str:
-    """The namespaces of this module: the session's release serves them."""
-    return f"{namespace_prefix}-pool"
 
 
 @pytest.fixture
 def pool_namespace(
-    pool_namespace_prefix: str, core_v1: client.CoreV1Api, custom_objects: client.CustomObjectsApi
+    sandpod_operator: Deployed,
+    namespace_prefix: str,
+    core_v1: client.CoreV1Api,
+    custom_objects: client.CustomObjectsApi,
 ) -> Iterator[str]:
-    name = f"{pool_namespace_prefix}-{uuid.uuid4().hex[:6]}"
-    with namespace_with_pools(name, core_v1, custom_objects):
+    """A fresh namespace per test, which the session's release serves."""
+    with fresh_pool_namespace(f"{namespace_prefix}-pool", core_v1, custom_objects) as name:
         yield name
-
-
-@contextmanager
-def namespace_with_pools(
-    name: str, core_v1: client.CoreV1Api, custom_objects: client.CustomObjectsApi
-) -> Iterator[None]:
-    """A fresh namespace; its pools and sessions are deleted (while the operator runs, as
-    they carry its finalizer) before it."""
-    create_namespace(core_v1, name)
-    yield
-    for plural in (SESSION_PLURAL, POOL_PLURAL):
-        custom_objects.delete_collection_namespaced_custom_object(GROUP, VERSION, name, plural)
-        wait_until(
-            lambda plural=plural: not objects_in(custom_objects, name, plural),
-            timeout=60,
-            what=f"the {plural} in {name} to be deleted",
-        )
-    core_v1.delete_namespace(name, propagation_policy="Background", grace_period_seconds=0)
-
-
-def objects_in(objects: client.CustomObjectsApi, namespace: str, plural: str) -> list[Any]:
-    listed: Any = objects.list_namespaced_custom_object(GROUP, VERSION, namespace, plural)
-    return list(listed["items"])
-
-
-def pool_counts(objects: client.CustomObjectsApi, namespace: str, name: str) -> tuple[int, int]:
-    pool: Any = objects.get_namespaced_custom_object(GROUP, VERSION, namespace, POOL_PLURAL, name)
-    status = pool.get("status") or {}
-    return int(status.get("ready") or 0), int(status.get("total") or 0)
-
-
-def pods_in_state(core: client.CoreV1Api, namespace: str, pool: str, state: str) -> list[Any]:
-    selector = f"{POOL_LABEL}={pool},{POOL_STATE_LABEL}={state}"
-    pods = core.list_namespaced_pod(namespace, label_selector=selector).items
-    return [pod for pod in pods if pod.metadata.deletion_timestamp is None]
-
-
-def python_pool(objects: client.CustomObjectsApi, namespace: str, size: int) -> None:
-    """A SandboxPool `py` of `size` Python sandboxes, once they are all ready."""
-    pool = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "SandboxPool",
-        "metadata": {"name": "py"},
-        "spec": {"language": "python", "size": size},
-    }
-    objects.create_namespaced_custom_object(GROUP, VERSION, namespace, POOL_PLURAL, pool)
-    wait_until(
-        lambda: pool_counts(objects, namespace, "py") == (size, size),
-        timeout=FILL_TIMEOUT,
-        what=f"the pool to have {size} ready pods",
-        interval=0.5,
-    )
 
 
 def claim(core: client.CoreV1Api, pod: Any) -> None:
@@ -122,7 +61,7 @@ def test_a_pool_fills_and_refills_after_a_claim(
     custom_objects: client.CustomObjectsApi,
     kubeconfig_path: Path,
 ) -> None:
-    python_pool(custom_objects, pool_namespace, 2)
+    start_pool(custom_objects, pool_namespace, 2)
     shown = kubectl(kubeconfig_path, "get", "sbp", "py", "-n", pool_namespace, "--no-headers")
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.split()[:5] == ["py", "python", "2", "2", "2"]
@@ -153,7 +92,7 @@ def test_a_waiting_run_through_the_gateway_takes_a_pool_pod_directly(
 ) -> None:
     """The direct path: the run is answered by a ready pool pod's runner, its record (labelled
     direct, warm) written behind, the pod removed and the pool refilled."""
-    python_pool(custom_objects, pool_namespace, 1)
+    start_pool(custom_objects, pool_namespace, 1)
     [free] = pods_in_state(core_v1, pool_namespace, "py", "free")
     key = gateway.add_tenant(pool_namespace, pool_namespace)
 

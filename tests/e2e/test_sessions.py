@@ -14,15 +14,15 @@ import pytest
 from chart_release import Deployed
 from executions import TERMINAL, create, events_about, get, status, wait_for
 from kubernetes import client
+from pool_helpers import pool_counts, start_pool
 from sandpod_contract.names import SESSION_PLURAL
 from sandpod_testkit.kube import GROUP, VERSION, is_gone
 from sandpod_testkit.waiting import wait_until
-from test_pools import pool_counts
 
-# warm_prefix, warm_namespace: a fresh namespace per test that the session's release serves.
-from test_warm import start_pool, warm_namespace, warm_prefix
+# warm_namespace: a fresh namespace per test that the session's release serves.
+from test_warm import warm_namespace
 
-__all__ = ["warm_namespace", "warm_prefix"]
+__all__ = ["warm_namespace"]
 
 READY_TIMEOUT = 120
 RUN_TIMEOUT = 120

@@ -9,14 +9,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
-import httpx2
 import pytest
 from chart_release import REQUEST_TIMEOUT, ChartRelease, DeployedGateway
 from executions import RECORD_TIMEOUT, wait_for
 from kube_helpers import pod_finished, wait_for_pod
 from kubernetes import client
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from sandpod_contract.catalog import load_catalog
 from sandpod_contract.names import RECORD_DIRECT, RECORD_LABEL
 from sandpod_testkit.kube import GROUP, PLURAL, VERSION
@@ -197,9 +194,8 @@ async def test_an_mcp_client_opens_a_session_runs_twice_and_closes_it(
     gateway: DeployedGateway, namespace: str
 ) -> None:
     key = gateway.add_tenant(namespace, namespace)
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=REQUEST_TIMEOUT)
 
-    async with http, Client(streamable_http_client(f"{gateway.url}/mcp", http_client=http)) as mcp:
+    async with gateway.mcp(key) as mcp:
         opened = await mcp.call_tool("open_session", {"language": "python"})
         assert not opened.is_error, opened.content
         assert opened.structured_content is not None

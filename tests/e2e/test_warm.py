@@ -10,56 +10,34 @@ serves twice (no two executions name the same pod), and claimed pods are removed
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from chart_release import Deployed
 from executions import TERMINAL, create, events_about, get, status, wait_for
 from kube_helpers import resource_version_now, wait_for_pod_matching
 from kubernetes import client
-from sandpod_contract.names import POOL_LABEL, POOL_PLURAL, POOL_STATE_LABEL
-from sandpod_testkit.kube import GROUP, VERSION, delete_executions
+from pool_helpers import POOL, fresh_pool_namespace, pods_in_state, start_pool
+from sandpod_contract.names import POOL_LABEL, POOL_STATE_LABEL
+from sandpod_testkit.kube import delete_executions
 from sandpod_testkit.waiting import wait_until
-from test_pools import namespace_with_pools, pods_in_state, pool_counts
 
-FILL_TIMEOUT = 180
 BATCH_TIMEOUT = 600
-POOL = "py"
-
-
-@pytest.fixture(scope="module")
-def warm_prefix(sandpod_operator: Deployed, namespace_prefix: str) -> str:
-    """The namespaces of this module: the session's release serves them."""
-    return f"{namespace_prefix}-warm"
 
 
 @pytest.fixture
 def warm_namespace(
-    warm_prefix: str, core_v1: client.CoreV1Api, custom_objects: client.CustomObjectsApi
+    sandpod_operator: Deployed,
+    namespace_prefix: str,
+    core_v1: client.CoreV1Api,
+    custom_objects: client.CustomObjectsApi,
 ) -> Iterator[str]:
-    name = f"{warm_prefix}-{uuid.uuid4().hex[:6]}"
-    with namespace_with_pools(name, core_v1, custom_objects):
+    """A fresh namespace per test, which the session's release serves; its executions are
+    deleted before its pools."""
+    with fresh_pool_namespace(f"{namespace_prefix}-warm", core_v1, custom_objects) as name:
         yield name
         delete_executions(custom_objects, name, timeout=120)
-
-
-def start_pool(objects: client.CustomObjectsApi, namespace: str, size: int, **spec: Any) -> None:
-    pool = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "SandboxPool",
-        "metadata": {"name": POOL},
-        "spec": {"language": "python", "size": size, **spec},
-    }
-    objects.create_namespaced_custom_object(GROUP, VERSION, namespace, POOL_PLURAL, pool)
-    wait_until(
-        lambda: pool_counts(objects, namespace, POOL) == (size, size),
-        timeout=FILL_TIMEOUT,
-        what=f"the pool to have {size} ready pods",
-        interval=0.5,
-    )
 
 
 def run_batch(objects: client.CustomObjectsApi, namespace: str, indexes: range) -> list[str]:

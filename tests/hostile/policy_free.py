@@ -18,12 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from corpus import Case
-from kube_helpers import pod_finished, wait_for_pod
+from kube_helpers import hardened_pod, pod_finished, wait_for_pod
 from kubernetes import client
 from sandpod_contract.catalog import load_catalog
 from sandpod_testkit.kube import api_server_cidrs
-
-SANDBOX_UID = 65532  # the operator's default sandbox uid and gid (settings.sandbox_uid)
 
 
 @dataclass(frozen=True)
@@ -70,37 +68,17 @@ def probe_pod(name: str, case: Case, args: list[str]) -> client.V1Pod:
     """A pod hardened like a sandbox, running the case's program directly (no runner)."""
     assert case.language == "python", f"{case.id}: only Python probes run without the policy"
     image = load_catalog().languages["python"].image
-    return client.V1Pod(
-        metadata=client.V1ObjectMeta(name=name, labels={"sandpod.dev/policy-free": case.id}),
-        spec=client.V1PodSpec(
-            runtime_class_name="gvisor",
-            restart_policy="Never",
-            automount_service_account_token=False,
-            enable_service_links=False,
-            termination_grace_period_seconds=0,
-            security_context=client.V1PodSecurityContext(
-                run_as_non_root=True, run_as_user=SANDBOX_UID, run_as_group=SANDBOX_UID
-            ),
-            containers=[
-                client.V1Container(
-                    name="probe",
-                    image=image,
-                    image_pull_policy="IfNotPresent",
-                    # python3 -c CODE ARGS: sys.argv[1:] are ARGS, as under the runner.
-                    command=["python3", "-c", case.code, *args],
-                    resources=client.V1ResourceRequirements(
-                        limits={"cpu": "500m", "memory": "128Mi"},
-                        requests={"cpu": "10m", "memory": "128Mi"},
-                    ),
-                    security_context=client.V1SecurityContext(
-                        allow_privilege_escalation=False,
-                        read_only_root_filesystem=True,
-                        capabilities=client.V1Capabilities(drop=["ALL"]),
-                    ),
-                )
-            ],
+    probe = client.V1Container(
+        name="probe",
+        image=image,
+        image_pull_policy="IfNotPresent",
+        # python3 -c CODE ARGS: sys.argv[1:] are ARGS, as under the runner.
+        command=["python3", "-c", case.code, *args],
+        resources=client.V1ResourceRequirements(
+            limits={"cpu": "500m", "memory": "128Mi"}, requests={"cpu": "10m", "memory": "128Mi"}
         ),
     )
+    return hardened_pod(name, {"sandpod.dev/policy-free": case.id}, probe)
 
 
 def run_one(

@@ -18,6 +18,8 @@ import uvicorn
 from fastapi import FastAPI
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from sandpod_contract.models import TERMINAL_PHASES
 from sandpod_contract.names import CANCEL_ANNOTATION, FINISHED_LABEL
 from sandpod_contract.runner import OutputChunk
@@ -320,6 +322,16 @@ async def http_client(app: FastAPI, key: str | None) -> AsyncIterator[httpx2.Asy
             base_url="http://gateway",
             headers={"Authorization": f"Bearer {key}"} if key else {},
         ) as client,
+    ):
+        yield client
+
+
+@asynccontextmanager
+async def mcp_client(app: FastAPI, key: str | None) -> AsyncIterator[Client]:
+    """An MCP client of the running app's /mcp, presenting ``key``."""
+    async with (
+        http_client(app, key) as http,
+        Client(streamable_http_client("http://gateway/mcp", http_client=http)) as client,
     ):
         yield client
 

@@ -45,18 +45,8 @@ class FakeDirectRunner:
 
 
 @pytest.fixture
-def service() -> FakeExecutionService:
-    return FakeExecutionService()
-
-
-@pytest.fixture
 def direct(service: FakeExecutionService) -> FakeDirectRunner:
     return FakeDirectRunner(service)
-
-
-@pytest.fixture
-def sessions() -> FakeSessionService:
-    return FakeSessionService()
 
 
 @pytest.fixture

@@ -13,12 +13,10 @@ from gateway_fakes import (
     FakeSessionService,
     Run,
     echo_runner,
-    http_client,
     make_app,
+    mcp_client,
     tenant,
 )
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from sandpod_contract.models import LintRules
 
 KEY = "sk-lint-0123456789"
@@ -82,10 +80,7 @@ def test_the_openai_tools_take_mode_on_run_code_and_run_in_session(app: FastAPI)
 async def test_an_mcp_client_lints_with_run_code_and_run_in_session(
     app: FastAPI, service: FakeExecutionService
 ) -> None:
-    async with (
-        http_client(app, KEY) as http,
-        Client(streamable_http_client("http://gateway/mcp", http_client=http)) as client,
-    ):
+    async with mcp_client(app, KEY) as client:
         schemas = {tool.name: tool.input_schema for tool in (await client.list_tools()).tools}
         linted = await client.call_tool(
             "run_code", {"language": "python", "code": "x == None", "mode": "lint"}

@@ -4,9 +4,14 @@ from pathlib import Path
 
 import pytest
 from fastapi import FastAPI
-from gateway_fakes import FakeExecutionService, FakeSessionService, http_client, make_app, tenant
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
+from gateway_fakes import (
+    FakeExecutionService,
+    FakeSessionService,
+    http_client,
+    make_app,
+    mcp_client,
+    tenant,
+)
 from sandpod_contract.catalog import load_catalog
 from sandpod_testkit.expected import AGENT_TOOLS, CATALOG_LANGUAGES
 
@@ -21,10 +26,7 @@ def app(tmp_path: Path, service: FakeExecutionService, sessions: FakeSessionServ
 async def test_an_mcp_client_lists_and_calls_run_code(
     app: FastAPI, service: FakeExecutionService
 ) -> None:
-    async with (
-        http_client(app, KEY) as http,
-        Client(streamable_http_client("http://gateway/mcp", http_client=http)) as client,
-    ):
+    async with mcp_client(app, KEY) as client:
         tools = (await client.list_tools()).tools
         result = await client.call_tool("run_code", {"language": "python", "code": "print(5)"})
 
@@ -44,10 +46,7 @@ async def test_an_mcp_client_lists_and_calls_run_code(
 
 
 async def test_run_code_errors_are_tool_errors(app: FastAPI) -> None:
-    async with (
-        http_client(app, KEY) as http,
-        Client(streamable_http_client("http://gateway/mcp", http_client=http)) as client,
-    ):
+    async with mcp_client(app, KEY) as client:
         result = await client.call_tool("run_code", {"language": "cobol", "code": "x"})
 
     assert result.is_error
@@ -69,10 +68,7 @@ async def test_mcp_without_a_valid_key_is_401(app: FastAPI) -> None:
 async def test_an_mcp_client_opens_a_session_runs_in_it_twice_and_closes_it(
     app: FastAPI, service: FakeExecutionService, sessions: FakeSessionService
 ) -> None:
-    async with (
-        http_client(app, KEY) as http,
-        Client(streamable_http_client("http://gateway/mcp", http_client=http)) as client,
-    ):
+    async with mcp_client(app, KEY) as client:
         opened = await client.call_tool("open_session", {"language": "python"})
         assert opened.structured_content is not None
         session_id = opened.structured_content["id"]

@@ -12,14 +12,12 @@ from gateway_fakes import (
     FakeExecutionService,
     FakeSessionService,
     Run,
-    http_client,
     make_app,
+    mcp_client,
     refusing_services,
     tenant,
 )
 from kubernetes_asyncio.client import ApiClient
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from sandpod_gateway.kube.service import ExecutionRejected
 
 KEY = "sk-net-0123456789"
@@ -322,10 +320,7 @@ def test_the_openai_tools_offer_allow_hosts_to_run_code_and_open_session(
 async def test_the_mcp_tools_pass_allow_hosts(
     app: FastAPI, service: FakeExecutionService, sessions: FakeSessionService
 ) -> None:
-    async with (
-        http_client(app, KEY) as http,
-        Client(streamable_http_client("http://gateway/mcp", http_client=http)) as mcp,
-    ):
+    async with mcp_client(app, KEY) as mcp:
         tools = (await mcp.list_tools()).tools
         schemas = {tool.name: tool.input_schema for tool in tools}
         open_world = {tool.name: tool.annotations.open_world_hint for tool in tools}

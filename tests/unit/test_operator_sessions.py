@@ -26,7 +26,6 @@ from sandpod_contract.egress_grant import HostGrant, verify
 from sandpod_contract.models import MAX_TIMEOUT_SECONDS, CodeSessionSpec
 from sandpod_contract.names import (
     CLAIMED_BY_LABEL,
-    DIRECT_TIMINGS_LOG,
     POOL_CLAIMED,
     POOL_STATE_LABEL,
     SESSION_LABEL,
@@ -49,7 +48,7 @@ from serve_double import Script, ServeDouble
 from test_operator_reconciler import latest, status_of, submit
 
 # runners: the local runners a test started, stopped after it.
-from test_operator_warm import runners
+from test_operator_warm import assert_only_direct_1_logged_its_milestones, runners
 
 __all__ = ["runners"]
 
@@ -622,50 +621,44 @@ async def test_each_run_reports_what_the_proxy_refused_it(
     ]
 
 
-async def test_a_proxy_that_does_not_answer_never_fails_a_run(
-    kube: FakeKube,
-    runners: list[ServeDouble],
-    proxied: Reconciler,
-    monitor: tuple[Tally, int],
+async def ready_refusing_session(
+    kube: FakeKube, runners: list[ServeDouble], proxied: Reconciler, tally: Tally
 ) -> None:
-    tally = monitor[0]
+    """A session with host entries whose two runs are refused other.fake:80 and evil.fake:443."""
     scripts = [
         Script(during=refuse(tally, kube, "other.fake:80")),
         Script(during=refuse(tally, kube, "evil.fake:443")),
     ]
     await ready_session(kube, proxied, runners, *scripts, network=HOSTS)
+
+
+def api_server_busy(kube: FakeKube) -> None:
     kube.fail("endpoint_addresses", KubeError(503, "ServiceUnavailable", "the API server is busy"))
-    ask(kube, "one", ago(2))
-    await drain(proxied, kube)
-    assert status_of(kube, "one")["phase"] == "Succeeded"
-    assert "egressBlocked" not in status_of(kube, "one")
-    # Its refusals are unknown; the next run asks before it starts and reports only its own.
-    ask(kube, "two", ago(1))
-    await drain(proxied, kube)
-    assert blocked_of(kube, "two") == {("evil.fake", 443): 1}
 
 
-async def test_monitors_that_do_not_answer_leave_the_counts_unknown_not_zero(
+def replica_does_not_answer(kube: FakeKube) -> None:
+    kube.endpoints[PROXY_SERVICE] = ["127.0.0.2"]  # a replica whose monitor does not answer
+
+
+@pytest.mark.parametrize("break_monitors", [api_server_busy, replica_does_not_answer])
+async def test_refusals_that_cannot_be_read_never_fail_a_run_and_are_unknown_not_zero(
     kube: FakeKube,
     runners: list[ServeDouble],
     proxied: Reconciler,
     monitor: tuple[Tally, int],
+    break_monitors: Callable[[FakeKube], None],
 ) -> None:
-    tally = monitor[0]
-    scripts = [
-        Script(during=refuse(tally, kube, "other.fake:80")),
-        Script(during=refuse(tally, kube, "evil.fake:443")),
-    ]
-    await ready_session(kube, proxied, runners, *scripts, network=HOSTS)
-    kube.endpoints[PROXY_SERVICE] = ["127.0.0.2"]  # a replica whose monitor does not answer
+    await ready_refusing_session(kube, runners, proxied, monitor[0])
+    break_monitors(kube)
     ask(kube, "one", ago(2))
     await drain(proxied, kube)
     assert status_of(kube, "one")["phase"] == "Succeeded"
     assert "egressBlocked" not in status_of(kube, "one")
     kube.endpoints[PROXY_SERVICE] = ["127.0.0.1"]
+    # The next run asks before it starts and reports only its own: not other.fake too, as the
+    # first run's refusals were unknown, never counted as none.
     ask(kube, "two", ago(1))
     await drain(proxied, kube)
-    # Not other.fake too: the first run's refusals were unknown, never counted as none.
     assert blocked_of(kube, "two") == {("evil.fake", 443): 1}
 
 
@@ -722,11 +715,5 @@ async def test_a_direct_run_in_a_session_logs_its_milestones_and_a_refused_one_n
     await asyncio.gather(*runs.writers)
 
     assert record["status"]["stdout"] == "1\n"
-    messages = [r.getMessage() for r in caplog.records]
-    (line,) = [message for message in messages if message.startswith(DIRECT_TIMINGS_LOG)]
-    assert line.split(" ")[2] == f"{NAMESPACE}/direct-1"
-    marks = json.loads(line.split(" ", 3)[3])
-    order = ["received", "turn", "posted", "answered", "first_frame", "summary", "done"]
-    assert list(marks) == order
-    assert list(marks.values()) == sorted(marks.values())
+    assert_only_direct_1_logged_its_milestones(caplog)
     assert reconciler.warm.marks == {}

@@ -683,17 +683,20 @@ async def test_a_direct_run_logs_its_milestones_once_and_keeps_none_when_refused
         )
     await asyncio.gather(*runs.writers)
 
-    lines = [
-        r.getMessage() for r in caplog.records if r.getMessage().startswith(DIRECT_TIMINGS_LOG)
-    ]
-    (line,) = lines
+    assert_only_direct_1_logged_its_milestones(caplog)
+    assert reconciler.warm.marks == {}
+    await reconciler.close()
+
+
+def assert_only_direct_1_logged_its_milestones(caplog: pytest.LogCaptureFixture) -> None:
+    """One timings line, direct-1's, with every milestone of a direct run in order."""
+    messages = [r.getMessage() for r in caplog.records]
+    (line,) = [message for message in messages if message.startswith(DIRECT_TIMINGS_LOG)]
     assert line.split(" ")[2] == f"{NAMESPACE}/direct-1"
     marks = json.loads(line.split(" ", 3)[3])
     order = ["received", "turn", "posted", "answered", "first_frame", "summary", "done"]
     assert list(marks) == order
     assert list(marks.values()) == sorted(marks.values())
-    assert reconciler.warm.marks == {}
-    await reconciler.close()
 
 
 async def test_a_pod_the_direct_path_took_is_not_claimed_by_the_record_path(

@@ -6,7 +6,9 @@ import json
 import logging
 import math
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, cast
 
 import aiohttp
@@ -111,6 +113,16 @@ METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v
 DEFAULT_LOG_FOLLOW_BYTES = 8 * 1024 * 1024
 
 
+@dataclass(frozen=True)
+class _Watched:
+    """One object to watch: the list call that watches its kind, that call's arguments (the
+    namespace, and group, version and plural for a custom object) and the object's name."""
+
+    list_function: Callable[..., Awaitable[Any]]
+    list_args: tuple[str, ...]
+    name: str
+
+
 class CustomObjects:
     """Create, get, list and delete of one namespaced sandpod kind, with its own errors."""
 
@@ -186,25 +198,17 @@ class CustomObjects:
         return PageData(items=list(result.get("items") or []), next_cursor=next_cursor)
 
     async def delete(self, namespace: str, name: str) -> None:
-        what = f"deleting the {self._kind}"
-        try:
+        with self._errors_about(name, f"deleting the {self._kind}"):
             await self._custom.delete_namespaced_custom_object(
                 GROUP, VERSION, namespace, self.plural, name
             )
-        except ApiException as exc:
-            if exc.status == 404:
-                raise self._not_found(name) from exc
-            raise _unavailable(what, exc) from exc
-        except TRANSPORT_ERRORS as exc:
-            raise _unavailable(what, exc) from exc
 
     async def annotate(
         self, namespace: str, name: str, annotations: dict[str, str], what: str = ""
     ) -> Resource:
         """Set these annotations (a merge patch); the not-found exception if it is gone."""
-        what = what or f"annotating the {self._kind}"
         patch = {"metadata": {"annotations": annotations}}
-        try:
+        with self._errors_about(name, what or f"annotating the {self._kind}"):
             patched: Resource = await self._custom.patch_namespaced_custom_object(
                 GROUP,
                 VERSION,
@@ -215,13 +219,20 @@ class CustomObjects:
                 # Supported at runtime, missing from the type stubs.
                 _content_type="application/merge-patch+json",  # type: ignore[call-arg]
             )
+        return patched
+
+    @contextmanager
+    def _errors_about(self, name: str, what: str) -> Iterator[None]:
+        """A request about one object: its not-found exception for a 404, Kubernetes
+        unavailable (saying `what` failed) for any other refusal or a transport error."""
+        try:
+            yield
         except ApiException as exc:
             if exc.status == 404:
                 raise self._not_found(name) from exc
             raise _unavailable(what, exc) from exc
         except TRANSPORT_ERRORS as exc:
             raise _unavailable(what, exc) from exc
-        return patched
 
 
 class KubernetesSessionService(CustomObjects):
@@ -382,9 +393,7 @@ class KubernetesExecutionService:
                     f"following the pod log: {response.status} {message[:500]}"
                 )
             latest = await self._watch_until(
-                self._core.list_namespaced_pod,
-                (namespace,),
-                pod,
+                _Watched(self._core.list_namespaced_pod, (namespace,), pod),
                 lambda: self._read_pod_or_none(namespace, pod),
                 _pod_started,
                 deadline,
@@ -397,9 +406,11 @@ class KubernetesExecutionService:
         self, namespace: str, name: str, done: Predicate, deadline: float
     ) -> Resource:
         resource = await self._watch_until(
-            self._custom.list_namespaced_custom_object,
-            (GROUP, VERSION, namespace, PLURAL),
-            name,
+            _Watched(
+                self._custom.list_namespaced_custom_object,
+                (GROUP, VERSION, namespace, PLURAL),
+                name,
+            ),
             lambda: self._objects.get_or_none(namespace, name),
             done,
             deadline,
@@ -410,9 +421,7 @@ class KubernetesExecutionService:
 
     async def _watch_until(
         self,
-        list_function: Callable[..., Awaitable[Any]],
-        list_args: tuple[str, ...],
-        name: str,
+        watched: _Watched,
         read: Reader,
         done: Predicate,
         deadline: float,
@@ -431,9 +440,7 @@ class KubernetesExecutionService:
                 return resource
             try:
                 async with asyncio.timeout(remaining):
-                    latest = await self._watch_once(
-                        list_function, list_args, name, resource, done, math.ceil(remaining)
-                    )
+                    latest = await self._watch_once(watched, resource, done, math.ceil(remaining))
             except TimeoutError:
                 return resource
             if latest is None or done(latest):
@@ -443,9 +450,7 @@ class KubernetesExecutionService:
 
     async def _watch_once(
         self,
-        list_function: Callable[..., Awaitable[Any]],
-        list_args: tuple[str, ...],
-        name: str,
+        watched: _Watched,
         resource: Resource,
         done: Predicate,
         timeout_seconds: int,
@@ -456,9 +461,9 @@ class KubernetesExecutionService:
         try:
             async with watch.Watch() as stream:
                 async for event in stream.stream(
-                    list_function,
-                    *list_args,
-                    field_selector=f"metadata.name={name}",
+                    watched.list_function,
+                    *watched.list_args,
+                    field_selector=f"metadata.name={watched.name}",
                     resource_version=resource["metadata"]["resourceVersion"],
                     timeout_seconds=timeout_seconds,
                 ):
@@ -471,7 +476,7 @@ class KubernetesExecutionService:
                         latest = changed
         except ApiException as exc:
             if exc.status != 410:  # 410: the version is too old; the caller reads afresh
-                raise _unavailable(f"watching {name}", exc) from exc
+                raise _unavailable(f"watching {watched.name}", exc) from exc
         except (aiohttp.ClientError, OSError) as exc:
-            raise _unavailable(f"watching {name}", exc) from exc
+            raise _unavailable(f"watching {watched.name}", exc) from exc
         return latest

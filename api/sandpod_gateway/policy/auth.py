@@ -31,9 +31,8 @@ from sandpod_contract.models import (
     DEFAULT_MAX_STORED_BYTES,
     DNS_LABEL_PATTERN,
     MAX_FILE_CHARS,
-    MAX_SESSION_SECONDS,
-    MIN_IDLE_TIMEOUT_SECONDS,
-    MIN_MAX_LIFETIME_SECONDS,
+    IdleTimeoutSeconds,
+    LifetimeSeconds,
     LintRules,
 )
 from sandpod_contract.quantities import Quantity
@@ -70,12 +69,8 @@ class TenantLimits(_CamelModel):
         description="Of those, on one execution (retries with one Idempotency-Key included).",
     )
     max_sessions: int = Field(default=5, ge=1, description="Sessions not yet ended, at once.")
-    max_idle_timeout_seconds: int = Field(
-        default=1800, ge=MIN_IDLE_TIMEOUT_SECONDS, le=MAX_SESSION_SECONDS
-    )
-    max_lifetime_seconds: int = Field(
-        default=7200, ge=MIN_MAX_LIFETIME_SECONDS, le=MAX_SESSION_SECONDS
-    )
+    max_idle_timeout_seconds: IdleTimeoutSeconds = 1800
+    max_lifetime_seconds: LifetimeSeconds = 7200
     max_file_bytes: int = Field(
         default=MAX_FILE_CHARS,
         ge=1,
