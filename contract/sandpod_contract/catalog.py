@@ -57,3 +57,17 @@ def load_catalog(path: Path = DEFAULT_CATALOG_PATH) -> Catalog:
     """Read and validate a catalog file; ValueError (pydantic's) when it is malformed."""
     with path.open() as stream:
         return Catalog.model_validate(yaml.safe_load(stream))
+
+
+def builds(language: Language, mode: str) -> bool:
+    """Whether a run of `language` in `mode` builds its source first (its compile step)."""
+    return mode == "run" and language.compile_command is not None
+
+
+def run_seconds(language: Language, mode: str, timeout_seconds: int, compile_seconds: int) -> int:
+    """A run's time in seconds: the program's timeout, plus the build's own limit
+    (`compile_seconds`) when it builds first. Every deadline of a run (the pod's
+    activeDeadlineSeconds, the egress grant's lifetime, the operator's checks, the calls to
+    a serving runner, a direct record's lost-after) is this plus that deadline's own margin;
+    an interpreted language's is its timeout."""
+    return timeout_seconds + (compile_seconds if builds(language, mode) else 0)

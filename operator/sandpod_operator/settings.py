@@ -7,7 +7,12 @@ from pydantic import AfterValidator, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sandpod_contract.catalog import DEFAULT_CATALOG_PATH
 from sandpod_contract.egress_grant import valid_host_pattern
-from sandpod_contract.models import DEFAULT_MAX_STORED_BYTES, MAX_TIMEOUT_SECONDS, MAX_TTL_SECONDS
+from sandpod_contract.models import (
+    DEFAULT_MAX_STORED_BYTES,
+    MAX_COMPILE_TIMEOUT_SECONDS,
+    MAX_TIMEOUT_SECONDS,
+    MAX_TTL_SECONDS,
+)
 from sandpod_contract.quantities import Quantity, parse_quantity
 
 from sandpod_operator.egress.policy import (
@@ -77,6 +82,14 @@ class OperatorSettings(BaseSettings):
     )
 
     max_timeout_seconds: int = Field(default=MAX_TIMEOUT_SECONDS, ge=1, le=MAX_TIMEOUT_SECONDS)
+    compile_timeout_seconds: int = Field(
+        default=30,
+        ge=1,
+        le=MAX_COMPILE_TIMEOUT_SECONDS,
+        description="The build's own time limit (compiled languages: go, csharp), apart from "
+        "the program's timeout: a run's deadlines add it (sandpod_contract.catalog.run_seconds). "
+        "A build killed at it ends TimedOut.",
+    )
     default_ttl_seconds: int = Field(default=3600, ge=0, le=MAX_TTL_SECONDS)
 
     status_output_bytes: int = Field(
@@ -319,6 +332,12 @@ class OperatorSettings(BaseSettings):
             self.egress_namespace_cidrs,
             self.egress_namespace_hosts,
         )
+
+    @property
+    def longest_run_seconds(self) -> int:
+        """The most any run's time (sandpod_contract.catalog.run_seconds) can be: the largest
+        timeout with the build's limit."""
+        return self.max_timeout_seconds + self.compile_timeout_seconds
 
     @property
     def active_deadline_seconds_margin(self) -> int:

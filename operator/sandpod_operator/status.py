@@ -662,7 +662,7 @@ def _compile_failed(compiled: CompileResult, base: dict[str, Any]) -> Verdict:
     reason = COMPILATION_ERROR
     if compiled.timed_out:
         phase, reason = "TimedOut", "DeadlineExceeded"
-        message = "the program did not build within its timeout; the compiler was killed"
+        message = "the program did not build within its compile time limit; the compiler was killed"
     elif compiled.exit_code is not None:
         message = f"the program did not build (compiler exit {compiled.exit_code})"
     else:

@@ -52,20 +52,22 @@ def objects_in(objects: client.CustomObjectsApi, namespace: str, plural: str) ->
     return list(listed["items"])
 
 
-def start_pool(objects: client.CustomObjectsApi, namespace: str, size: int, **spec: Any) -> None:
-    """A SandboxPool `py` of `size` sandboxes (Python unless ``spec`` says otherwise), once
+def start_pool(
+    objects: client.CustomObjectsApi, namespace: str, size: int, name: str = POOL, **spec: Any
+) -> None:
+    """A SandboxPool `name` of `size` sandboxes (Python unless ``spec`` says otherwise), once
     they are all ready."""
     pool = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "SandboxPool",
-        "metadata": {"name": POOL},
+        "metadata": {"name": name},
         "spec": {"language": "python", "size": size, **spec},
     }
     objects.create_namespaced_custom_object(GROUP, VERSION, namespace, POOL_PLURAL, pool)
     wait_until(
-        lambda: pool_counts(objects, namespace, POOL) == (size, size),
+        lambda: pool_counts(objects, namespace, name) == (size, size),
         timeout=FILL_TIMEOUT,
-        what=f"the pool to have {size} ready pods",
+        what=f"the pool {name} to have {size} ready pods",
         interval=0.5,
     )
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import yaml
 from chart_release import merged
 from kubernetes import client
 from sandpod_testkit.kube import api_server_cidrs, cluster_ranges
+from sandpod_testkit.paths import REPO_ROOT
 
 # A RuntimeClass that the operator allows but the cluster lacks, and a language whose image
 # does not exist: the operator's failure paths.
@@ -63,7 +65,23 @@ def platform_image_tags() -> dict[str, Any]:
     tag = os.environ.get("SANDPOD_TEST_PLATFORM_TAG")
     if not tag:
         return {}
-    return {"operator": {"image": {"tag": tag}}, "gateway": {"image": {"tag": tag}}}
+    values: dict[str, Any] = {
+        "operator": {"image": {"tag": tag}},
+        "gateway": {"image": {"tag": tag}},
+    }
+    # $SANDPOD_TEST_SANDBOX_IMAGES (e.g. python,node,go): the catalog's languages of these
+    # images take the images of the same tag (a branch that changed the runner built them).
+    images = set(filter(None, os.environ.get("SANDPOD_TEST_SANDBOX_IMAGES", "").split(",")))
+    if images:
+        chart = yaml.safe_load((REPO_ROOT / "charts/sandpod/values.yaml").read_text())
+        values["catalog"] = {
+            "languages": {
+                name: {"image": f"localhost/sandpod/{language['image']}:{tag}"}
+                for name, language in chart["catalog"]["languages"].items()
+                if language["image"] in images
+            }
+        }
+    return values
 
 
 def session_values(namespace_pattern: str) -> dict[str, Any]:

@@ -23,6 +23,7 @@ import judge0
 import pytest
 from chart_release import ChartRelease, DeployedGateway
 from kubernetes import client
+from pool_helpers import FILL_TIMEOUT, namespace_with_pools, pool_counts, start_pool
 from sandpod_contract.names import QUEUED_LABEL
 from sandpod_testkit.components import GatewayProcess
 from sandpod_testkit.kube import GROUP, PLURAL, VERSION, create_namespace, delete_executions
@@ -219,6 +220,62 @@ def executions_of(objects: client.CustomObjectsApi, namespace: str, tokens: list
         objects.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, token)
         for token in tokens
     ]
+
+
+GO_SUM = (
+    'package main\n\nimport "fmt"\n\nfunc main() {\n'
+    "\tvar a, b int\n\tfmt.Scan(&a, &b)\n\tfmt.Println(a + b)\n}\n"
+)
+# Larger than a submission's defaults, so a submission fits the pool's sandboxes.
+POOL_RESOURCES = {"cpu": "1", "memory": "512Mi"}
+
+
+def test_go_submissions_are_built_and_run_in_a_ready_pool_sandbox(
+    gateway: DeployedGateway,
+    judge0_gateway: str,
+    namespace_prefix: str,
+    core_v1: client.CoreV1Api,
+    custom_objects: client.CustomObjectsApi,
+) -> None:
+    namespace = f"{namespace_prefix}-j0pool-{uuid.uuid4().hex[:6]}"
+    with namespace_with_pools(namespace, core_v1, custom_objects):
+        key = add_tenant(gateway, judge0_gateway, namespace, namespace)
+        start_pool(custom_objects, namespace, 1, name="go", language="go", resources=POOL_RESOURCES)
+        client_of = judge0.Client(endpoint=judge0_gateway, headers={"X-Auth-Token": key})
+        accepted = judge0.run(
+            client=client_of,
+            source_code=GO_SUM,
+            language=judge0.GO,
+            stdin="2 3",
+            expected_output="5",
+            cpu_time_limit=1,
+        )
+        assert accepted.status == judge0.Status.ACCEPTED, (
+            accepted.status,
+            accepted.compile_output,
+            accepted.stderr,
+            accepted.message,
+        )
+        wait_until(
+            lambda: pool_counts(custom_objects, namespace, "go") == (1, 1),
+            timeout=FILL_TIMEOUT,
+            what="the go pool to refill",
+            interval=0.5,
+        )
+        broken = judge0.run(
+            client=client_of,
+            source_code="package main\nfunc main() { undefinedThing() }\n",
+            language=judge0.GO,
+            cpu_time_limit=1,
+        )
+        assert broken.status == judge0.Status.COMPILATION_ERROR, (broken.status, broken.message)
+        assert "undefinedThing" in (broken.compile_output or "")
+        assert broken.stdout is None
+        tokens = [str(s.token) for s in (accepted, broken)]
+        statuses = [e["status"] for e in executions_of(custom_objects, namespace, tokens)]
+        # Each was served by a claimed pool sandbox, the build included.
+        assert [s.get("startMode") for s in statuses] == ["warm", "warm"], statuses
+        assert statuses[-1].get("reason") == "CompilationError", statuses
 
 
 def class_batch(count: int) -> list[tuple[judge0.Submission, judge0.Status]]:

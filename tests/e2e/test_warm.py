@@ -18,7 +18,14 @@ from chart_release import Deployed
 from executions import TERMINAL, create, events_about, get, status, wait_for
 from kube_helpers import resource_version_now, wait_for_pod_matching
 from kubernetes import client
-from pool_helpers import POOL, fresh_pool_namespace, pods_in_state, start_pool
+from pool_helpers import (
+    FILL_TIMEOUT,
+    POOL,
+    fresh_pool_namespace,
+    pods_in_state,
+    pool_counts,
+    start_pool,
+)
 from sandpod_contract.names import POOL_LABEL, POOL_STATE_LABEL
 from sandpod_testkit.kube import delete_executions
 from sandpod_testkit.waiting import wait_until
@@ -161,3 +168,49 @@ def test_an_execution_larger_than_the_pool_goes_cold(
     done = status(wait_for(custom_objects, warm_namespace, "big"))
     assert (done["phase"], done["startMode"]) == ("Succeeded", "cold")
     assert len(pods_in_state(core_v1, warm_namespace, POOL, "free")) == 1
+
+
+HELLO = {
+    "go": 'package main\n\nimport "fmt"\n\nfunc main() { fmt.Println("hello from a pool") }\n',
+    "csharp": "class Hello { static void Main() {\n"
+    '  System.Console.WriteLine("hello from a pool");\n} }\n',
+}
+BROKEN = {
+    "go": "package main\n\nfunc main() { undefinedThing() }\n",
+    "csharp": "class Broken { static void Main() { undefinedThing(); } }\n",
+}
+
+
+@pytest.mark.parametrize("language", ["go", "csharp"])
+def test_a_pool_of_a_compiled_language_builds_each_program_in_its_pod(
+    language: str,
+    warm_namespace: str,
+    custom_objects: client.CustomObjectsApi,
+    core_v1: client.CoreV1Api,
+) -> None:
+    """Its pod starts nothing ahead; a claimed one builds the run's source, as a cold run
+    does, and runs it; a build that fails is CompilationError with the compiler's output."""
+    start_pool(custom_objects, warm_namespace, 1, name=language, language=language)
+    create(custom_objects, warm_namespace, "hello", language=language, source=HELLO[language])
+    done = status(wait_for(custom_objects, warm_namespace, "hello"))
+    assert (done["phase"], done["startMode"], done.get("stdout")) == (
+        "Succeeded",
+        "warm",
+        "hello from a pool\n",
+    ), done
+    wait_until(
+        lambda: pool_counts(custom_objects, warm_namespace, language) == (1, 1),
+        timeout=FILL_TIMEOUT,
+        what=f"the {language} pool to refill",
+        interval=0.5,
+    )
+    create(custom_objects, warm_namespace, "broken", language=language, source=BROKEN[language])
+    broken = status(wait_for(custom_objects, warm_namespace, "broken"))
+    assert (broken["phase"], broken["reason"], broken["startMode"]) == (
+        "Failed",
+        "CompilationError",
+        "warm",
+    ), broken
+    assert "undefinedThing" in broken.get("compileOutput", ""), broken
+    assert not broken.get("stdout"), broken
+    assert done["podName"] != broken["podName"]

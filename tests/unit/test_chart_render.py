@@ -97,6 +97,7 @@ EVERY_OPERATOR_SETTING: dict[str, Any] = {
     "ephemeralStorageRequest": "8Mi",
     "tmpSizeLimit": "64Mi",
     "maxTimeoutSeconds": 120,
+    "compileTimeoutSeconds": 45,
     "defaultTtlSeconds": 600,
     "statusOutputBytes": 32768,
     "maxDiagnostics": 50,

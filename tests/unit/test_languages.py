@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import runner_wire
-from sandpod_contract.catalog import DEFAULT_CATALOG_PATH, load_catalog
+from sandpod_contract.catalog import DEFAULT_CATALOG_PATH, load_catalog, run_seconds
 from sandpod_contract.models import CodeExecutionSpec, SandboxPoolSpec
 from sandpod_contract.runner import LogReader, RunnerResult, parse_summary
 from sandpod_gateway.kube.resources import execution_result
@@ -18,6 +18,7 @@ from sandpod_gateway.languages import load_language_catalog
 from sandpod_gateway.schemas import ExecutionStatus
 from sandpod_operator.executions.builders import (
     InvalidSpecError,
+    build_pod,
     build_runner_config,
     plan_execution,
 )
@@ -122,9 +123,46 @@ def test_config_json_carries_the_compile_step_in_run_mode(settings: OperatorSett
 
 
 @pytest.mark.parametrize("language", COMPILED)
-def test_compiled_languages_have_no_pools(settings: OperatorSettings, language: str) -> None:
+def test_compiled_languages_have_pools_of_run_once_sandboxes(
+    settings: OperatorSettings, language: str
+) -> None:
+    """A claimed sandbox builds its run's source (test_operator_pools.py); a session's runs
+    share one sandbox, where nothing builds."""
+    plan_pool(SandboxPoolSpec(language=language, size=1), CATALOG, settings)
     with pytest.raises(InvalidSpecError, match=r"spec.language: .* is compiled"):
-        plan_pool(SandboxPoolSpec(language=language, size=1), CATALOG, settings)
+        plan_pool(SandboxPoolSpec(language=language, size=1, sessions=True), CATALOG, settings)
+
+
+def test_config_json_carries_the_builds_own_time_limit(settings: OperatorSettings) -> None:
+    settings = OperatorSettings(compile_timeout_seconds=45)
+    spec = CodeExecutionSpec(language="go", source="package main\nfunc main() {}\n")
+    config = build_runner_config(spec, plan_execution(spec, CATALOG, settings), settings)
+    assert (config["timeoutSeconds"], config["compileTimeoutSeconds"]) == (10, 45)
+
+
+@pytest.mark.parametrize("value", [0, 301])
+def test_the_builds_time_limit_is_bounded(settings: OperatorSettings, value: int) -> None:
+    assert settings.compile_timeout_seconds == 30
+    with pytest.raises(ValueError, match="compile_timeout_seconds"):
+        OperatorSettings(compile_timeout_seconds=value)
+
+
+@pytest.mark.parametrize(
+    ("language", "mode", "seconds"),
+    [("go", "run", 7 + 30), ("csharp", "run", 7 + 30), ("python", "run", 7), ("python", "lint", 7)],
+)
+def test_a_runs_time_adds_the_builds_limit_when_it_builds(
+    settings: OperatorSettings, language: str, mode: str, seconds: int
+) -> None:
+    """One rule (sandpod_contract.catalog.run_seconds) for the pod's deadline, the egress
+    grant, the operator's checks and its calls to a serving runner."""
+    spec = CodeExecutionSpec(language=language, source="x", mode=mode, timeout_seconds=7)
+    plan = plan_execution(spec, CATALOG, settings)
+    assert plan.run_seconds == seconds
+    assert run_seconds(CATALOG.languages[language], mode, 7, 30) == seconds
+    pod = build_pod(namespace="ns", execution_name="cx", uid="u-1", plan=plan, settings=settings)
+    margin = settings.active_deadline_seconds_margin
+    assert pod["spec"]["activeDeadlineSeconds"] == seconds + margin
 
 
 # --- the runner's compile result ------------------------------------------------------------
@@ -172,7 +210,7 @@ def test_a_build_over_the_timeout_is_timed_out(settings: OperatorSettings) -> No
     runner["timedOut"] = True
     verdict = observe(runner, settings)
     assert (verdict.phase, verdict.reason) == ("TimedOut", "DeadlineExceeded")
-    assert "did not build within its timeout" in verdict.message
+    assert "did not build within its compile time limit" in verdict.message
 
 
 def test_a_program_that_built_keeps_its_own_output_and_the_compilers(

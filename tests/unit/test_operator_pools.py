@@ -19,7 +19,12 @@ from sandpod_contract.names import (
     ROLE_LABEL,
     SANDBOX_ROLE,
 )
-from sandpod_operator.executions.builders import InvalidSpecError, build_pod, plan_execution
+from sandpod_operator.executions.builders import (
+    InvalidSpecError,
+    build_pod,
+    build_runner_config,
+    plan_execution,
+)
 from sandpod_operator.kube import KubeError
 from sandpod_operator.pools.builders import (
     RUNNER_INGRESS_POLICY_NAME,
@@ -178,6 +183,28 @@ def test_serve_config_is_a_complete_run_config_without_an_execution(
     # The runner checks it as any config.json; each request brings its execution's own values.
     assert config["mode"] == "run" and config["timeoutSeconds"] > 0
     assert (config["args"], config["files"], config["hasStdin"]) == ([], [], False)
+
+
+@pytest.mark.parametrize("language", ["go", "csharp"])
+def test_a_compiled_languages_pool_builds_as_its_runs_do(
+    language: str, catalog: Catalog, settings: OperatorSettings
+) -> None:
+    """The runner serves a run only with the serve config's compile step (and command, env),
+    and builds it in the claimed sandbox; a run's request carries the catalog's."""
+    sandbox = plan_pool(pool_spec(language=language), catalog, settings)
+    configmap = build_pool_configmap(
+        namespace=NAMESPACE, pool_name=language, sandbox=sandbox, settings=settings
+    )
+    served = json.loads(configmap["data"]["config.json"])
+    spec = CodeExecutionSpec(language=language, source="x")
+    run = build_runner_config(spec, plan_execution(spec, catalog, settings), settings)
+    assert (
+        served["compileCommand"]
+        == run["compileCommand"]
+        == catalog.languages[language].compile_command
+    )
+    assert served["compileTimeoutSeconds"] == run["compileTimeoutSeconds"] == 30
+    assert (served["command"], served["env"]) == (run["command"], run["env"])
 
 
 def test_template_changes_with_what_the_pod_is_made_of(

@@ -4,7 +4,8 @@ failures, the rest accepted: python and go), into a tenant that runs JUDGE0_MAX_
 once (the rest wait in its queue, Judge0's In Queue); polled with GET /submissions/batch until
 every verdict is in. Measured: the batch's time to its last verdict, submissions per second,
 time to each verdict (p50/p99 from the POST), and whether every verdict is right. Cold: no
-pool in the tenant's namespace; pool: a SandboxPool of python there, filled first."""
+pool in the tenant's namespace; pool: SandboxPools of python and go there (a go sandbox builds
+its submission when claimed), filled first."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from sandpod_bench.stats import summarize
 
 BATCH_SIZE = 100
 POOL_SIZE = 4
+# Beside the python pool: the go submissions' (each claimed sandbox builds its source).
+GO_POOL_SIZE = 2
 POOL_FILL_SECONDS = 300
 BATCH_TIMEOUT_SECONDS = 900
 POLL_SECONDS = 0.5
@@ -72,10 +75,11 @@ def class_batch() -> list[tuple[dict[str, Any], int]]:
 def run(bench: Bench, cold: httpx.Client, pooled: httpx.Client) -> None:
     results = {"cold": measure_batch(cold, "cold")}
     namespace = bench.namespaces.judge0_pool
-    # Pools serve interpreted languages only: the go submissions run cold in both.
-    progress(f"judge0: a SandboxPool of python ({POOL_SIZE}) in {namespace}")
-    pool = manifests.sandbox_pool("judge0-python", POOL_SIZE)
-    bench.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, POOL_PLURAL, pool)
+    progress(f"judge0: SandboxPools of python ({POOL_SIZE}) and go ({GO_POOL_SIZE}) in {namespace}")
+    for language, size in (("python", POOL_SIZE), ("go", GO_POOL_SIZE)):
+        pool = manifests.sandbox_pool(f"judge0-{language}", size)
+        pool["spec"]["language"] = language
+        bench.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, POOL_PLURAL, pool)
     if not pools_full(bench, namespace):
         bench.notes.append(f"judge0: the pools were not full after {POOL_FILL_SECONDS} s")
     results["pool"] = measure_batch(pooled, "pool")

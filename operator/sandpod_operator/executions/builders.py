@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sandpod_contract.catalog import Catalog, Language
+from sandpod_contract.catalog import Catalog, Language, builds, run_seconds
 from sandpod_contract.models import CodeExecutionSpec, Network, Resources
 from sandpod_contract.names import (
     EXECUTION_LABEL,
@@ -70,6 +70,20 @@ class Plan(Sandbox):
 
     timeout_seconds: int
     ttl_seconds_after_finished: int
+    mode: str
+    compile_timeout_seconds: int
+
+    @property
+    def builds(self) -> bool:
+        """The run builds its source before the program runs."""
+        return builds(self.language, self.mode)
+
+    @property
+    def run_seconds(self) -> int:
+        """The run's time: its timeout, plus the build's limit when it builds."""
+        return run_seconds(
+            self.language, self.mode, self.timeout_seconds, self.compile_timeout_seconds
+        )
 
 
 def content_size_bytes(spec: CodeExecutionSpec) -> int:
@@ -153,6 +167,8 @@ def plan_execution(spec: CodeExecutionSpec, catalog: Catalog, settings: Operator
         **limits_within(spec.resources, settings),
         timeout_seconds=spec.timeout_seconds,
         ttl_seconds_after_finished=settings.default_ttl_seconds if ttl is None else ttl,
+        mode=spec.mode,
+        compile_timeout_seconds=settings.compile_timeout_seconds,
     )
 
 
@@ -200,9 +216,18 @@ def build_runner_config(
         rules = spec.lint or plan.language.lint_rules
         options = rules.arguments() if rules is not None else []
         config["lintCommand"] = [*plan.language.lint_command, *options]
-    if spec.mode == "run" and plan.language.compile_command is not None:
-        config["compileCommand"] = list(plan.language.compile_command)
+    if plan.builds:
+        config.update(compile_config(plan.language, settings))
     return config
+
+
+def compile_config(language: Language, settings: OperatorSettings) -> dict[str, Any]:
+    """config.json's compile step for a language that builds: its command and time limit."""
+    assert language.compile_command is not None
+    return {
+        "compileCommand": list(language.compile_command),
+        "compileTimeoutSeconds": settings.compile_timeout_seconds,
+    }
 
 
 def build_configmap(
@@ -312,7 +337,7 @@ def build_pod(
         command=[RUNNER_PATH, f"{INPUT_DIR}/{CONFIG_KEY}"],
         config_name=name,
     )
-    spec["activeDeadlineSeconds"] = plan.timeout_seconds + settings.active_deadline_seconds_margin
+    spec["activeDeadlineSeconds"] = plan.run_seconds + settings.active_deadline_seconds_margin
     return {
         "apiVersion": "v1",
         "kind": "Pod",

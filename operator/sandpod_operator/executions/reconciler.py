@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import kopf
 from pydantic import ValidationError
-from sandpod_contract.catalog import Catalog
+from sandpod_contract.catalog import Catalog, run_seconds
 from sandpod_contract.models import (
     DEFAULT_TIMEOUT_SECONDS,
     BlockedEgress,
@@ -355,7 +355,7 @@ class Reconciler:
             spec.network,
             namespace=namespace,
             uid=uid,
-            timeout_seconds=plan.timeout_seconds,
+            timeout_seconds=plan.run_seconds,
             now=time.time(),
             startup=self.settings.pod_startup_timeout_seconds,
         )
@@ -463,7 +463,7 @@ class Reconciler:
             pod,
             log=log,
             mode=str((execution.get("spec") or {}).get("mode") or "run"),
-            timeout_seconds=timeout_of(execution),
+            timeout_seconds=self.run_seconds_of(execution),
             now=now(),
             settings=self.settings,
             largest_node=NodeRoom.largest(self.node_allocatable.values()),
@@ -544,6 +544,17 @@ class Reconciler:
         elif verdict.phase != status.get("phase"):
             await self.follow(execution, pod)
 
+    def run_seconds_of(self, execution: Manifest) -> int:
+        """The execution's run time (its timeout, and its build's limit when it builds), which
+        the operator's deadlines count from."""
+        spec = execution.get("spec") or {}
+        timeout = timeout_of(execution)
+        language = self.catalog.languages.get(str(spec.get("language")))
+        if language is None:
+            return timeout
+        mode = str(spec.get("mode") or "run")
+        return run_seconds(language, mode, timeout, self.settings.compile_timeout_seconds)
+
     def next_check_in(self, execution: Manifest) -> float:
         """Seconds until the watchdog should look at an unfinished execution: its interval,
         or sooner, just after the program's deadline."""
@@ -551,7 +562,7 @@ class Reconciler:
         started = parse_time((execution.get("status") or {}).get("startedAt"))
         if started is None:
             return interval
-        deadline = run_deadline(started, timeout_of(execution), self.settings)
+        deadline = run_deadline(started, self.run_seconds_of(execution), self.settings)
         until = (deadline - now()).total_seconds() + DEADLINE_SLACK_SECONDS
         return until if 0 < until < interval else interval
 
@@ -676,7 +687,7 @@ class Reconciler:
         started = parse_time(status.get("startedAt"))
         if started is None:
             return
-        timeout = timeout_of(execution)
+        timeout = self.run_seconds_of(execution)
         if now() < run_deadline(started, timeout, self.settings) + WARM_BACKSTOP:
             return
         moved = await self.record(execution, past_deadline(started, timeout, now()))

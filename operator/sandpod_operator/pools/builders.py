@@ -33,6 +33,7 @@ from sandpod_operator.executions.builders import (
     InvalidSpecError,
     Sandbox,
     catalog_language,
+    compile_config,
     language_config,
     limits_within,
     namespace_policy,
@@ -50,14 +51,15 @@ TEMPLATE_HASH_CHARS = 16
 
 def plan_pool(spec: SandboxPoolSpec, catalog: Catalog, settings: OperatorSettings) -> Sandbox:
     """The pool's sandbox, or InvalidSpecError naming the field (unknown language, limits
-    above the installation's maximums, a compiled language). Pool pods run the default
-    RuntimeClass."""
+    above the installation's maximums, a compiled language for sessions). Pool pods run the
+    default RuntimeClass; a compiled language's pod starts nothing ahead and builds its one
+    run's source when claimed."""
     language = catalog_language(spec.language, catalog)
-    if language.compile_command is not None:
-        # A pre-started program cannot wait for a build of a source it has not seen yet.
+    if spec.sessions and language.compile_command is not None:
+        # A session's runs share one sandbox; none builds its source first.
         raise InvalidSpecError(
-            f"spec.language: {spec.language} is compiled before it runs; pools serve "
-            "languages without a compile step"
+            f"spec.language: {spec.language} is compiled before it runs; a pool of sessions "
+            "serves languages without a compile step"
         )
     return Sandbox(
         language=language,
@@ -85,12 +87,14 @@ def build_serve_configmap(
     sandbox: Sandbox,
     settings: OperatorSettings,
     extra_env: Mapping[str, str] | None = None,
+    builds: bool = False,
 ) -> Manifest:
     """The serve config: a complete config.json for this language, which the runner checks as
     it checks any; the per-execution fields (args, timeout, output cap, files, stdin) come with
     each request and replace these placeholders. Each request's env must be this one
-    (`extra_env`: a session's egress proxy variables)."""
-    config = {
+    (`extra_env`: a session's egress proxy variables); with `builds` (a pool's run-once
+    sandbox), so must its compile step, which the runner runs when the run arrives."""
+    config: dict[str, object] = {
         "mode": "run",
         **language_config(sandbox.language, settings, extra_env),
         "args": [],
@@ -99,6 +103,8 @@ def build_serve_configmap(
         "files": [],
         "hasStdin": False,
     }
+    if builds and sandbox.language.compile_command is not None:
+        config.update(compile_config(sandbox.language, settings))
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -116,6 +122,7 @@ def build_pool_configmap(
         labels={MANAGED_BY_LABEL: MANAGED_BY, POOL_LABEL: pool_name},
         sandbox=sandbox,
         settings=settings,
+        builds=True,
     )
 
 

@@ -69,12 +69,12 @@ async def serve_once(
 ) -> Answer:
     """Run (or re-attach to: same `run_id`) the execution on the pod's runner: the runner's
     verified verdict, or the platform's when it gave none before the run's deadline."""
-    deadline = run_deadline(started, plan.timeout_seconds, settings)
+    deadline = run_deadline(started, plan.run_seconds, settings)
     request: dict[str, Any] = run_request(run_id, spec, plan, settings, proxy_variables)
     try:
         log = await warm.run(pod, request, seconds_left=(deadline - _now()).total_seconds())
     except TimeoutError:
-        return Answer(past_deadline(started, plan.timeout_seconds, _now()), None)
+        return Answer(past_deadline(started, plan.run_seconds, _now()), None)
     except RunnerUnavailable:
         return Answer(runner_unavailable(started, _now()), None)
     verdict = observe_served(

@@ -50,7 +50,7 @@ logger = logging.getLogger(__name__)
 # Answers kept for a retry of a run that has ended (same name: same answer, never a rerun).
 RECENT_RUNS = 1024
 STATUS_WRITE_ATTEMPTS = 5
-# A record without a status this long past the longest timeout has no run left to finish it.
+# A record without a status this long past the longest run has no run left to finish it.
 RECORD_LOST_SLACK_SECONDS = 60
 RECORD_LOST_MESSAGE = (
     "the operator restarted while the program ran in its session; its result is unknown"
@@ -344,7 +344,7 @@ async def keep_records(
     runs: DirectRuns, records: Mapping[str, Iterable[RecordEntry]], settings: OperatorSettings
 ) -> None:
     """Forever: every `records_sweep_seconds`, `DirectRuns.sweep` the records indexed."""
-    lost_after = timedelta(seconds=settings.max_timeout_seconds + RECORD_LOST_SLACK_SECONDS)
+    lost_after = timedelta(seconds=settings.longest_run_seconds + RECORD_LOST_SLACK_SECONDS)
     while True:
         await asyncio.sleep(settings.records_sweep_seconds)
         try:

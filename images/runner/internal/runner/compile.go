@@ -16,7 +16,8 @@ const compileOutputLimit = 16 << 10
 
 // CompileResult is what became of the compile step (config.compileCommand),
 // run before the program in the same work dir, environment, limits and
-// seccomp filter, on the same timeout budget.
+// seccomp filter, within its own time limit (config.compileTimeoutSeconds):
+// the program's timeout starts when the program does.
 type CompileResult struct {
 	// Output is the compiler's stdout and stderr as written, interleaved, cut
 	// at compileOutputLimit bytes (OutputTruncated then says so).
@@ -33,10 +34,10 @@ func (c *CompileResult) succeeded() bool {
 	return c.ExitCode != nil && *c.ExitCode == 0
 }
 
-// compileFirst runs the compile step of cfg, if it has one, and takes its time
-// from spec's timeout. ok is false when the program must not run: the result
-// to report is then final.
-func compileFirst(ctx context.Context, spec *processSpec, cfg Config) (compiled *CompileResult, final Result, ok bool) {
+// compileFirst runs the compile step of cfg, if it has one, killed at its own
+// time limit. ok is false when the program must not run: the result to report
+// is then final.
+func compileFirst(ctx context.Context, spec processSpec, cfg Config) (compiled *CompileResult, final Result, ok bool) {
 	if len(cfg.CompileCommand) == 0 {
 		return nil, Result{}, true
 	}
@@ -45,9 +46,10 @@ func compileFirst(ctx context.Context, spec *processSpec, cfg Config) (compiled 
 		return nil, failedResult(fmt.Errorf("opening stdin of the compiler: %w", err)), false
 	}
 	defer devNull.Close()
-	compileSpec := *spec
+	compileSpec := spec
 	compileSpec.argv = cfg.CompileCommand
 	compileSpec.stdin = devNull
+	compileSpec.timeout = time.Duration(cfg.CompileTimeoutSeconds) * time.Second
 	output := &lockedWriter{buffer: cappedBuffer{limit: compileOutputLimit}}
 	outcome := runProcess(ctx, compileSpec, output, output)
 	if outcome.startErr != nil {
@@ -64,16 +66,14 @@ func compileFirst(ctx context.Context, spec *processSpec, cfg Config) (compiled 
 	if !compiled.succeeded() {
 		return compiled, Result{Compile: compiled, TimedOut: compiled.TimedOut}, false
 	}
-	// The program gets what the compiler left of the budget, if only a moment.
-	spec.timeout = max(spec.timeout-outcome.duration, time.Millisecond)
 	return compiled, Result{}, true
 }
 
-// checkNoCompileStep refuses a compile step where the program is pre-started
-// (serve mode): there is nothing to compile before the source arrives.
+// checkNoCompileStep refuses a compile step in a session, whose runs share
+// one interpreter (a pool's sandbox builds its one run: build.go).
 func checkNoCompileStep(cfg Config) error {
 	if len(cfg.CompileCommand) > 0 {
-		return fmt.Errorf("serve mode does not run a compile step (compileCommand %q)", cfg.CompileCommand)
+		return fmt.Errorf("a session does not run a compile step (compileCommand %q)", cfg.CompileCommand)
 	}
 	return nil
 }

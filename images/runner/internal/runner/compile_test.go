@@ -2,6 +2,8 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +19,7 @@ func newCompiledFixture(t *testing.T, source, compiler string) *fixture {
 	f.inputFiles["file-0"] = compiler
 	f.config.Files = []FileMapping{{Key: "file-0", Path: "compile.sh"}}
 	f.config.CompileCommand = []string{"/bin/sh", "compile.sh"}
+	f.config.CompileTimeoutSeconds = 10
 	f.config.Command = []string{"/bin/sh", "main.sh"}
 	return f
 }
@@ -66,33 +69,49 @@ func TestAFailedCompileStepRunsNoProgram(t *testing.T) {
 	}
 }
 
-func TestCompileStepSpendsTheProgramsTimeout(t *testing.T) {
+func TestTheBuildHasItsOwnTimeLimit(t *testing.T) {
 	// Each step alone fits in the timeout, both together do not: the program
-	// times out only if the compile step spent part of its time.
-	f := newCompiledFixture(t, `sleep 1.5`, `cp main.src main.sh; sleep 1`)
+	// ends well only if its timeout starts when it does.
+	f := newCompiledFixture(t, `sleep 1.5; echo done`, `cp main.src main.sh; sleep 1`)
 	f.config.TimeoutSeconds = 2
+	f.config.CompileTimeoutSeconds = 2
 	output := f.run(context.Background())
 
-	if !output.result.TimedOut || output.result.Compile == nil || output.result.Compile.TimedOut {
-		t.Errorf("result %+v: the program, not the compiler, times out", output.result)
+	assertExit(t, output, intPtr(0), nil)
+	if output.result.TimedOut || output.text(StreamStdout) != "done\n" {
+		t.Errorf("result %+v: the build must not spend the program's timeout", output.result)
 	}
 }
 
-func TestACompilerOverTheTimeoutIsKilled(t *testing.T) {
+// killedBuild is a compiler that outlives a compile time limit of a second.
+func killedBuild(t *testing.T) *fixture {
 	f := newCompiledFixture(t, `echo unreachable`, `echo working; sleep 30`)
-	f.config.TimeoutSeconds = 1
-	output := f.run(context.Background())
+	f.config.TimeoutSeconds = 30
+	f.config.CompileTimeoutSeconds = 1
+	return f
+}
 
+// assertBuildKilled checks the result of killedBuild's run: the compiler was
+// killed at its limit, its output kept, and no program ran.
+func assertBuildKilled(t *testing.T, output runnerOutput) {
+	t.Helper()
 	compiled := output.result.Compile
 	if compiled == nil || !compiled.TimedOut || compiled.Signal == nil || *compiled.Signal != 9 {
 		t.Fatalf("compile result %+v", compiled)
 	}
-	if !output.result.TimedOut || output.result.ExitCode != nil {
-		t.Errorf("result %+v", output.result)
+	if compiled.DurationMs >= 10_000 {
+		t.Errorf("the compiler ran %d ms: its limit is 1 s, not the program's 30", compiled.DurationMs)
+	}
+	if !output.result.TimedOut || output.result.ExitCode != nil || len(output.frames) != 0 {
+		t.Errorf("result %+v, frames %+v", output.result, output.frames)
 	}
 	if compiled.Output != "working\n" {
 		t.Errorf("compiler output %q", compiled.Output)
 	}
+}
+
+func TestACompilerOverItsTimeLimitIsKilled(t *testing.T) {
+	assertBuildKilled(t, killedBuild(t).run(context.Background()))
 }
 
 func TestCompilerOutputIsBounded(t *testing.T) {
@@ -119,15 +138,80 @@ func TestAMissingCompilerIsTheRunnersError(t *testing.T) {
 	}
 }
 
-func TestServeModeRefusesACompileStep(t *testing.T) {
-	served := newCompiledFixture(t, ``, copyingCompiler).config
-	if err := checkNoCompileStep(served); err == nil {
-		t.Error("a pre-started child cannot wait for a compile step")
+func TestServeBuildsThenRunsTheProgram(t *testing.T) {
+	f := newCompiledFixture(t, `read line; echo "hello from a pool, $line"`, copyingCompiler)
+	stdin := "and stdin"
+	f.stdin = &stdin
+	output := f.decodeLog(f.serve().run("exec-1"))
+
+	assertExit(t, output, intPtr(0), nil)
+	if got := output.text(StreamStdout); got != "hello from a pool, and stdin\n" {
+		t.Errorf("the program's stdout %q: the compiler's output must stay apart", got)
 	}
-	served.CompileCommand = nil
-	request := served
-	request.CompileCommand = []string{"/bin/sh", "compile.sh"}
-	if err := checkServable(served, request); err == nil {
-		t.Error("a request with a compile step fits no pre-started child")
+	compiled := output.result.Compile
+	if compiled == nil || !compiled.succeeded() || !strings.Contains(compiled.Output, "compiling") {
+		t.Fatalf("compile result %+v", compiled)
+	}
+}
+
+func TestServeReportsAFailedBuildAndRunsNoProgram(t *testing.T) {
+	f := newCompiledFixture(t, `touch ran`, `echo "main.src:1:1: syntax error" >&2; exit 2`)
+	stdin := "never read"
+	f.stdin = &stdin
+	output := f.decodeLog(f.serve().run("exec-1"))
+
+	if output.result.ExitCode != nil || output.result.Error != nil || len(output.frames) != 0 {
+		t.Errorf("result %+v, frames %+v: the program must not have run", output.result, output.frames)
+	}
+	compiled := output.result.Compile
+	if compiled == nil || compiled.ExitCode == nil || *compiled.ExitCode != 2 || compiled.Output != "main.src:1:1: syntax error\n" {
+		t.Fatalf("compile result %+v", compiled)
+	}
+	if _, err := os.Stat(filepath.Join(f.opts.WorkDir, "ran")); err == nil {
+		t.Error("the program ran after a failed compile")
+	}
+}
+
+func TestServeKillsABuildAtItsTimeLimit(t *testing.T) {
+	f := killedBuild(t)
+	assertBuildKilled(t, f.decodeLog(f.serve().run("exec-1")))
+}
+
+func TestServeStartsNothingBeforeABuildsRequest(t *testing.T) {
+	f := newCompiledFixture(t, `true`, copyingCompiler)
+	f.serve()
+	if pids := processesIn(t, f.opts.WorkDir); len(pids) != 0 {
+		t.Errorf("processes %v wait in the work dir before any request", pids)
+	}
+}
+
+func TestARunMustBuildAsTheServeConfigSays(t *testing.T) {
+	f := newCompiledFixture(t, `true`, copyingCompiler)
+	runner := f.serve()
+	for _, compile := range [][]string{nil, {"/bin/sh", "other.sh"}} {
+		request := f.config
+		request.CompileCommand = compile
+		served := runner.request("exec-1")
+		config, err := json.Marshal(request)
+		if err != nil {
+			t.Fatal(err)
+		}
+		served.Config = config
+		assertStatus(t, runner.post(served, runner.bearer()), http.StatusBadRequest)
+	}
+	if err := checkNoCompileStep(f.config); err == nil {
+		t.Error("a session's runs cannot have a compile step")
+	}
+}
+
+func TestACompileStepNeedsItsTimeLimit(t *testing.T) {
+	cfg := newCompiledFixture(t, `true`, copyingCompiler).config
+	cfg.CompileTimeoutSeconds = 0
+	data, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ParseConfig(data); err == nil || !strings.Contains(err.Error(), "compileTimeoutSeconds") {
+		t.Errorf("a compile step without its time limit: %v", err)
 	}
 }

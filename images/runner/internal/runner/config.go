@@ -21,15 +21,18 @@ const (
 
 // Config is config.json as the operator writes it.
 type Config struct {
-	Mode           string            `json:"mode"`
-	SourceFile     string            `json:"sourceFile"`
-	Command        []string          `json:"command"`
-	LintCommand    []string          `json:"lintCommand,omitempty"`
-	CompileCommand []string          `json:"compileCommand,omitempty"` // run mode only: compile.go
-	Args           []string          `json:"args"`
-	Env            map[string]string `json:"env"`
-	TimeoutSeconds int               `json:"timeoutSeconds"`
-	MaxOutputBytes int64             `json:"maxOutputBytes"`
+	Mode           string   `json:"mode"`
+	SourceFile     string   `json:"sourceFile"`
+	Command        []string `json:"command"`
+	LintCommand    []string `json:"lintCommand,omitempty"`
+	CompileCommand []string `json:"compileCommand,omitempty"` // run mode only: compile.go
+	// CompileTimeoutSeconds is the compile step's own time limit, apart from
+	// the program's TimeoutSeconds (required with CompileCommand).
+	CompileTimeoutSeconds int               `json:"compileTimeoutSeconds,omitempty"`
+	Args                  []string          `json:"args"`
+	Env                   map[string]string `json:"env"`
+	TimeoutSeconds        int               `json:"timeoutSeconds"`
+	MaxOutputBytes        int64             `json:"maxOutputBytes"`
 	// MaxOutputFiles and MaxOutputFilesBytes bound what comes back from the
 	// outputs directory (outputs.go).
 	MaxOutputFiles      int           `json:"maxOutputFiles"`
@@ -101,6 +104,9 @@ func (c *Config) validate() error {
 	}
 	if len(c.CompileCommand) > 0 && c.CompileCommand[0] == "" {
 		problems = append(problems, errors.New("compileCommand must not start with an empty name"))
+	}
+	if len(c.CompileCommand) > 0 && c.CompileTimeoutSeconds <= 0 {
+		problems = append(problems, fmt.Errorf("compileTimeoutSeconds must be positive with a compileCommand, got %d", c.CompileTimeoutSeconds))
 	}
 	if !filepath.IsLocal(c.SourceFile) {
 		problems = append(problems, fmt.Errorf("sourceFile %q is not a relative path inside the work dir", c.SourceFile))

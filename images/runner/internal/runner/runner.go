@@ -161,7 +161,7 @@ func execute(ctx context.Context, opts Options, frames *frameWriter) Result {
 // (a failed build is the result), then starts cfg's command with its args as
 // spec says and runs it to its end, framing its output.
 func runProgram(ctx context.Context, spec processSpec, cfg Config, frames *frameWriter) Result {
-	compiled, final, ok := compileFirst(ctx, &spec, cfg)
+	compiled, final, ok := compileFirst(ctx, spec, cfg)
 	if !ok {
 		return final
 	}

@@ -73,7 +73,8 @@ func serveMain(opts Options, stdout, stderr io.Writer) int {
 }
 
 // executor runs the requests of a serving runner: the one pre-started child
-// (serve mode), or a session's runs (session.go).
+// (serve mode), the one build and run of a compiled language (build.go), or a
+// session's runs (session.go).
 type executor interface {
 	// run runs one request to its end; frames get its output.
 	run(ctx context.Context, cfg Config, request runRequest, frames *frameWriter) Result
@@ -103,16 +104,19 @@ func Serve(ctx context.Context, opts Options, stdout, stderr io.Writer) error {
 	if err == nil && served.Mode != ModeRun {
 		err = fmt.Errorf("serve mode runs programs only, not mode %q", served.Mode)
 	}
-	if err == nil {
+	if err == nil && opts.Session {
 		err = checkNoCompileStep(served)
 	}
 	if err != nil {
 		return err
 	}
 	var runs executor
-	if opts.Session {
+	switch {
+	case opts.Session:
 		runs, err = newSession(served, opts)
-	} else {
+	case len(served.CompileCommand) > 0:
+		runs, err = prepareBuild(opts)
+	default:
 		runs, err = prestart(served, opts)
 	}
 	if err != nil {

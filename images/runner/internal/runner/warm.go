@@ -311,8 +311,10 @@ func checkServable(served, request Config) error {
 		return fmt.Errorf("the limits %+v are not the pre-started %+v", request.Limits, served.Limits)
 	case served.SourceFile != request.SourceFile:
 		return fmt.Errorf("the sourceFile %q is not the pre-started %q", request.SourceFile, served.SourceFile)
+	case !slices.Equal(served.CompileCommand, request.CompileCommand):
+		return fmt.Errorf("the compileCommand %q is not the served %q", request.CompileCommand, served.CompileCommand)
 	}
-	return checkNoCompileStep(request)
+	return nil
 }
 
 func describe(value *int) string {
