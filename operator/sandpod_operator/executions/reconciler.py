@@ -729,8 +729,9 @@ class Reconciler:
         """Label a finished execution, so the gateway counts unfinished ones from metadata
         alone. Also called for every finished execution the operator sees (restart-safe)."""
         meta = execution["metadata"]
-        if (meta.get("labels") or {}).get(FINISHED_LABEL) != "true":
-            await self.kube.label_finished(meta["namespace"], meta["name"], uid=meta["uid"])
+        if (meta.get("labels") or {}).get(FINISHED_LABEL) == "true":
+            return  # the ledger's index has seen the label already
+        await self.kube.label_finished(meta["namespace"], meta["name"], uid=meta["uid"])
         self.on_finished(meta["namespace"], meta["name"])
 
     async def _try_mark_finished(self, execution: Manifest) -> None:
