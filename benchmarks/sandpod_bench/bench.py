@@ -32,7 +32,7 @@ from sandpod_bench.options import Options
 from sandpod_bench.pool import node_address
 from sandpod_bench.processes import GatewayProcess, OperatorProcess
 from sandpod_bench.recorder import Recorder
-from sandpod_bench.soak import ABUSIVE_LIMITS, ABUSIVE_TENANT
+from sandpod_bench.soak import ABUSIVE_LIMITS, ABUSIVE_TENANT, SOAK_RECORD_TTL_SECONDS
 from sandpod_bench.stats import median, summarize
 from sandpod_bench.timings import Marks
 from sandpod_bench.workloads import RUN_TIMEOUT_SECONDS, Attempt, SandpodApi, Workload, run_many
@@ -348,10 +348,7 @@ class Bench:
             keys_secret=KEYS_SECRET,
             log_path=self.log_dir / "gateway.log",
             access_log=False,
-            settings={
-                "SANDPOD_GATEWAY_DIRECT_URL": operator.direct_url,
-                "SANDPOD_GATEWAY_DIRECT_TOKEN_FILE": str(token_file),
-            },
+            settings=gateway_settings(options, operator.direct_url, token_file),
         )
         stack.enter_context(running(gateway))
         clients = GatewayClients(
@@ -392,3 +389,15 @@ class Bench:
         operator.start()
         stack.callback(delete_executions, self.custom, namespaces, operator)
         return operator
+
+
+def gateway_settings(options: Options, direct_url: str, token_file: Path) -> dict[str, str]:
+    """The bench's gateway: on the operator's direct path; with the soak named, finished
+    executions kept SOAK_RECORD_TTL_SECONDS."""
+    settings = {
+        "SANDPOD_GATEWAY_DIRECT_URL": direct_url,
+        "SANDPOD_GATEWAY_DIRECT_TOKEN_FILE": str(token_file),
+    }
+    if "soak" in options.sections:
+        settings["SANDPOD_GATEWAY_TTL_SECONDS_AFTER_FINISHED"] = str(SOAK_RECORD_TTL_SECONDS)
+    return settings

@@ -2,7 +2,10 @@
 abusive tenant's answers, the API server's storage metrics, the drift of a series, its
 tables, and that it runs only when named."""
 
+from pathlib import Path
+
 import pytest
+from sandpod_bench.bench import gateway_settings
 from sandpod_bench.main import parse_options
 from sandpod_bench.options import SECTIONS
 from sandpod_bench.recorder import Observation
@@ -11,6 +14,7 @@ from sandpod_bench.sections.soak import REFUSALS
 from sandpod_bench.soak import (
     ABUSIVE,
     QUIET,
+    SOAK_RECORD_TTL_SECONDS,
     ResourcePoint,
     Timed,
     compare_phases,
@@ -206,3 +210,11 @@ def test_the_soak_counts_a_503_as_a_refusal_unless_it_made_a_run() -> None:
 
 def observation(name: str) -> Observation:
     return Observation("ns", name, execution={"status": {"phase": "Succeeded"}})
+
+
+def test_with_the_soak_named_the_gateway_keeps_finished_executions_briefly() -> None:
+    ttl = "SANDPOD_GATEWAY_TTL_SECONDS_AFTER_FINISHED"
+    soak = gateway_settings(parse_options(["--sections", "soak"]), "http://direct", Path("t"))
+    assert soak[ttl] == str(SOAK_RECORD_TTL_SECONDS)
+    assert soak["SANDPOD_GATEWAY_DIRECT_URL"] == "http://direct"
+    assert ttl not in gateway_settings(parse_options([]), "http://direct", Path("t"))
