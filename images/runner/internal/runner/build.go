@@ -27,6 +27,11 @@ func (b *buildOnRequest) run(ctx context.Context, cfg Config, request runRequest
 	if err := writeRequestFiles(b.opts.WorkDir, withSource(cfg, request), false); err != nil {
 		return failedResult(err)
 	}
+	return runWithStdin(ctx, cfg, b.opts, request.Stdin, frames)
+}
+
+// runWithStdin runs the program of cfg in a fresh process fed stdin.
+func runWithStdin(ctx context.Context, cfg Config, opts Options, stdin *string, frames *frameWriter) Result {
 	stdinRead, stdinWrite, err := os.Pipe()
 	if err != nil {
 		return failedResult(fmt.Errorf("creating the stdin pipe: %w", err))
@@ -34,8 +39,8 @@ func (b *buildOnRequest) run(ctx context.Context, cfg Config, request runRequest
 	// Closed once the run is over: a program that never ran (a failed build)
 	// or left stdin unread ends the feeding with EPIPE.
 	defer stdinRead.Close()
-	go feedStdin(stdinWrite, request.Stdin)
-	return runProgram(ctx, newProcessSpec(cfg, b.opts, stdinRead), cfg, frames)
+	go feedStdin(stdinWrite, stdin)
+	return runProgram(ctx, newProcessSpec(cfg, opts, stdinRead), cfg, frames)
 }
 
 // close has nothing to stop: nothing runs between requests.

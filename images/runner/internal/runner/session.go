@@ -3,7 +3,6 @@ package runner
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync"
 	"unicode/utf8"
 )
@@ -51,13 +50,7 @@ func (f *freshRuns) runFresh(ctx context.Context, cfg Config, request runRequest
 	if err := writeRequestFiles(f.opts.WorkDir, withSource(cfg, request), true); err != nil {
 		return failedResult(err)
 	}
-	stdinRead, stdinWrite, err := os.Pipe()
-	if err != nil {
-		return failedResult(fmt.Errorf("creating the stdin pipe: %w", err))
-	}
-	defer stdinRead.Close()
-	go feedStdin(stdinWrite, request.Stdin)
-	return runProgram(ctx, newProcessSpec(cfg, f.opts, stdinRead), cfg, frames)
+	return runWithStdin(ctx, cfg, f.opts, request.Stdin, frames)
 }
 
 func (f *freshRuns) close() {}
