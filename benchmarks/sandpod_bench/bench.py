@@ -162,9 +162,10 @@ class Recorders:
     load: Recorder
     pool: Recorder
     session: Recorder
+    e2b: Recorder
 
     def each(self) -> tuple[Recorder, ...]:
-        return (self.kubectl, self.gateway, self.load, self.pool, self.session)
+        return (self.kubectl, self.gateway, self.load, self.pool, self.session, self.e2b)
 
     def request_stop(self) -> None:
         for recorder in self.each():
@@ -173,18 +174,20 @@ class Recorders:
 
 @dataclass(frozen=True)
 class GatewayClients:
-    """One gateway client per tenant: latency, load, pool, session; and what an MCP client
-    of the session tenant needs (the gateway's URL, the tenant's key); the soak's tenants'
-    clients and keys (with the soak section)."""
+    """One gateway client per tenant: latency, load, pool, session, e2b, judge0; what an
+    MCP client of the session tenant and E2B's SDK need (the gateway's URL, the tenants'
+    keys); the soak's tenants' clients and keys (with the soak section)."""
 
     gateway: httpx.Client
     load: httpx.Client
     pool: httpx.Client
     session: httpx.Client
+    e2b: httpx.Client
     judge0_cold: httpx.Client
     judge0_pool: httpx.Client
     url: str
     session_key: str
+    e2b_key: str
     soak: dict[str, httpx.Client] = field(default_factory=dict)
     soak_keys: dict[str, str] = field(default_factory=dict)
 
@@ -304,7 +307,15 @@ class Bench:
         options = self.options
         keys = {
             tenant: f"sk-{secrets.token_urlsafe(24)}"
-            for tenant in ("gateway", "load", "pool", "session", "judge0_cold", "judge0_pool")
+            for tenant in (
+                "gateway",
+                "load",
+                "pool",
+                "session",
+                "e2b",
+                "judge0_cold",
+                "judge0_pool",
+            )
         }
         soak_keys = {
             tenant: f"sk-{secrets.token_urlsafe(24)}" for tenant in self.namespaces.soak_tenants
@@ -317,6 +328,7 @@ class Bench:
                     "bench-load": (self.namespaces.load, keys["load"]),
                     "bench-pool": (self.namespaces.pool, keys["pool"]),
                     "bench-session": (self.namespaces.session, keys["session"]),
+                    "bench-e2b": (self.namespaces.e2b, keys["e2b"]),
                     **{
                         f"bench-{tenant}": (namespace, soak_keys[tenant])
                         for tenant, namespace in self.namespaces.soak_tenants.items()
@@ -358,6 +370,7 @@ class Bench:
             },
             url=gateway.url,
             session_key=keys["session"],
+            e2b_key=keys["e2b"],
             soak={
                 tenant: stack.enter_context(gateway_client(gateway.url, key))
                 for tenant, key in soak_keys.items()

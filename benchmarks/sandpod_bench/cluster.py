@@ -123,6 +123,7 @@ class Namespaces:
     cost = _Namespace()
     pool = _Namespace()
     session = _Namespace()
+    e2b = _Namespace()
     judge0_cold = _Namespace()
     judge0_pool = _Namespace()
 
@@ -140,6 +141,7 @@ class Namespaces:
             self.load,
             self.pool,
             self.session,
+            self.e2b,
             self.judge0_cold,
             self.judge0_pool,
             *self.soak_tenants.values(),

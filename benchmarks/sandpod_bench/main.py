@@ -49,6 +49,7 @@ from sandpod_bench.report import render
 from sandpod_bench.sections import (
     baselines,
     cost,
+    e2b,
     judge0,
     latency,
     pool,
@@ -72,6 +73,7 @@ def run_sections(bench: Bench) -> None:
             load=bench.recorder(bench.namespaces.load, stack),
             pool=bench.recorder(bench.namespaces.pool, stack),
             session=bench.recorder(bench.namespaces.session, stack),
+            e2b=bench.recorder(bench.namespaces.e2b, stack),
         )
         # Runs before the recorders' own stops: all their watches wind down at once
         # (each blocks up to a watch call's length) instead of one after another.
@@ -91,6 +93,8 @@ def run_sections(bench: Bench) -> None:
             pool.run(bench, clients.pool, recorders.pool)
         if any(section in sections for section in SESSION_SECTIONS):
             session.run(bench, clients, recorders.session, recorders.kubectl)
+        if "e2b" in sections:
+            e2b.run(bench, clients, recorders.e2b)
         if "judge0" in sections:
             judge0.run(bench, clients.judge0_cold, clients.judge0_pool)
         if "soak" in sections:

@@ -58,13 +58,14 @@ def code_session(name: str) -> Manifest:
     }
 
 
-def sandbox_pool(name: str, size: int) -> Manifest:
-    """A pool of ready sandboxes that the bench's executions fit (default resources)."""
+def sandbox_pool(name: str, size: int, *, sessions: bool = False) -> Manifest:
+    """A pool of ready sandboxes that the bench's executions (or, with `sessions`, its
+    sessions) fit (default resources)."""
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "SandboxPool",
         "metadata": {"name": name, "labels": {PART_OF_LABEL: PART_OF}},
-        "spec": {"language": LANGUAGE, "size": size},
+        "spec": {"language": LANGUAGE, "size": size, "sessions": sessions},
     }
 
 

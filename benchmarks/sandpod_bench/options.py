@@ -21,6 +21,7 @@ SECTIONS = (
     "pool-throughput",
     "session",
     "session-throughput",
+    "e2b",
     "judge0",
     "cost",
 )

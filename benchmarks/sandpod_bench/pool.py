@@ -14,9 +14,15 @@ from sandpod_bench import manifests
 POOL_NAME = "bench"
 
 
-def create_pool(custom: client.CustomObjectsApi, namespace: str, size: int) -> None:
+def create_pool(
+    custom: client.CustomObjectsApi, namespace: str, size: int, *, sessions: bool = False
+) -> None:
     custom.create_namespaced_custom_object(
-        GROUP, VERSION, namespace, POOL_PLURAL, manifests.sandbox_pool(POOL_NAME, size)
+        GROUP,
+        VERSION,
+        namespace,
+        POOL_PLURAL,
+        manifests.sandbox_pool(POOL_NAME, size, sessions=sessions),
     )
 
 

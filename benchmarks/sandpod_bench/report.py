@@ -450,6 +450,8 @@ def render(results: Mapping[str, Any]) -> str:
         parts += ["", breakdown_table(results["pool_breakdown"], "where the warm time goes")]
     if results.get("session_latency"):
         parts += ["", latency_table(results["session_latency"], "print(1) in a session")]
+    if results.get("e2b_latency"):
+        parts += ["", latency_table(results["e2b_latency"], "E2B's SDKs, beside a sandpod session")]
     if results.get("session_throughput"):
         parts += ["", throughput_table(results["session_throughput"], "throughput in sessions")]
     writes = all_writes(results)

@@ -589,3 +589,70 @@ class McpSession:
         if content.get("stdout") != EXPECTED_STDOUT:
             return Attempt(False, seconds, name, f"stdout {content.get('stdout')!r}", milestones)
         return Attempt(True, seconds, name, None, milestones)
+
+
+# --- E2B's SDK ------------------------------------------------------------------------------
+
+
+def e2b_options(url: str, key: str) -> dict[str, Any]:
+    """What .cluster/e2b.env gives E2B's SDK, as its own options."""
+    return {"api_key": key, "api_url": f"{url}/e2b", "sandbox_url": f"{url}/e2b/sandbox"}
+
+
+@dataclass
+class E2bRunCode:
+    """`sandbox.run_code("1")` with E2B's code interpreter SDK in one open sandbox: the
+    trailing expression's `text` is the answer."""
+
+    sandbox: Any  # e2b_code_interpreter.Sandbox
+
+    def __call__(self, index: int) -> Attempt:
+        started = time.perf_counter()
+        execution = self.sandbox.run_code("1")
+        seconds = time.perf_counter() - started
+        if execution.error is not None or execution.text != "1":
+            return Attempt(False, seconds, error=f"text {execution.text!r}, {execution.error}")
+        return Attempt(True, seconds)
+
+
+@dataclass
+class E2bCommand:
+    """`sandbox.commands.run("true")` with E2B's SDK in one open sandbox (envd's process
+    API): exit code 0 is the answer."""
+
+    sandbox: Any  # e2b.Sandbox
+
+    def __call__(self, index: int) -> Attempt:
+        started = time.perf_counter()
+        result = self.sandbox.commands.run("true")
+        seconds = time.perf_counter() - started
+        if result.exit_code != 0:
+            return Attempt(False, seconds, error=f"exit code {result.exit_code}")
+        return Attempt(True, seconds)
+
+
+@dataclass
+class E2bCreate:
+    """`Sandbox.create()`, then its first `run_code("1")` (E2B publishes the time to the first
+    command). Not timed: `before()` (the bench waits there for its session pool to be full)
+    and, once timed, `after(sandbox_id)`, then the sandbox's kill. The milestone `created` is
+    when create returned, seconds from the start."""
+
+    options: dict[str, Any]
+    before: Callable[[], None]
+    after: Callable[[str], None]
+
+    def __call__(self, index: int) -> Attempt:
+        from e2b_code_interpreter import Sandbox
+
+        self.before()
+        started = time.perf_counter()
+        sandbox = Sandbox.create(**self.options)
+        created = time.perf_counter() - started
+        try:
+            first = E2bRunCode(sandbox)(index)
+            seconds = time.perf_counter() - started
+            self.after(sandbox.sandbox_id)
+        finally:
+            sandbox.kill()
+        return Attempt(first.ok, seconds, sandbox.sandbox_id, first.error, {"created": created})
