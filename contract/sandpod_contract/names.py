@@ -57,6 +57,10 @@ SESSION_KIND = "CodeSession"
 SESSION_PLURAL = "codesessions"
 SESSION_SINGULAR = "codesession"
 SESSION_SHORT_NAMES = ("cxs",)
+# On a CodeSession: a time (ISO 8601, with its offset) at which the operator ends it
+# (LifetimeExceeded) before its maxLifetimeSeconds run out; the gateway sets and moves it
+# (E2B's sandbox timeout). A time past the lifetime, or one that does not parse, changes nothing.
+SESSION_END_ANNOTATION = f"{GROUP}/end-at"
 
 # (kind, plural, singular, short names) of each custom resource.
 EXECUTION_NAMES = (KIND, PLURAL, SINGULAR, SHORT_NAMES)

@@ -65,6 +65,26 @@ def test_a_sandbox_is_a_session_listed_by_metadata_and_killed(
     assert Sandbox.list(query=e2b.SandboxQuery(metadata={"who": "ada"}), **alice).next_items() == []
 
 
+def test_the_operator_ends_a_sandbox_at_its_timeout_unread(
+    alice: dict[str, Any], namespace: str, custom_objects: client.CustomObjectsApi
+) -> None:
+    box = Sandbox.create(timeout=300, **alice)
+    assert box.run_code("1").text == "1"
+    box.set_timeout(3)
+
+    def ended() -> dict[str, Any] | None:
+        session = custom_objects.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, SESSIONS, box.sandbox_id
+        )
+        status: dict[str, Any] = session.get("status") or {}
+        return status if status.get("phase") == "Ended" else None
+
+    # The operator looks at a live session at least every 30 s, and at once at its end.
+    status = wait_until(ended, timeout=60, what="the sandbox's session to end")
+    assert status["reason"] == "LifetimeExceeded"
+    assert status["message"].startswith("the session reached the end set for it, ")
+
+
 def test_run_code_keeps_state_and_reports_results_and_errors(sandbox: Sandbox) -> None:
     seen: list[str] = []
     first = sandbox.run_code("x = 41\nprint('set')", on_stdout=lambda m: seen.append(m.line))

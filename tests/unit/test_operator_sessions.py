@@ -28,6 +28,7 @@ from sandpod_contract.names import (
     CLAIMED_BY_LABEL,
     POOL_CLAIMED,
     POOL_STATE_LABEL,
+    SESSION_END_ANNOTATION,
     SESSION_LABEL,
 )
 from sandpod_operator.egress.proxy import blocked_between
@@ -39,6 +40,8 @@ from sandpod_operator.sessions.controller import (
     DEADLINE_SLACK_SECONDS,
     SESSION_ENDED_MESSAGE,
     SESSION_NOT_FOUND_MESSAGE,
+    deadlines,
+    end_requested,
     expiry_reason,
     queue_order,
 )
@@ -390,6 +393,32 @@ async def test_the_lifetime_ends_the_session_and_its_waiting_executions(
     assert session_status(kube)["reason"] == "LifetimeExceeded"
     assert status_of(kube, "waiting")["reason"] == "SessionEnded"
     assert server.runs == 0
+
+
+async def test_an_end_set_on_the_session_ends_it_before_its_lifetime(
+    kube: FakeKube, runners: list[ServeDouble], reconciler: Reconciler
+) -> None:
+    await ready_session(kube, reconciler, runners, maxLifetimeSeconds=3600)
+    metadata = kube.sessions[(NAMESPACE, SESSION)]["metadata"]
+    end = ago(-5)
+    metadata["annotations"] = {SESSION_END_ANNOTATION: end.isoformat()}
+    await reconciler.sessions.tick(session_now(kube), in_session(kube))
+    assert session_status(kube)["phase"] == "Ready"
+    metadata["annotations"] = {SESSION_END_ANNOTATION: ago(1).isoformat()}
+    await reconciler.sessions.tick(session_now(kube), in_session(kube))
+    status = session_status(kube)
+    assert (status["phase"], status["reason"]) == ("Ended", "LifetimeExceeded")
+    assert status["message"].startswith("the session reached the end set for it, ")
+
+
+def test_an_end_sooner_than_the_lifetime_counts_and_no_other() -> None:
+    spec = CodeSessionSpec.model_validate({"language": "python", "maxLifetimeSeconds": 60})
+    created, sooner = ago(30), ago(-10)
+    assert deadlines(spec, {}, created, sooner)["LifetimeExceeded"] == sooner
+    lifetime = created + timedelta(seconds=60)
+    assert deadlines(spec, {}, created, ago(-100))["LifetimeExceeded"] == lifetime
+    assert end_requested({"metadata": {"annotations": {SESSION_END_ANNOTATION: "soon"}}}) is None
+    assert end_requested({"metadata": {}}) is None
 
 
 async def test_deletion_ends_the_session_its_pod_and_its_queue(

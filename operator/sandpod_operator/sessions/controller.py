@@ -38,7 +38,12 @@ from sandpod_contract.models import (
     format_time,
     is_terminal,
 )
-from sandpod_contract.names import SESSION_KIND, SESSION_LABEL, SESSION_PLURAL
+from sandpod_contract.names import (
+    SESSION_END_ANNOTATION,
+    SESSION_KIND,
+    SESSION_LABEL,
+    SESSION_PLURAL,
+)
 from sandpod_contract.runner import LogSummary
 
 from sandpod_operator.egress.proxy import (
@@ -136,27 +141,46 @@ def created_at(manifest: Manifest) -> datetime:
     return parse_time((manifest.get("metadata") or {}).get("creationTimestamp")) or now()
 
 
-def deadlines(spec: CodeSessionSpec, status: Manifest, created: datetime) -> dict[str, datetime]:
+def end_requested(session: Manifest) -> datetime | None:
+    """The end the session's SESSION_END_ANNOTATION sets, if any."""
+    annotations = (session.get("metadata") or {}).get("annotations") or {}
+    return parse_time(annotations.get(SESSION_END_ANNOTATION))
+
+
+def deadlines(
+    spec: CodeSessionSpec, status: Manifest, created: datetime, end: datetime | None = None
+) -> dict[str, datetime]:
     """When the session ends unless something happens: idle counts from its last execution's
-    end (or from when it was ready), the lifetime from its creation."""
+    end (or from when it was ready), the lifetime from its creation, cut short by `end`."""
     idle_since = (
         parse_time(status.get("lastActivityAt")) or parse_time(status.get("startedAt")) or created
     )
+    lifetime = created + timedelta(seconds=spec.max_lifetime_seconds)
     return {
         "IdleTimeout": idle_since + timedelta(seconds=spec.idle_timeout_seconds),
-        "LifetimeExceeded": created + timedelta(seconds=spec.max_lifetime_seconds),
+        "LifetimeExceeded": lifetime if end is None else min(lifetime, end),
     }
 
 
-def expiry_reason(spec: CodeSessionSpec, status: Manifest, created: datetime, at: datetime) -> str:
+def expiry_reason(
+    spec: CodeSessionSpec,
+    status: Manifest,
+    created: datetime,
+    at: datetime,
+    end: datetime | None = None,
+) -> str:
     """IdleTimeout or LifetimeExceeded once due, else ''."""
-    due = [reason for reason, when in deadlines(spec, status, created).items() if at >= when]
+    due = [reason for reason, when in deadlines(spec, status, created, end).items() if at >= when]
     return "LifetimeExceeded" if "LifetimeExceeded" in due else (due[0] if due else "")
 
 
-def expiry_message(reason: str, spec: CodeSessionSpec) -> str:
+def expiry_message(
+    reason: str, spec: CodeSessionSpec, created: datetime, end: datetime | None = None
+) -> str:
     if reason == "IdleTimeout":
         return f"no execution for {spec.idle_timeout_seconds}s (idle timeout)"
+    if end is not None and end < created + timedelta(seconds=spec.max_lifetime_seconds):
+        return f"the session reached the end set for it, {format_time(end)}"
     return f"the session reached its maximum lifetime of {spec.max_lifetime_seconds}s"
 
 
@@ -201,7 +225,9 @@ def session_status(
     if phase == "Ended":
         values["expires_at"] = None
     elif phase != "Starting":
-        values["expires_at"] = min(deadlines(spec, _camel(values), created_at(session)).values())
+        values["expires_at"] = min(
+            deadlines(spec, _camel(values), created_at(session), end_requested(session)).values()
+        )
     conditions = {c["type"]: c for c in previous.get("conditions") or [] if "type" in c}
     live = "True" if phase in ("Ready", "Busy") else "False"
     set_condition(conditions, "Ready", live, reason, message, format_time(at), generation)
@@ -477,16 +503,18 @@ class SessionController:
         if status.get("phase") == "Starting":
             return await self._starting(session, spec, pod, executions)
         queue = [e for e in queue_order(executions) if e["metadata"]["uid"] not in self.finished]
-        reason = expiry_reason(spec, status, created_at(session), now())
+        created, end = created_at(session), end_requested(session)
+        reason = expiry_reason(spec, status, created, now(), end)
         if queue and reason != "LifetimeExceeded":
             await self._run(session, spec, pod, queue[0])
             return 0.0
         if reason == "IdleTimeout" and self.in_turn.get(meta["uid"]):
             return STARTING_POLL_SECONDS  # not idle: a direct run runs or waits its turn
         if reason:
-            await self._end(session, reason, expiry_message(reason, spec), executions)
+            message = expiry_message(reason, spec, created, end)
+            await self._end(session, reason, message, executions)
             return RESYNC_SECONDS
-        until = min(deadlines(spec, status, created_at(session)).values()) - now()
+        until = min(deadlines(spec, status, created, end).values()) - now()
         return min(RESYNC_SECONDS, until.total_seconds() + DEADLINE_SLACK_SECONDS)
 
     async def _starting(

@@ -18,8 +18,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from sandpod_contract.models import MAX_CONTENT_CHARS, MIN_IDLE_TIMEOUT_SECONDS
-from sandpod_contract.names import GROUP
+from sandpod_contract.models import MAX_CONTENT_CHARS
+from sandpod_contract.names import GROUP, SESSION_END_ANNOTATION
 
 from sandpod_gateway.kube.resources import Resource, session_info
 from sandpod_gateway.schemas import ExecutionResult, ExecutionStatus, SessionStatus
@@ -36,10 +36,10 @@ HOME = "/home/user"
 FAMILY_LABEL = f"{GROUP}/api-family"
 TEMPLATE_ANNOTATION = f"{GROUP}/e2b-template"
 METADATA_ANNOTATION = f"{GROUP}/e2b-metadata"
-END_ANNOTATION = f"{GROUP}/e2b-end-at"
+# E2B's end of a sandbox: the operator ends the session then (and the gateway on a read).
+END_ANNOTATION = SESSION_END_ANNOTATION
 ENVS_ANNOTATION = f"{GROUP}/e2b-envs"
 
-MIN_IDLE_SECONDS = MIN_IDLE_TIMEOUT_SECONDS
 # The code of one cell: what the gateway takes of a run's code (settings.max_code_bytes) is
 # checked again when it is run.
 MAX_CODE_CHARS = MAX_CONTENT_CHARS

@@ -187,12 +187,13 @@ def _token(request: Request, tenant: Tenant, sandbox_id: str) -> str:
     return protocol.access_token(key_of(request), tenant.name, sandbox_id)
 
 
-def _session_request(body: NewSandbox, language: str, tenant: Tenant) -> CreateSessionRequest:
+def _session_request(language: str, tenant: Tenant) -> CreateSessionRequest:
+    """E2B's sandbox lives until its end (END_ANNOTATION), idle or not: the session gets the
+    tenant's longest idle timeout and lifetime, within which that end is set and moved."""
     limits = tenant.limits
-    idle = min(max(body.timeout, protocol.MIN_IDLE_SECONDS), limits.max_idle_timeout_seconds)
     return CreateSessionRequest(
         language=language,
-        idle_timeout_seconds=idle,
+        idle_timeout_seconds=limits.max_idle_timeout_seconds,
         max_lifetime_seconds=limits.max_lifetime_seconds,
     )
 
@@ -210,7 +211,7 @@ async def _create(body: NewSandbox, request: Request, ctx: SessionContext) -> di
     metadata = protocol.checked_metadata(body.metadata)
     envs = protocol.checked_metadata(body.env_vars)
     outcome = await open_session(
-        _session_request(body, language, ctx.tenant),
+        _session_request(language, ctx.tenant),
         ctx,
         request.headers.get("Idempotency-Key"),
         labels={protocol.FAMILY_LABEL: E2B_FAMILY},
