@@ -382,7 +382,7 @@ def soak_resources_table(resources: Mapping[str, Mapping[str, Any] | None]) -> s
     rows = []
     for series, found in resources.items():
         if not found:
-            rows.append([series, "not read", "", "", "", ""])
+            rows.append([series, "not read", "", "", "", "", ""])
             continue
         fraction = found.get("change_fraction")
         rows.append(
@@ -393,9 +393,11 @@ def soak_resources_table(resources: Mapping[str, Mapping[str, Any] | None]) -> s
                 resource_value(series, found["peak"]),
                 "-" if fraction is None else f"{fraction:+.0%}",
                 resource_value(series, found.get("per_minute")),
+                resource_value(series, found.get("last_third_per_minute")),
             ]
         )
-    return table(["soak: size over the run", "start", "end", "peak", "change", "per min"], rows)
+    columns = ["start", "end", "peak", "change", "per min", "per min, last third"]
+    return table(["soak: size over the run", *columns], rows)
 
 
 def soak_report(soak: Mapping[str, Any]) -> list[str]:

@@ -164,8 +164,9 @@ class ResourcePoint:
 
 def drift(points: Sequence[ResourcePoint], value: str) -> dict[str, Any] | None:
     """Start, end, peak and the change of one series (`operator_rss_bytes`,
-    `storage_bytes`, or `objects:<resource>`) over the points that have it; None when
-    none has."""
+    `storage_bytes`, or `objects:<resource>`) over the points that have it, and its change
+    per minute over the last third of the run (flat at the end: near 0); None when none
+    has."""
     series: list[tuple[float, float]] = []
     for point in points:
         if value.startswith("objects:"):
@@ -185,5 +186,14 @@ def drift(points: Sequence[ResourcePoint], value: str) -> dict[str, Any] | None:
         "change": end - start,
         "change_fraction": ratio(end - start, start),
         "per_minute": (end - start) / minutes if minutes > 0 else None,
+        "last_third_per_minute": per_minute_since(series, end_at - (end_at - start_at) / 3),
         "samples": len(series),
     }
+
+
+def per_minute_since(series: Sequence[tuple[float, float]], since: float) -> float | None:
+    """The change per minute from the first point at or after `since` to the last."""
+    tail = [(at, value) for at, value in series if at >= since]
+    if len(tail) < 2 or tail[-1][0] <= tail[0][0]:
+        return None
+    return (tail[-1][1] - tail[0][1]) / ((tail[-1][0] - tail[0][0]) / 60)

@@ -140,6 +140,7 @@ def test_drift_is_start_end_peak_and_change_of_the_points_that_have_it() -> None
     assert (rss["start"], rss["end"], rss["peak"], rss["change"]) == (100, 120, 130, 20)
     assert rss["change_fraction"] == pytest.approx(0.2)
     assert rss["per_minute"] == pytest.approx(20 / 3)
+    assert rss["last_third_per_minute"] == pytest.approx(10)  # 110 at 2 min, 120 at 3
     storage = drift(points, "storage_bytes")
     assert storage is not None
     assert (storage["start"], storage["end"], storage["samples"]) == (2000, 3000, 2)
