@@ -19,7 +19,7 @@ from sandpod_gateway.usecases.direct_runs import NotServingNow, OperatorDirectRu
 from sandpod_gateway.web.errors import GatewayError
 from sandpod_operator.serving import endpoint as direct_endpoint
 from sandpod_operator.serving.core import InvalidRun, NotServing
-from sandpod_operator.serving.direct import RecordEntry, build_record, records_due
+from sandpod_operator.serving.direct import RecordEntry, build_record, each_at_most, records_due
 from sandpod_operator.sessions.controller import SessionBusy, SessionController
 
 NOW = datetime(2026, 11, 26, 8, 0, 0, tzinfo=UTC)
@@ -96,6 +96,24 @@ def controller() -> SessionController:
     """A controller for its turns alone (nothing else of it is used)."""
     unused: Any = None
     return SessionController(unused, unused, unused, unused, unused, unused)
+
+
+async def test_a_sweeps_deletes_run_a_few_at_a_time_and_every_one_is_tried() -> None:
+    in_flight, most, done = 0, 0, []
+
+    async def delete(index: int) -> None:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        await asyncio.sleep(0.01)
+        in_flight -= 1
+        done.append(index)
+        if index == 3:
+            raise RuntimeError("refused")
+
+    with pytest.raises(RuntimeError, match="refused"):
+        await each_at_most(4, [delete(index) for index in range(20)])
+    assert (most, sorted(done)) == (4, list(range(20)))
 
 
 async def test_runs_of_a_session_take_turns_in_arrival_order_and_a_full_queue_refuses() -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import partial
@@ -52,6 +52,10 @@ RECENT_RUNS = 1024
 STATUS_WRITE_ATTEMPTS = 5
 # A record without a status this long past the longest run has no run left to finish it.
 RECORD_LOST_SLACK_SECONDS = 60
+# A sweep's deletes in flight at once: one after another, a busy API server's latency (~0.5 s
+# a delete) let records pile up faster than they went (measured: 2,175 deleted of 6,668
+# made in a 30-minute soak).
+SWEEP_DELETES_AT_ONCE = 16
 RECORD_LOST_MESSAGE = (
     "the operator restarted while the program ran in its session; its result is unknown"
 )
@@ -321,8 +325,13 @@ class DirectRuns:
             due = records_due(entries, at, keep=keep, lost_after=lost_after, running=names)
             for entry in due.lost:
                 await self._record_lost(namespace, entry)
-            for entry in due.expired:
-                await self.kube.delete_execution(namespace, entry.name, uid=entry.uid)
+            await each_at_most(
+                SWEEP_DELETES_AT_ONCE,
+                [
+                    self.kube.delete_execution(namespace, entry.name, uid=entry.uid)
+                    for entry in due.expired
+                ],
+            )
 
     async def _record_lost(self, namespace: str, entry: RecordEntry) -> None:
         current = await self.kube.get_execution(namespace, entry.name, uid=entry.uid)
@@ -330,6 +339,21 @@ class DirectRuns:
             return
         verdict = Verdict("Error", "RecordLost", RECORD_LOST_MESSAGE, retryable=True)
         await self._write_status(current, _final_status(verdict, None, None))
+
+
+async def each_at_most(limit: int, calls: Sequence[Awaitable[None]]) -> None:
+    """Awaits every call, at most `limit` at a time; the first error is raised once all
+    have ended."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(call: Awaitable[None]) -> None:
+        async with gate:
+            await call
+
+    results = await asyncio.gather(*(one(call) for call in calls), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
 
 
 def _final_status(
