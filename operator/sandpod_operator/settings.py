@@ -131,8 +131,10 @@ class OperatorSettings(BaseSettings):
     file_size_limit_bytes: int = Field(default=100 * 1024 * 1024, ge=1, description="RLIMIT_FSIZE.")
     open_files_limit: int = Field(default=1024, ge=16, description="RLIMIT_NOFILE.")
 
+    # 60 s ended runs that would have succeeded: on a 2-core node, a burst of ~45 gVisor
+    # sandboxes takes over a minute to reach a running program.
     pod_startup_timeout_seconds: int = Field(
-        default=60,
+        default=120,
         ge=5,
         description="How long a sandbox may take from creation to a running program (image, "
         "sandbox start) before the execution ends with Error/StartupTimeout.",
