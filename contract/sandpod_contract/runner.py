@@ -8,16 +8,19 @@ into both (it runs as the runner's user), so nothing in them is believed unless 
 saw the runner exit 0 (it does so only after writing its summary) and the frames verify.
 
 `FrameDecoder` turns log bytes into frames for live streaming (provisional: unverifiable
-before the summary); `parse_summary` reads a termination message; `LogReader` keeps the
-tail of each stream of the verified frames and finds the runner's summary in the log.
+before the summary), `LiveOutput` hands them on while the run goes on; `parse_summary` reads
+a termination message; `LogReader` keeps the tail of each stream of the verified frames and
+finds the runner's summary in the log.
 """
 
+import asyncio
 import base64
 import binascii
 import hashlib
 import hmac
 import json
 from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -250,6 +253,42 @@ class FrameDecoder:
     @staticmethod
     def _chunks(lines: list[bytes]) -> list[OutputChunk]:
         return [chunk for line in lines if (chunk := decode_frame(line)) is not None]
+
+
+class LiveOutput:
+    """A run's output as it comes (`put` is its listener), read while the run goes on."""
+
+    def __init__(self) -> None:
+        self._chunks: deque[OutputChunk] = deque()
+        self._arrived = asyncio.Event()
+
+    def put(self, chunk: OutputChunk) -> None:
+        self._chunks.append(chunk)
+        self._arrived.set()
+
+    async def started(self, run: "asyncio.Future[Any]") -> bool:
+        """Once there is output or the run has ended: whether output came while it went on."""
+        await self._until_more(run)
+        return not run.done()
+
+    async def chunks(self, run: "asyncio.Future[Any]") -> AsyncIterator[OutputChunk]:
+        """Every chunk, as it comes, until the run has ended."""
+        while True:
+            while self._chunks:
+                yield self._chunks.popleft()
+            if run.done():
+                return
+            await self._until_more(run)
+
+    async def _until_more(self, run: "asyncio.Future[Any]") -> None:
+        if self._chunks:
+            return
+        self._arrived.clear()
+        arriving = asyncio.ensure_future(self._arrived.wait())
+        try:
+            await asyncio.wait({run, arriving}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            arriving.cancel()
 
 
 def json_size(text: str) -> int:

@@ -5,6 +5,7 @@ operator runs in a gVisor pod, every cell and command a run in it over the direc
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +21,13 @@ from sandpod_testkit.waiting import wait_until
 SESSIONS = "codesessions"
 # The image's matplotlib backend turns a shown figure into a PNG output file.
 PLOT = "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()\n"
+# Programs that write a line, sleep, then write another: live output hears them apart.
+LIVE_GAP_SECONDS = 4
+LIVE_PROGRAM = (
+    f"import time\nprint('first line', flush=True)\ntime.sleep({LIVE_GAP_SECONDS})\n"
+    "print('last line')\n"
+)
+LIVE_COMMAND = f"echo first line; sleep {LIVE_GAP_SECONDS}; echo last line"
 
 
 def sdk_options(gateway: DeployedGateway, key: str) -> dict[str, Any]:
@@ -219,6 +227,30 @@ def test_the_async_sdk(alice: dict[str, Any]) -> None:
             await box.kill()
 
     assert asyncio.run(use()) == ("4", ["hi\n"])
+
+
+def test_output_streams_while_a_cell_and_a_command_run(alice: dict[str, Any]) -> None:
+    """Each callback sees its first line while the program sleeps before its last one."""
+
+    async def use() -> tuple[dict[str, float], dict[str, float]]:
+        cell: dict[str, float] = {}
+        command: dict[str, float] = {}
+        box = await AsyncSandbox.create(**alice)
+        try:
+            await box.run_code(LIVE_PROGRAM, on_stdout=lambda m: heard(cell, m.line))
+            await box.commands.run(LIVE_COMMAND, on_stdout=lambda line: heard(command, line))
+        finally:
+            await box.kill()
+        return cell, command
+
+    for lines in asyncio.run(use()):
+        assert set(lines) == {"first line", "last line"}
+        assert lines["last line"] - lines["first line"] >= LIVE_GAP_SECONDS / 2
+
+
+def heard(lines: dict[str, float], text: str) -> None:
+    for line in text.splitlines():
+        lines[line] = time.monotonic()
 
 
 def test_tenants_and_tokens_keep_sandboxes_apart(

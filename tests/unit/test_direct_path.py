@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 from sandpod_contract.names import FINISHED_LABEL, RECORD_LABEL, TENANT_LABEL
+from sandpod_contract.runner import OutputChunk
 from sandpod_gateway.kube.service import SessionNotFound
 from sandpod_gateway.usecases.direct_runs import NotServingNow, OperatorDirectRunner
 from sandpod_gateway.web.errors import GatewayError
@@ -150,15 +151,24 @@ class PlayedRuns:
         self.refusal: Exception | None = None
         self.seen: list[tuple[str, str]] = []
         self.pooled: list[tuple[str, str, Any, Any]] = []
+        # Written live by a run in a session, which then ends once `ended` is set.
+        self.output: list[OutputChunk] = []
+        self.ended = asyncio.Event()
 
-    async def run(self, namespace: str, execution: Any, session: Any) -> Any:
+    async def run(self, namespace: str, execution: Any, session: Any, on_output: Any = None) -> Any:
         self.seen.append((namespace, execution["metadata"]["name"]))
         if self.refusal is not None:
             raise self.refusal
+        if self.output and on_output is not None:
+            for chunk in self.output:
+                on_output(chunk)
+            await self.ended.wait()
         status = {"phase": "Succeeded", "stdout": "1\n"}
         return {**build_record(execution, namespace), "status": status}
 
-    async def run_from_pool(self, namespace: str, execution: Any, pools: Any, pods: Any) -> Any:
+    async def run_from_pool(
+        self, namespace: str, execution: Any, pools: Any, pods: Any, on_output: Any = None
+    ) -> Any:
         self.pooled.append((namespace, execution["metadata"]["name"], pools, pods))
         if self.refusal is not None:
             raise self.refusal
@@ -214,6 +224,44 @@ async def test_a_run_comes_back_as_its_record(runs: PlayedRuns, unused_tcp_port:
     assert record["status"] == {"phase": "Succeeded", "stdout": "1\n"}
     assert record["metadata"]["labels"][RECORD_LABEL] == "direct"
     assert runs.seen == [("team", "x-1")]
+
+
+async def test_output_comes_live_then_the_record(runs: PlayedRuns, unused_tcp_port: int) -> None:
+    runs.output = [OutputChunk("stdout", "first\n"), OutputChunk("stderr", "a warning\n")]
+    seen: list[OutputChunk] = []
+
+    def on_output(chunk: OutputChunk) -> None:
+        seen.append(chunk)
+        if len(seen) == len(runs.output):  # the run ends only once its output has come
+            runs.ended.set()
+
+    async with serving(runs, unused_tcp_port) as endpoint:
+        client = direct_runner(endpoint)
+        try:
+            running = client.run("team", execution(), timeout_seconds=10, on_output=on_output)
+            record = await asyncio.wait_for(running, 30)
+        finally:
+            await client.close()
+
+    assert seen == runs.output
+    assert record["status"] == {"phase": "Succeeded", "stdout": "1\n"}
+
+
+async def test_a_run_that_writes_nothing_is_answered_whole(
+    runs: PlayedRuns, unused_tcp_port: int
+) -> None:
+    seen: list[OutputChunk] = []
+    async with serving(runs, unused_tcp_port) as endpoint:
+        client = direct_runner(endpoint)
+        try:
+            record = await client.run(
+                "team", execution(), timeout_seconds=10, on_output=seen.append
+            )
+        finally:
+            await client.close()
+
+    assert seen == []
+    assert record["status"]["stdout"] == "1\n"
 
 
 async def test_a_one_off_run_goes_to_the_pool_route_with_the_namespaces_pools(

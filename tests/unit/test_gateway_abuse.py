@@ -89,7 +89,9 @@ def post(client: httpx2.AsyncClient, code: str, key: str | None = None) -> Any:
 class NoFreePoolSandbox:
     """A gateway's direct path where no pool sandbox is free: every run takes the record path."""
 
-    async def run(self, namespace: str, execution: Any, timeout_seconds: int) -> Any:
+    async def run(
+        self, namespace: str, execution: Any, timeout_seconds: int, on_output: Any = None
+    ) -> Any:
         raise NotServingNow("no ready sandbox of a pool fits this run now")
 
     async def close(self) -> None:

@@ -30,7 +30,9 @@ class FakeDirectRunner:
         self.runs: list[dict[str, Any]] = []
         self.refusal: Exception | None = None
 
-    async def run(self, namespace: str, execution: Any, timeout_seconds: int) -> Any:
+    async def run(
+        self, namespace: str, execution: Any, timeout_seconds: int, on_output: Any = None
+    ) -> Any:
         if self.refusal is not None:
             raise self.refusal
         self.runs.append(copy.deepcopy(execution))

@@ -3,10 +3,14 @@ ready pool sandbox can take, is posted to the operator's endpoint
 (sandpod_operator/serving/endpoint.py), which runs it on that sandbox's runner at once and
 answers with its record (the CodeExecution written behind, final status included). No
 write to the API server is waited on; runner credentials stay with the operator.
+
+A caller that wants the output live passes `on_output`: the operator then streams the run's
+output frames as its runner sends them (unverified, as live output is), before the record.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -14,6 +18,7 @@ import aiohttp
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 from sandpod_contract.names import DIRECT_POOL_RUN_PATH, DIRECT_RUN_PATH
+from sandpod_contract.runner import OutputChunk
 
 from sandpod_gateway.kube.operator_endpoint import OperatorEndpoint
 from sandpod_gateway.kube.resources import Resource
@@ -23,6 +28,9 @@ from sandpod_gateway.web.errors import GatewayError
 
 # Beyond the run's own timeout: the operator's turn queue and the record of outputs.
 ANSWER_MARGIN_SECONDS = 60
+NDJSON = "application/x-ndjson"
+# Sees each chunk of a run's output as the operator streams it.
+OutputListener = Callable[[OutputChunk], None]
 
 
 class NotServingNow(Exception):
@@ -31,8 +39,15 @@ class NotServingNow(Exception):
 
 
 class DirectRunner(Protocol):
-    async def run(self, namespace: str, execution: Resource, timeout_seconds: int) -> Resource:
-        """The run's record with its final status; NotServingNow, or a GatewayError."""
+    async def run(
+        self,
+        namespace: str,
+        execution: Resource,
+        timeout_seconds: int,
+        on_output: OutputListener | None = None,
+    ) -> Resource:
+        """The run's record with its final status; NotServingNow, or a GatewayError.
+        `on_output` sees its output as it comes."""
         ...
 
     async def close(self) -> None: ...
@@ -61,20 +76,30 @@ class OperatorDirectRunner:
     async def close(self) -> None:
         await self._http.close()
 
-    async def run(self, namespace: str, execution: Resource, timeout_seconds: int) -> Resource:
+    async def run(
+        self,
+        namespace: str,
+        execution: Resource,
+        timeout_seconds: int,
+        on_output: OutputListener | None = None,
+    ) -> Resource:
         body = {"namespace": namespace, "execution": execution}
         timeout = aiohttp.ClientTimeout(total=timeout_seconds + ANSWER_MARGIN_SECONDS)
+        headers = self._headers if on_output is None else {**self._headers, "Accept": NDJSON}
         try:
             url = (await self._address()).rstrip("/") + _path(execution)
         except (ApiException, aiohttp.ClientError, OSError) as exc:  # nothing was run
             raise NotServingNow(f"the operator's address is unknown: {exc}") from exc
         try:
             async with self._http.post(
-                url, json=body, headers=self._headers, timeout=timeout
+                url, json=body, headers=headers, timeout=timeout
             ) as response:
-                answer = await response.json(content_type=None)
                 status = response.status
                 retry_after = response.headers.get("Retry-After", self._retry_after)
+                if on_output is not None and response.content_type == NDJSON:
+                    answer = await _streamed(response, on_output)
+                else:
+                    answer = await response.json(content_type=None)
         except aiohttp.ClientConnectorError as exc:  # never reached: nothing was run
             raise NotServingNow(str(exc)) from exc
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
@@ -113,6 +138,24 @@ class OperatorDirectRunner:
             "to get its result without running it again.",
             headers={"Retry-After": self._retry_after},
         )
+
+
+async def _streamed(response: aiohttp.ClientResponse, on_output: OutputListener) -> object:
+    """A live answer: each output line to `on_output`, then the last line, the answer (a
+    record can be longer than aiohttp reads as one line)."""
+    pending = bytearray()
+    async for data in response.content.iter_any():
+        pending += data
+        while (end := pending.find(b"\n")) >= 0:
+            message = json.loads(pending[:end])
+            del pending[: end + 1]
+            output = message.get("output") if isinstance(message, dict) else None
+            if not isinstance(output, dict):
+                return message
+            stream, text = output.get("stream"), output.get("data")
+            if stream in ("stdout", "stderr") and isinstance(text, str):
+                on_output(OutputChunk(stream=stream, data=text))
+    raise ValueError("the operator's answer ended before the run's record")
 
 
 def _path(execution: Resource) -> str:

@@ -46,7 +46,7 @@ from sandpod_gateway.policy.idempotency import Getter, execution_name, replay
 from sandpod_gateway.policy.tenant_counts import OperatorCounts
 from sandpod_gateway.schemas import CreateExecutionRequest, ExecutionResult
 from sandpod_gateway.settings import GatewaySettings
-from sandpod_gateway.usecases.direct_runs import DirectRunner, NotServingNow
+from sandpod_gateway.usecases.direct_runs import DirectRunner, NotServingNow, OutputListener
 from sandpod_gateway.usecases.waiting import finished
 from sandpod_gateway.web.errors import ErrorDetail, GatewayError
 
@@ -222,11 +222,13 @@ async def run_directly(
     idempotency_key: str | None,
     name: str | None = None,
     annotations: Mapping[str, str] | None = None,
+    on_output: OutputListener | None = None,
 ) -> CreateOutcome | None:
     """A run in a live session, or in a ready sandbox of a pool, through the direct path
-    (direct_runs.py): answered by its runner, recorded behind. A retry with the same
-    Idempotency-Key gets the same run. None when the direct path cannot take it now (the
-    session is starting, no pool sandbox fits or is free): the caller takes the record path."""
+    (direct_runs.py): answered by its runner, recorded behind; `on_output` sees its output
+    as it comes. A retry with the same Idempotency-Key gets the same run. None when the
+    direct path cannot take it now (the session is starting, no pool sandbox fits or is
+    free): the caller takes the record path."""
     tenant, service, settings = ctx.tenant, ctx.executions, ctx.settings
     check_request(request, tenant, ctx.catalog, settings)
     name = name or execution_name(tenant.name, idempotency_key)
@@ -243,7 +245,7 @@ async def run_directly(
         manifest = _manifest(request, name, ctx, session, annotations)
         timeout = int((manifest.get("spec") or {}).get("timeoutSeconds") or 0)
         try:
-            record = await runner.run(tenant.namespace, manifest, timeout)
+            record = await runner.run(tenant.namespace, manifest, timeout, on_output)
         except NotServingNow:
             return None
         return CreateOutcome(await result_with_files(record, tenant, service), True, record)

@@ -32,6 +32,7 @@ from sandpod_gateway.schemas import (
     SessionExecutionRequest,
     SessionInfo,
 )
+from sandpod_gateway.usecases.direct_runs import OutputListener
 from sandpod_gateway.usecases.executions import (
     CreateOutcome,
     ExecutionContext,
@@ -174,10 +175,13 @@ async def run_in_session(
     *,
     idempotency_key: str | None,
     wait: bool,
+    on_output: OutputListener | None = None,
 ) -> CreateOutcome:
     """An execution in the session (same limits and answers as any other): through the
     direct path when the gateway has one and the caller waits, else created and reconciled.
-    A lint needs none of the session's state: it runs beside it, as a one-off execution."""
+    A lint needs none of the session's state: it runs beside it, as a one-off execution.
+    `on_output` sees the output as it comes on the direct path (the record path has it in
+    the result only)."""
     direct = ctx.direct is not None and wait
     tenant = ctx.tenant.name
     session = ctx.known.get(tenant, session_id) if direct else None
@@ -192,7 +196,12 @@ async def run_in_session(
     if direct and ctx.direct is not None:
         try:
             outcome = await run_directly(
-                request, ctx, ctx.direct, session=session_id, idempotency_key=idempotency_key
+                request,
+                ctx,
+                ctx.direct,
+                session=session_id,
+                idempotency_key=idempotency_key,
+                on_output=on_output,
             )
         except SessionNotFound:
             ctx.known.forget(tenant, session_id)

@@ -43,7 +43,13 @@ from sandpod_operator.executions.builders import (
 )
 from sandpod_operator.kube import KubeApi, KubeError, Manifest
 from sandpod_operator.pools.builders import plan_pool
-from sandpod_operator.serving.runner import RunnerAddress, RunnerUnavailable, cancel, run
+from sandpod_operator.serving.runner import (
+    OutputListener,
+    RunnerAddress,
+    RunnerUnavailable,
+    cancel,
+    run,
+)
 from sandpod_operator.settings import OperatorSettings
 
 logger = logging.getLogger(__name__)
@@ -313,6 +319,8 @@ class WarmPath:
     unsure: set[str] = field(default_factory=set)
     # Per execution uid: wall-clock times of its warm run's milestones in this process.
     marks: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Per execution id: who wants its output live (a direct run's caller).
+    listeners: dict[str, OutputListener] = field(default_factory=dict)
     # Pool pods (uid) the direct path took in this process, claimed in the API behind.
     reserved: set[str] = field(default_factory=set)
     _session: aiohttp.ClientSession | None = None
@@ -430,6 +438,18 @@ class WarmPath:
         if marks:
             logger.info("%s %s %s", DIRECT_TIMINGS_LOG, run_id, json.dumps(marks))
 
+    @contextmanager
+    def listening(self, run_id: str, listener: OutputListener | None) -> Iterator[None]:
+        """`listener` sees the run's output as its runner sends it, while this lasts."""
+        if listener is None:
+            yield
+            return
+        self.listeners[run_id] = listener
+        try:
+            yield
+        finally:
+            self.listeners.pop(run_id, None)
+
     async def credential(self, pod: Manifest) -> str | None:
         pod_uid = str(pod["metadata"].get("uid"))
         if pod_uid not in self.credentials:
@@ -483,6 +503,7 @@ class WarmPath:
                     limit_bytes=self.settings.log_read_limit_bytes,
                     files_bytes=self.settings.outputs_stored_bytes,
                     marks=self.marks.get(str(request["executionId"])),
+                    on_output=self.listeners.get(str(request["executionId"])),
                 )
         except RunnerUnavailable as error:
             RUNNER_FAILURES.labels(why=error.why).inc()

@@ -41,6 +41,7 @@ from sandpod_operator.kube import (
 )
 from sandpod_operator.pools.warm import claim_patch, execution_wants
 from sandpod_operator.serving.core import NotServing, planned, serve_once
+from sandpod_operator.serving.runner import OutputListener
 from sandpod_operator.sessions.controller import SessionController, StoringOutputs, now
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import Verdict, next_status
@@ -136,18 +137,30 @@ class DirectRuns:
     recent: OrderedDict[Key, Manifest] = field(default_factory=OrderedDict)
     writers: set[asyncio.Task[None]] = field(default_factory=set)
 
-    async def run(self, namespace: str, execution: Manifest, session: Manifest) -> Manifest:
-        """The record of a run in `session`, with its final status."""
-        run = partial(self._run, namespace, execution, session)
+    async def run(
+        self,
+        namespace: str,
+        execution: Manifest,
+        session: Manifest,
+        on_output: OutputListener | None = None,
+    ) -> Manifest:
+        """The record of a run in `session`, with its final status; `on_output` sees its
+        output as it comes (the caller that started it, not one that re-attaches)."""
+        run = partial(self._run, namespace, execution, session, on_output)
         return await self._once(namespace, execution, run)
 
     async def run_from_pool(
-        self, namespace: str, execution: Manifest, pools: list[Manifest], pods: list[Manifest]
+        self,
+        namespace: str,
+        execution: Manifest,
+        pools: list[Manifest],
+        pods: list[Manifest],
+        on_output: OutputListener | None = None,
     ) -> Manifest:
         """The record of a one-off run in a free ready pod of one of `pools` (`pods`: theirs,
         as the operator's index shows them), with its final status; NotServing when no pod
         fits or is free (the gateway then creates the execution for the record path)."""
-        run = partial(self._run_pooled, namespace, execution, pools, pods)
+        run = partial(self._run_pooled, namespace, execution, pools, pods, on_output)
         return await self._once(namespace, execution, run)
 
     async def _once(
@@ -179,10 +192,17 @@ class DirectRuns:
         while len(self.recent) > RECENT_RUNS:
             self.recent.popitem(last=False)
 
-    async def _run(self, namespace: str, execution: Manifest, session: Manifest) -> Manifest:
+    async def _run(
+        self,
+        namespace: str,
+        execution: Manifest,
+        session: Manifest,
+        on_output: OutputListener | None,
+    ) -> Manifest:
         record = build_record(execution, namespace)
         run_id = f"{namespace}/{record['metadata']['name']}"
-        with self.sessions.warm.direct_marks(run_id):
+        warm = self.sessions.warm
+        with warm.direct_marks(run_id), warm.listening(run_id, on_output):
             return await self._run_in_session(namespace, record, session, run_id)
 
     async def _run_in_session(
@@ -202,13 +222,18 @@ class DirectRuns:
         )
 
     async def _run_pooled(
-        self, namespace: str, execution: Manifest, pools: list[Manifest], pods: list[Manifest]
+        self,
+        namespace: str,
+        execution: Manifest,
+        pools: list[Manifest],
+        pods: list[Manifest],
+        on_output: OutputListener | None,
     ) -> Manifest:
         warm, settings = self.sessions.warm, self.sessions.settings
         spec, plan = planned(execution, self.sessions.catalog, settings)
         record = build_record(execution, namespace)
         run_id = f"{namespace}/{record['metadata']['name']}"
-        with warm.direct_marks(run_id):
+        with warm.direct_marks(run_id), warm.listening(run_id, on_output):
             pod = warm.reserve(execution_wants(spec, plan), pools, pods)
             if pod is None:
                 raise NotServing("no ready sandbox of a pool fits this run now")

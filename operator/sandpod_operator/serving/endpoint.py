@@ -3,20 +3,29 @@ the gateway alone: it presents a token only the two hold (a Secret of the chart)
 NetworkPolicy admits only the gateway's pods to this port. The body is the gateway's
 CodeExecution (admitted, its name and labels decided there) and its namespace; the answer is
 its record with the final status, or a refusal the gateway maps to its own errors.
+
+A request that accepts `application/x-ndjson` gets the output live once the program writes
+some: one line `{"output": {"stream", "data"}}` per frame as the runner sends it (unverified,
+as live output is everywhere), then `{"execution": record}` (verified), or `{"error": why}`.
+A run that ends before writing anything, and every refusal, is answered as without it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, Protocol
 
 from aiohttp import web
 from sandpod_contract.names import DIRECT_POOL_RUN_PATH, DIRECT_RUN_PATH
+from sandpod_contract.runner import LiveOutput
 
 from sandpod_operator.kube import Manifest
 from sandpod_operator.serving.core import InvalidRun, NotServing
+from sandpod_operator.serving.runner import OutputListener
 from sandpod_operator.sessions.controller import SessionBusy
 
 # (namespace, name) -> the session as the operator last saw it, or None.
@@ -28,14 +37,30 @@ PoolLookup = Callable[[str], tuple[list[Manifest], list[Manifest]]]
 class Runs(Protocol):
     """What runs a direct run (serving/direct.py DirectRuns)."""
 
-    async def run(self, namespace: str, execution: Manifest, session: Manifest) -> Manifest: ...
+    async def run(
+        self,
+        namespace: str,
+        execution: Manifest,
+        session: Manifest,
+        on_output: OutputListener | None = None,
+    ) -> Manifest: ...
 
     async def run_from_pool(
-        self, namespace: str, execution: Manifest, pools: list[Manifest], pods: list[Manifest]
+        self,
+        namespace: str,
+        execution: Manifest,
+        pools: list[Manifest],
+        pods: list[Manifest],
+        on_output: OutputListener | None = None,
     ) -> Manifest: ...
 
 
+# A run, started with who wants its output live (or None).
+Start = Callable[[OutputListener | None], Awaitable[Manifest]]
+
+
 MAX_BODY_BYTES = 4 * 1024 * 1024
+NDJSON = "application/x-ndjson"
 STARTING_POLL_SECONDS = 0.05
 UNSEEN_WAIT_SECONDS = 5.0
 
@@ -113,7 +138,7 @@ def create_app(
             return refusal(429, "SessionBusy", str(error), **{"Retry-After": "1"})
         return web.json_response({"execution": record})
 
-    async def post_session_run(request: web.Request) -> web.Response:
+    async def post_session_run(request: web.Request) -> web.StreamResponse:
         if not hmac.compare_digest(request.headers.get("Authorization", "").encode(), expected):
             return refusal(401, "Unauthorized", "a valid token is required")
         parsed = await parsed_run(request)
@@ -125,21 +150,68 @@ def create_app(
         )
         if session is None:
             return refusal(404, "SessionNotFound", f"no session {session_name!r}")
-        return await answer(runs.run(namespace, execution, session))
+        return await respond(request, partial(runs.run, namespace, execution, session))
 
-    async def post_pool_run(request: web.Request) -> web.Response:
+    async def post_pool_run(request: web.Request) -> web.StreamResponse:
         if not hmac.compare_digest(request.headers.get("Authorization", "").encode(), expected):
             return refusal(401, "Unauthorized", "a valid token is required")
         parsed = await parsed_run(request)
         if parsed is None or parsed[2] is not None:
             return refusal(400, "BadRequest", "namespace and a named execution in no session")
         namespace, execution, _ = parsed
-        return await answer(runs.run_from_pool(namespace, execution, *pools(namespace)))
+        return await respond(
+            request, partial(runs.run_from_pool, namespace, execution, *pools(namespace))
+        )
+
+    async def respond(request: web.Request, start: Start) -> web.StreamResponse:
+        if NDJSON not in request.headers.get("Accept", ""):
+            return await answer(start(None))
+        return await answer_live(request, start, answer)
 
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     app.router.add_post(DIRECT_RUN_PATH, post_session_run)
     app.router.add_post(DIRECT_POOL_RUN_PATH, post_pool_run)
     return app
+
+
+async def answer_live(
+    request: web.Request,
+    start: Start,
+    answer: Callable[[Awaitable[Manifest]], Awaitable[web.Response]],
+) -> web.StreamResponse:
+    """The run's output line by line as it comes, then its record; `answer` answers a run
+    that ends (or is refused) before any output, as a request without live output."""
+    live = LiveOutput()
+    running = asyncio.ensure_future(start(live.put))
+    if not await live.started(running):
+        return await answer(running)
+    response = web.StreamResponse(headers={"Content-Type": NDJSON})
+    try:
+        await response.prepare(request)
+        async for chunk in live.chunks(running):
+            await response.write(_ndjson({"output": {"stream": chunk.stream, "data": chunk.data}}))
+        await response.write(_ndjson(_final(running)))
+        await response.write_eof()
+    finally:
+        # A caller gone mid-answer: the run goes on and is recorded; its end is not awaited.
+        running.add_done_callback(_ignored)
+    return response
+
+
+def _final(running: asyncio.Future[Manifest]) -> dict[str, Any]:
+    error = running.exception()
+    if error is not None:
+        return {"error": type(error).__name__}
+    return {"execution": running.result()}
+
+
+def _ndjson(line: dict[str, Any]) -> bytes:
+    return json.dumps(line).encode() + b"\n"
+
+
+def _ignored(future: asyncio.Future[Manifest]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 async def start(app: web.Application, port: int) -> web.AppRunner:

@@ -7,12 +7,23 @@ were made with. Lines are kept (at most `limit_bytes`) until the summary arrives
 """
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from sandpod_contract.runner import LineSplitter, LogReader, LogSummary, Summary, parse_summary
+from sandpod_contract.runner import (
+    LineSplitter,
+    LogReader,
+    LogSummary,
+    OutputChunk,
+    Summary,
+    decode_frame,
+    parse_summary,
+)
 
+# Sees each output frame as it arrives, unverified (live output; the verified answer follows).
+OutputListener = Callable[[OutputChunk], None]
 RUN_PATH = "/v1/run"
 CANCEL_PATH = "/v1/cancel"
 CHUNK_BYTES = 64 * 1024
@@ -39,12 +50,14 @@ class RunnerAddress:
 
 class _Answer:
     """The answer's lines until the summary, bounded: past `limit_bytes` lines are not kept
-    (the decoder then counts the frames it did not see as missing)."""
+    (the decoder then counts the frames it did not see as missing). `on_output` sees each
+    output frame before the summary, unverified."""
 
-    def __init__(self, limit_bytes: int) -> None:
+    def __init__(self, limit_bytes: int, on_output: OutputListener | None = None) -> None:
         self._lines = LineSplitter()
         self._kept: list[bytes] = []
         self._room = limit_bytes
+        self._on_output = on_output
         self.summary: Summary | None = None
 
     def feed(self, data: bytes) -> None:
@@ -52,6 +65,10 @@ class _Answer:
             if self.summary is not None:
                 return
             self.summary = parse_summary(line.decode(errors="replace"))
+            if self.summary is None and self._on_output is not None:
+                chunk = decode_frame(line)
+                if chunk is not None:
+                    self._on_output(chunk)
             if self.summary is not None or len(line) < self._room:
                 self._kept.append(line)
                 self._room -= len(line) + 1
@@ -73,12 +90,13 @@ async def run(
     limit_bytes: int,
     files_bytes: int = 0,
     marks: dict[str, float] | None = None,
+    on_output: OutputListener | None = None,
 ) -> LogSummary:
     """Start (or re-attach to: same executionId) the run and wait for its verified answer.
     `marks` gets the wall-clock times of the answer's milestones (posted, answered,
-    first_frame, summary), for the operator's timing log."""
+    first_frame, summary), for the operator's timing log; `on_output` the output as it comes."""
     headers = {"Authorization": f"Bearer {credential}"}
-    answer = _Answer(limit_bytes)
+    answer = _Answer(limit_bytes, on_output)
     marks = {} if marks is None else marks
     try:
         marks["posted"] = time.time()

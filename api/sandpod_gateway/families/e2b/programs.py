@@ -77,13 +77,13 @@ def call(op, a):
 answer = json.dumps(call(OP, ARGS))
 """
 
+# The command writes to the run's own stdout and stderr: its output streams as it comes.
 _COMMAND = r"""
 import os, sys, json, subprocess
+sys.stdout.flush()
+sys.stderr.flush()
 r = subprocess.run(ARGS["argv"], cwd=ARGS["cwd"],
-                   env={**os.environ, **ARGS["envs"]}, stdin=subprocess.DEVNULL,
-                   capture_output=True)
-sys.stdout.write(r.stdout.decode("utf-8", "replace"))
-sys.stderr.write(r.stderr.decode("utf-8", "replace"))
+                   env={**os.environ, **ARGS["envs"]}, stdin=subprocess.DEVNULL)
 answer = json.dumps({"exitCode": r.returncode})
 """
 

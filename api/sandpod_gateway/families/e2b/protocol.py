@@ -382,29 +382,35 @@ def _end(error: dict[str, str] | None, execution_count: int | None) -> list[str]
     return [*lines, _line("end_of_execution")]
 
 
-def execute_lines(result: ExecutionResult) -> list[str]:
-    """The code interpreter's /execute answer (JSON lines) for a cell's run: its logs, its
-    figures, then the module's results, error and count. A run the platform ended, or an
-    answer the module cannot have given, is an error (SandpodError for the latter)."""
+def execute_lines(result: ExecutionResult, *, logs_streamed: bool = False) -> list[str]:
+    """The code interpreter's /execute answer (JSON lines) for a cell's run: its logs (unless
+    they were streamed live), its figures, then the module's results, error and count. A run
+    the platform ended, or an answer the module cannot have given, is an error (SandpodError
+    for the latter)."""
+    logs = [] if logs_streamed else _logs(result.stdout, result.stderr)
     failure = failure_error(result)
     if failure is not None:
-        return [*_logs(result.stdout, result.stderr), *_pngs(result), *_end(failure, None)]
+        return [*logs, *_pngs(result), *_end(failure, None)]
     try:
         answer = cell_answer(result.result)
     except (MalformedAnswer, E2bError) as exc:
         message = exc.message if isinstance(exc, E2bError) else str(exc)
-        refused = {"name": "SandpodError", "value": message, "traceback": message}
-        return [*_logs(result.stdout, result.stderr), *_end(refused, None)]
+        return [*logs, *failed_lines(message)]
     results = [
         _line("result", **r.model_dump(by_alias=True, exclude_none=True)) for r in answer.results
     ]
     error = None if answer.error is None else answer.error.model_dump()
-    return [
-        *_logs(result.stdout, result.stderr),
-        *_pngs(result),
-        *results,
-        *_end(error, answer.count),
-    ]
+    return [*logs, *_pngs(result), *results, *_end(error, answer.count)]
+
+
+def log_line(stream: str, text: str) -> str:
+    """One chunk of a cell's output, live."""
+    return _line(stream, text=text, timestamp=_now_ns())
+
+
+def failed_lines(message: str) -> list[str]:
+    """The end of an answer whose cell sandpod could not see through (SandpodError)."""
+    return _end({"name": "SandpodError", "value": message, "traceback": message}, None)
 
 
 def new_context_id() -> str:

@@ -8,6 +8,7 @@ token (X-Access-Token, or E2B-Traffic-Access-Token, which the code interpreter s
 sandbox named by E2b-Sandbox-Id.
 """
 
+import asyncio
 import base64
 import contextlib
 import hashlib
@@ -15,7 +16,7 @@ import json
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -23,6 +24,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 from sandpod_contract.names import TENANT_LABEL
+from sandpod_contract.runner import LiveOutput
 
 from sandpod_gateway.families.e2b import programs, protocol
 from sandpod_gateway.families.e2b.protocol import E2bError
@@ -31,6 +33,7 @@ from sandpod_gateway.kube.service import SessionNotFound
 from sandpod_gateway.policy.auth import Tenant
 from sandpod_gateway.schemas import CreateSessionRequest, ExecutionResult, SessionExecutionRequest
 from sandpod_gateway.settings import GatewaySettings
+from sandpod_gateway.usecases.direct_runs import NDJSON, OutputListener
 from sandpod_gateway.usecases.session_files import download_file, upload_file
 from sandpod_gateway.usecases.sessions import (
     SessionContext,
@@ -52,6 +55,8 @@ PREFIX = "/e2b"
 SANDBOX_PREFIX = f"{PREFIX}/sandbox"
 API_KEY_HEADER = "X-API-KEY"
 E2B_FAMILY = "e2b"
+CONNECT_JSON = "application/connect+json"
+Line = TypeVar("Line", str, bytes)
 
 
 def token_key(settings: GatewaySettings) -> bytes | None:
@@ -386,9 +391,13 @@ class ExecuteBody(BaseModel):
     env_vars: dict[str, str] | None = None
 
 
-async def _run(call: SandboxCall, code: str) -> ExecutionResult:
+async def _run(
+    call: SandboxCall, code: str, on_output: OutputListener | None = None
+) -> ExecutionResult:
     body = SessionExecutionRequest(code=code)
-    outcome = await run_in_session(call.sandbox_id, body, call.ctx, idempotency_key=None, wait=True)
+    outcome = await run_in_session(
+        call.sandbox_id, body, call.ctx, idempotency_key=None, wait=True, on_output=on_output
+    )
     return outcome.result
 
 
@@ -411,12 +420,14 @@ async def _sandbox_envs(call: SandboxCall) -> dict[str, str]:
     return protocol.sandbox_envs(session)
 
 
-async def _module_call(call: SandboxCall, op: str, args: dict[str, Any]) -> ExecutionResult:
+async def _module_call(
+    call: SandboxCall, op: str, args: dict[str, Any], on_output: OutputListener | None = None
+) -> ExecutionResult:
     """One run calling the session's _sandpod_e2b; a session without it (new, restarted, or
     another version) answers so without running anything, and gets it with the call again."""
-    result = await _run(call, programs.session_call(op, args, install=False))
+    result = await _run(call, programs.session_call(op, args, install=False), on_output)
     if result.result == programs.MODULE_MISSING and protocol.failure_error(result) is None:
-        result = await _run(call, programs.session_call(op, args, install=True))
+        result = await _run(call, programs.session_call(op, args, install=True), on_output)
     return result
 
 
@@ -448,18 +459,42 @@ async def execute(body: ExecuteBody, call: SandboxCallDep) -> StreamingResponse:
         "sandbox_envs": await _sandbox_envs(call),
         "envs": protocol.checked_metadata(body.env_vars),
     }
-    result = await _module_call(call, "cell", args)
-    if protocol.failure_error(result) is None:
-        # An unknown context is refused (404) before anything streams.
-        with contextlib.suppress(protocol.MalformedAnswer):
-            protocol.session_answer(result.result)
-    lines = protocol.execute_lines(result)
+    live = LiveOutput()
+    running = asyncio.ensure_future(_module_call(call, "cell", args, live.put))
+    if not await live.started(running):
+        result = running.result()
+        if protocol.failure_error(result) is None:
+            # An unknown context is refused (404) before anything streams.
+            with contextlib.suppress(protocol.MalformedAnswer):
+                protocol.session_answer(result.result)
+        return StreamingResponse(_lines(protocol.execute_lines(result)), media_type=NDJSON)
+    return StreamingResponse(_live_lines(live, running), media_type=NDJSON)
 
-    async def answer() -> AsyncIterator[str]:
-        for line in lines:
-            yield line
 
-    return StreamingResponse(answer(), media_type="application/x-ndjson")
+async def _lines(lines: list[Line]) -> AsyncIterator[Line]:
+    for line in lines:
+        yield line
+
+
+async def _live_lines(
+    live: LiveOutput, running: "asyncio.Future[ExecutionResult]"
+) -> AsyncIterator[str]:
+    """The cell's output as its runner sends it, then what the verified result adds."""
+    try:
+        async for chunk in live.chunks(running):
+            yield protocol.log_line(chunk.stream, chunk.data)
+        lines = protocol.execute_lines(running.result(), logs_streamed=True)
+    except (E2bError, GatewayError) as exc:
+        lines = protocol.failed_lines(exc.message)
+    finally:
+        running.add_done_callback(_ignored)
+    for line in lines:
+        yield line
+
+
+def _ignored(future: "asyncio.Future[ExecutionResult]") -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 class NewContext(BaseModel):
@@ -606,41 +641,64 @@ def _first_message(body: bytes) -> dict[str, Any]:
     return message
 
 
-def _process_events(result: ExecutionResult, exit_code: int | None) -> list[bytes]:
-    events = [_envelope({"event": {"start": {"pid": 1}}})]
-    for stream, text in (("stdout", result.stdout), ("stderr", result.stderr)):
-        if text:
-            data = base64.b64encode(text.encode()).decode()
-            events.append(_envelope({"event": {"data": {stream: data}}}))
+def _start_event() -> bytes:
+    return _envelope({"event": {"start": {"pid": 1}}})
+
+
+def _data_event(stream: str, text: str) -> bytes:
+    return _envelope({"event": {"data": {stream: base64.b64encode(text.encode()).decode()}}})
+
+
+def _end_events(result: ExecutionResult) -> list[bytes]:
+    try:
+        exit_code: int | None = int(programs.answer_of(result.result)["exitCode"])
+    except (E2bError, KeyError, TypeError, ValueError):
+        exit_code = None
     end: dict[str, Any] = {"exited": exit_code is not None, "exitCode": exit_code or 0}
     end["status"] = f"exit status {exit_code}" if exit_code is not None else "killed"
     failure = protocol.failure_error(result)
     if failure is not None:
         end["error"] = failure["value"]
-    events.append(_envelope({"event": {"end": end}}))
-    events.append(_envelope({}, flags=0x02))
-    return events
+    return [_envelope({"event": {"end": end}}), _envelope({}, flags=0x02)]
+
+
+def _process_events(result: ExecutionResult) -> list[bytes]:
+    logs = (("stdout", result.stdout), ("stderr", result.stderr))
+    data = [_data_event(stream, text) for stream, text in logs if text]
+    return [_start_event(), *data, *_end_events(result)]
+
+
+async def _live_process_events(
+    live: LiveOutput, running: "asyncio.Future[ExecutionResult]"
+) -> AsyncIterator[bytes]:
+    yield _start_event()
+    try:
+        async for chunk in live.chunks(running):
+            yield _data_event(chunk.stream, chunk.data)
+        events = _end_events(running.result())
+    except (E2bError, GatewayError) as exc:
+        end = {"exited": False, "exitCode": 0, "status": "killed", "error": exc.message}
+        events = [_envelope({"event": {"end": end}}), _envelope({}, flags=0x02)]
+    finally:
+        running.add_done_callback(_ignored)
+    for event in events:
+        yield event
 
 
 @data_plane.post("/process.Process/Start")
 async def start_process(request: Request, call: SandboxCallDep) -> StreamingResponse:
-    """envd's Start: the command runs to its end as a run in the session, then its output and
-    exit code stream back as Start's events."""
+    """envd's Start: the command runs as a run in the session; its output streams back as
+    Start's events while it runs (on the direct path), then its exit code."""
     process = _first_message(await request.body()).get("process") or {}
     argv = [str(process.get("cmd") or ""), *[str(a) for a in process.get("args") or []]]
     envs = protocol.checked_metadata(process.get("envs"))
-    result = await _run(call, programs.command_program(argv, process.get("cwd"), envs))
-    try:
-        exit_code: int | None = int(programs.answer_of(result.result)["exitCode"])
-    except (E2bError, KeyError, TypeError, ValueError):
-        exit_code = None
-    events = _process_events(result, exit_code)
-
-    async def stream() -> AsyncIterator[bytes]:
-        for event in events:
-            yield event
-
-    return StreamingResponse(stream(), media_type="application/connect+json")
+    program = programs.command_program(argv, process.get("cwd"), envs)
+    live = LiveOutput()
+    running = asyncio.ensure_future(_run(call, program, live.put))
+    if not await live.started(running):
+        events = _lines(_process_events(running.result()))
+        return StreamingResponse(events, media_type=CONNECT_JSON)
+    return StreamingResponse(_live_process_events(live, running), media_type=CONNECT_JSON)
 
 
 @data_plane.post("/process.Process/List")
