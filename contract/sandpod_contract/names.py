@@ -35,6 +35,8 @@ QUEUED_LABEL = f"{GROUP}/queued"
 # The operator's endpoint of the direct path, which the gateway posts a session's run to.
 DIRECT_RUN_PATH = "/v1/session-runs"
 DIRECT_POOL_RUN_PATH = "/v1/pool-runs"
+# Stops a direct run in progress, by its record's namespace and name (E2B's kill of a command).
+DIRECT_CANCEL_PATH = "/v1/run-cancels"
 # On the same port: the operator admits a tenant's creates against its counts (one decider for
 # every gateway replica), and tells a tenant's use.
 DIRECT_ADMISSION_PATH = "/v1/admissions"

@@ -27,6 +27,8 @@ LIVE_PROGRAM = (
     f"import time\nprint('first line', flush=True)\ntime.sleep({LIVE_GAP_SECONDS})\n"
     "print('last line')\n"
 )
+# Long enough for a sandbox's first run under a loaded node.
+RUN_SECONDS = 120
 LIVE_COMMAND = f"echo first line; sleep {LIVE_GAP_SECONDS}; echo last line"
 
 
@@ -246,6 +248,33 @@ def test_output_streams_while_a_cell_and_a_command_run(alice: dict[str, Any]) ->
     for lines in asyncio.run(use()):
         assert set(lines) == {"first line", "last line"}
         assert lines["last line"] - lines["first line"] >= LIVE_GAP_SECONDS / 2
+
+
+def test_a_background_command_is_killed_and_the_sandbox_goes_on(alice: dict[str, Any]) -> None:
+    async def use() -> tuple[bool, bool, e2b.CommandExitException, str | None]:
+        box = await AsyncSandbox.create(**alice)
+        try:
+            started = asyncio.Event()
+            handle = await box.commands.run(
+                "echo started; sleep 120; echo never",
+                background=True,
+                on_stdout=lambda _: started.set(),
+            )
+            await asyncio.wait_for(started.wait(), RUN_SECONDS)
+            killed = await box.commands.kill(handle.pid)
+            with pytest.raises(e2b.CommandExitException) as ended:
+                await handle.wait()
+            again = await box.commands.kill(handle.pid)
+            after = await box.run_code("1 + 1")
+        finally:
+            await box.kill()
+        return killed, again, ended.value, after.text
+
+    killed, again, ended, after = asyncio.run(use())
+    assert (killed, again) == (True, False)
+    assert ended.exit_code == -1
+    assert ended.stdout == "started\n"
+    assert after == "2"
 
 
 def heard(lines: dict[str, float], text: str) -> None:

@@ -154,6 +154,7 @@ class PlayedRuns:
         # Written live by a run in a session, which then ends once `ended` is set.
         self.output: list[OutputChunk] = []
         self.ended = asyncio.Event()
+        self.cancelled: list[tuple[str, str]] = []
 
     async def run(self, namespace: str, execution: Any, session: Any, on_output: Any = None) -> Any:
         self.seen.append((namespace, execution["metadata"]["name"]))
@@ -165,6 +166,10 @@ class PlayedRuns:
             await self.ended.wait()
         status = {"phase": "Succeeded", "stdout": "1\n"}
         return {**build_record(execution, namespace), "status": status}
+
+    async def cancel(self, namespace: str, name: str) -> bool:
+        self.cancelled.append((namespace, name))
+        return name == "x-1"
 
     async def run_from_pool(
         self, namespace: str, execution: Any, pools: Any, pods: Any, on_output: Any = None
@@ -262,6 +267,24 @@ async def test_a_run_that_writes_nothing_is_answered_whole(
 
     assert seen == []
     assert record["status"]["stdout"] == "1\n"
+
+
+async def test_a_run_in_progress_is_cancelled_by_name(
+    runs: PlayedRuns, unused_tcp_port: int
+) -> None:
+    async with serving(runs, unused_tcp_port) as endpoint:
+        client = direct_runner(endpoint)
+        intruder = direct_runner(endpoint, "x" * 48)
+        try:
+            assert await client.cancel("team", "x-1")
+            assert not await client.cancel("team", "x-2")
+            with pytest.raises(GatewayError):
+                await intruder.cancel("team", "x-1")
+        finally:
+            await client.close()
+            await intruder.close()
+
+    assert runs.cancelled == [("team", "x-1"), ("team", "x-2")]
 
 
 async def test_a_one_off_run_goes_to_the_pool_route_with_the_namespaces_pools(

@@ -17,7 +17,7 @@ from typing import Protocol
 import aiohttp
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
-from sandpod_contract.names import DIRECT_POOL_RUN_PATH, DIRECT_RUN_PATH
+from sandpod_contract.names import DIRECT_CANCEL_PATH, DIRECT_POOL_RUN_PATH, DIRECT_RUN_PATH
 from sandpod_contract.runner import OutputChunk
 
 from sandpod_gateway.kube.operator_endpoint import OperatorEndpoint
@@ -48,6 +48,10 @@ class DirectRunner(Protocol):
     ) -> Resource:
         """The run's record with its final status; NotServingNow, or a GatewayError.
         `on_output` sees its output as it comes."""
+        ...
+
+    async def cancel(self, namespace: str, name: str) -> bool:
+        """Stop the direct run of that name in progress: whether one was."""
         ...
 
     async def close(self) -> None: ...
@@ -105,6 +109,18 @@ class OperatorDirectRunner:
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             raise self._unavailable() from exc
         return self._answer(status, answer, retry_after, execution)
+
+    async def cancel(self, namespace: str, name: str) -> bool:
+        body = {"namespace": namespace, "name": name}
+        try:
+            url = (await self._address()).rstrip("/") + DIRECT_CANCEL_PATH
+            async with self._http.post(url, json=body, headers=self._headers) as response:
+                status = response.status
+        except (ApiException, aiohttp.ClientError, OSError) as exc:
+            raise self._unavailable() from exc
+        if status not in (202, 404):
+            raise self._unavailable()
+        return status == 202
 
     def _answer(
         self, status: int, answer: object, retry_after: str, execution: Resource

@@ -176,12 +176,13 @@ async def run_in_session(
     idempotency_key: str | None,
     wait: bool,
     on_output: OutputListener | None = None,
+    name: str | None = None,
 ) -> CreateOutcome:
     """An execution in the session (same limits and answers as any other): through the
     direct path when the gateway has one and the caller waits, else created and reconciled.
     A lint needs none of the session's state: it runs beside it, as a one-off execution.
     `on_output` sees the output as it comes on the direct path (the record path has it in
-    the result only)."""
+    the result only); `name`: a compatibility API's own name for the run (E2B's process)."""
     direct = ctx.direct is not None and wait
     tenant = ctx.tenant.name
     session = ctx.known.get(tenant, session_id) if direct else None
@@ -202,6 +203,7 @@ async def run_in_session(
                 session=session_id,
                 idempotency_key=idempotency_key,
                 on_output=on_output,
+                name=name,
             )
         except SessionNotFound:
             ctx.known.forget(tenant, session_id)
@@ -211,5 +213,5 @@ async def run_in_session(
         if not read_now:  # the record path answers a session that has ended with 409
             await live_session(session_id, ctx)
     return await create_execution(
-        request, ctx, idempotency_key=idempotency_key, wait=wait, session=session_id
+        request, ctx, idempotency_key=idempotency_key, wait=wait, session=session_id, name=name
     )

@@ -179,10 +179,13 @@ class DirectRuns:
         # A caller that goes away does not stop the run: it ends and is recorded.
         return await asyncio.shield(task)
 
-    async def cancel(self, namespace: str, name: str) -> None:
-        """Stop the direct run of that record if it runs here (its record ends Cancelled)."""
-        if (namespace, name) in self.running:
-            await self.sessions.cancel(f"{namespace}/{name}")
+    async def cancel(self, namespace: str, name: str) -> bool:
+        """Stop the direct run of that record if it runs here (its record ends Cancelled):
+        whether it did."""
+        if (namespace, name) not in self.running:
+            return False
+        await self.sessions.cancel(f"{namespace}/{name}")
+        return True
 
     def _ended(self, key: Key, task: asyncio.Task[Manifest]) -> None:
         self.running.pop(key, None)

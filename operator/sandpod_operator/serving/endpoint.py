@@ -20,7 +20,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from aiohttp import web
-from sandpod_contract.names import DIRECT_POOL_RUN_PATH, DIRECT_RUN_PATH
+from sandpod_contract.names import DIRECT_CANCEL_PATH, DIRECT_POOL_RUN_PATH, DIRECT_RUN_PATH
 from sandpod_contract.runner import LiveOutput
 
 from sandpod_operator.kube import Manifest
@@ -53,6 +53,8 @@ class Runs(Protocol):
         pods: list[Manifest],
         on_output: OutputListener | None = None,
     ) -> Manifest: ...
+
+    async def cancel(self, namespace: str, name: str) -> bool: ...
 
 
 # A run, started with who wants its output live (or None).
@@ -163,6 +165,21 @@ def create_app(
             request, partial(runs.run_from_pool, namespace, execution, *pools(namespace))
         )
 
+    async def post_cancel(request: web.Request) -> web.Response:
+        if not hmac.compare_digest(request.headers.get("Authorization", "").encode(), expected):
+            return refusal(401, "Unauthorized", "a valid token is required")
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        fields = body if isinstance(body, dict) else {}
+        namespace, name = fields.get("namespace"), fields.get("name")
+        if not isinstance(namespace, str) or not isinstance(name, str):
+            return refusal(400, "BadRequest", "the namespace and name of a run")
+        if not await runs.cancel(namespace, name):
+            return refusal(404, "NotRunning", f"no run {name!r} in progress here")
+        return web.json_response({}, status=202)
+
     async def respond(request: web.Request, start: Start) -> web.StreamResponse:
         if NDJSON not in request.headers.get("Accept", ""):
             return await answer(start(None))
@@ -171,6 +188,7 @@ def create_app(
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     app.router.add_post(DIRECT_RUN_PATH, post_session_run)
     app.router.add_post(DIRECT_POOL_RUN_PATH, post_pool_run)
+    app.router.add_post(DIRECT_CANCEL_PATH, post_cancel)
     return app
 
 

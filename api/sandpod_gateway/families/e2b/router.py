@@ -13,10 +13,11 @@ import base64
 import contextlib
 import hashlib
 import json
+import secrets
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -28,12 +29,14 @@ from sandpod_contract.runner import LiveOutput
 
 from sandpod_gateway.families.e2b import programs, protocol
 from sandpod_gateway.families.e2b.protocol import E2bError
-from sandpod_gateway.kube.resources import Resource
-from sandpod_gateway.kube.service import SessionNotFound
+from sandpod_gateway.kube.resources import Resource, is_terminal
+from sandpod_gateway.kube.service import ExecutionNotFound, SessionNotFound
 from sandpod_gateway.policy.auth import Tenant
+from sandpod_gateway.policy.idempotency import execution_name
 from sandpod_gateway.schemas import CreateSessionRequest, ExecutionResult, SessionExecutionRequest
 from sandpod_gateway.settings import GatewaySettings
 from sandpod_gateway.usecases.direct_runs import NDJSON, OutputListener
+from sandpod_gateway.usecases.executions import get_owned
 from sandpod_gateway.usecases.session_files import download_file, upload_file
 from sandpod_gateway.usecases.sessions import (
     SessionContext,
@@ -56,7 +59,10 @@ SANDBOX_PREFIX = f"{PREFIX}/sandbox"
 API_KEY_HEADER = "X-API-KEY"
 E2B_FAMILY = "e2b"
 CONNECT_JSON = "application/connect+json"
-Line = TypeVar("Line", str, bytes)
+# A command's pid names its run (an unsigned 32-bit number in envd's protocol).
+MAX_PID = 2**31 - 1
+# A command that did not exit by itself ends as envd ends one killed by a signal.
+KILLED_END: dict[str, Any] = {"exited": False, "exitCode": -1, "status": "signal: killed"}
 
 
 def token_key(settings: GatewaySettings) -> bytes | None:
@@ -392,11 +398,20 @@ class ExecuteBody(BaseModel):
 
 
 async def _run(
-    call: SandboxCall, code: str, on_output: OutputListener | None = None
+    call: SandboxCall,
+    code: str,
+    on_output: OutputListener | None = None,
+    name: str | None = None,
 ) -> ExecutionResult:
     body = SessionExecutionRequest(code=code)
     outcome = await run_in_session(
-        call.sandbox_id, body, call.ctx, idempotency_key=None, wait=True, on_output=on_output
+        call.sandbox_id,
+        body,
+        call.ctx,
+        idempotency_key=None,
+        wait=True,
+        on_output=on_output,
+        name=name,
     )
     return outcome.result
 
@@ -471,7 +486,7 @@ async def execute(body: ExecuteBody, call: SandboxCallDep) -> StreamingResponse:
     return StreamingResponse(_live_lines(live, running), media_type=NDJSON)
 
 
-async def _lines(lines: list[Line]) -> AsyncIterator[Line]:
+async def _lines(lines: list[str]) -> AsyncIterator[str]:
     for line in lines:
         yield line
 
@@ -641,64 +656,105 @@ def _first_message(body: bytes) -> dict[str, Any]:
     return message
 
 
-def _start_event() -> bytes:
-    return _envelope({"event": {"start": {"pid": 1}}})
+def _start_event(pid: int) -> bytes:
+    return _envelope({"event": {"start": {"pid": pid}}})
 
 
 def _data_event(stream: str, text: str) -> bytes:
     return _envelope({"event": {"data": {stream: base64.b64encode(text.encode()).decode()}}})
 
 
-def _end_events(result: ExecutionResult) -> list[bytes]:
+def _end(end: dict[str, Any]) -> list[bytes]:
+    return [_envelope({"event": {"end": end}}), _envelope({}, flags=0x02)]
+
+
+def _end_events(result: ExecutionResult, streamed: bool) -> list[bytes]:
+    """The output the run's result has (when none streamed live), then its end."""
+    logs = () if streamed else (("stdout", result.stdout), ("stderr", result.stderr))
+    data = [_data_event(stream, text) for stream, text in logs if text]
     try:
         exit_code: int | None = int(programs.answer_of(result.result)["exitCode"])
     except (E2bError, KeyError, TypeError, ValueError):
         exit_code = None
-    end: dict[str, Any] = {"exited": exit_code is not None, "exitCode": exit_code or 0}
-    end["status"] = f"exit status {exit_code}" if exit_code is not None else "killed"
+    if exit_code is None:
+        end = KILLED_END
+    else:
+        end = {"exited": True, "exitCode": exit_code, "status": f"exit status {exit_code}"}
     failure = protocol.failure_error(result)
     if failure is not None:
-        end["error"] = failure["value"]
-    return [_envelope({"event": {"end": end}}), _envelope({}, flags=0x02)]
+        end = {**end, "error": failure["value"]}
+    return [*data, *_end(end)]
 
 
-def _process_events(result: ExecutionResult) -> list[bytes]:
-    logs = (("stdout", result.stdout), ("stderr", result.stderr))
-    data = [_data_event(stream, text) for stream, text in logs if text]
-    return [_start_event(), *data, *_end_events(result)]
-
-
-async def _live_process_events(
-    live: LiveOutput, running: "asyncio.Future[ExecutionResult]"
+async def _process_events(
+    pid: int, live: LiveOutput, running: "asyncio.Future[ExecutionResult]"
 ) -> AsyncIterator[bytes]:
-    yield _start_event()
+    yield _start_event(pid)
+    streamed = False
     try:
         async for chunk in live.chunks(running):
+            streamed = True
             yield _data_event(chunk.stream, chunk.data)
-        events = _end_events(running.result())
+        events = _end_events(running.result(), streamed)
     except (E2bError, GatewayError) as exc:
-        end = {"exited": False, "exitCode": 0, "status": "killed", "error": exc.message}
-        events = [_envelope({"event": {"end": end}}), _envelope({}, flags=0x02)]
+        events = _end({**KILLED_END, "error": exc.message})
     finally:
         running.add_done_callback(_ignored)
     for event in events:
         yield event
 
 
+def _process_run_name(call: SandboxCall, pid: int) -> str:
+    """The name of the run of a sandbox's process: any replica finds it again by the pid."""
+    return execution_name(call.ctx.tenant.name, f"e2b-process\n{call.sandbox_id}\n{pid}")
+
+
 @data_plane.post("/process.Process/Start")
 async def start_process(request: Request, call: SandboxCallDep) -> StreamingResponse:
-    """envd's Start: the command runs as a run in the session; its output streams back as
-    Start's events while it runs (on the direct path), then its exit code."""
+    """envd's Start: the command runs as a run in the session; Start's events tell its pid at
+    once, stream its output while it runs (on the direct path), then its exit code."""
     process = _first_message(await request.body()).get("process") or {}
     argv = [str(process.get("cmd") or ""), *[str(a) for a in process.get("args") or []]]
     envs = protocol.checked_metadata(process.get("envs"))
     program = programs.command_program(argv, process.get("cwd"), envs)
+    pid = secrets.randbelow(MAX_PID) + 1
     live = LiveOutput()
-    running = asyncio.ensure_future(_run(call, program, live.put))
-    if not await live.started(running):
-        events = _lines(_process_events(running.result()))
-        return StreamingResponse(events, media_type=CONNECT_JSON)
-    return StreamingResponse(_live_process_events(live, running), media_type=CONNECT_JSON)
+    run = _run(call, program, live.put, name=_process_run_name(call, pid))
+    running = asyncio.ensure_future(run)
+    return StreamingResponse(_process_events(pid, live, running), media_type=CONNECT_JSON)
+
+
+async def _stop(call: SandboxCall, name: str) -> bool:
+    """Stop the run of that name, if it has not ended: on the direct path at once, else (one
+    the record path took) by its record. Whether one was stopped."""
+    ctx = call.ctx
+    if ctx.direct is not None and await ctx.direct.cancel(ctx.tenant.namespace, name):
+        return True
+    try:
+        execution = await get_owned(name, ctx.tenant, ctx.executions.get, ExecutionNotFound)
+    except ExecutionNotFound:
+        return False
+    if is_terminal(execution):
+        return False
+    await ctx.executions.cancel(ctx.tenant.namespace, name)
+    return True
+
+
+@data_plane.post("/process.Process/SendSignal")
+async def send_signal(request: Request, call: SandboxCallDep) -> Response:
+    """envd's SendSignal (the SDK's kill): SIGKILL and SIGTERM alike stop the command's run;
+    a pid with no run in progress is not_found, which the SDK reads as False."""
+    try:
+        body = await request.json()
+    except ValueError:
+        body = None
+    process = body.get("process") if isinstance(body, dict) else None
+    pid = process.get("pid") if isinstance(process, dict) else None
+    if not isinstance(pid, int) or not 0 < pid <= MAX_PID:
+        return connect_error("invalid_argument", "a process is named by its pid")
+    if not await _stop(call, _process_run_name(call, pid)):
+        return connect_error("not_found", f"process with pid {pid} not found")
+    return JSONResponse({})
 
 
 @data_plane.post("/process.Process/List")
@@ -710,6 +766,6 @@ async def list_processes(_call: SandboxCallDep) -> dict[str, Any]:
 async def other_process_call(method: str, _call: SandboxCallDep) -> Response:
     return connect_error(
         "unimplemented",
-        f"sandpod does not serve process.{method}: a command runs to its end (no input, "
-        "signals or reconnects)",
+        f"sandpod does not serve process.{method}: a command runs to its end or its kill (no "
+        "input, pty or reconnects)",
     )
