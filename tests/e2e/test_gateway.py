@@ -6,7 +6,6 @@ Each test gets fresh tenant namespaces and API keys, added to the gateway's keys
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from sandpod_contract.models import TERMINAL_PHASES
 from sandpod_testkit.expected import AGENT_TOOLS
 from sandpod_testkit.kube import GROUP, PLURAL, VERSION
 from sandpod_testkit.quotas import wait_for_quotas
+from sandpod_testkit.sse import iter_sse
 from sandpod_testkit.waiting import wait_until
 
 LIVE_PROGRAM = """\
@@ -61,20 +61,6 @@ def start(http: httpx.Client, code: str, **fields: Any) -> str:
     assert response.status_code == 202, response.text
     execution_id: str = response.json()["id"]
     return execution_id
-
-
-def iter_sse(lines: Iterator[str]) -> Iterator[tuple[str, Any]]:
-    """(event, JSON data) of each Server-Sent Event, as soon as its blank line arrives."""
-    event, data = "message", []
-    for line in lines:
-        if line == "":
-            if data:
-                yield event, json.loads("\n".join(data))
-            event, data = "message", []
-        elif line.startswith("event:"):
-            event = line[len("event:") :].strip()
-        elif line.startswith("data:"):
-            data.append(line[len("data:") :].removeprefix(" "))
 
 
 def test_run_waits_for_the_result(alice: httpx.Client) -> None:

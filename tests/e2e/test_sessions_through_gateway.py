@@ -4,6 +4,7 @@ operator's CodeSession controller and the runner's session mode (notes/sessions.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -18,6 +19,7 @@ from sandpod_contract.catalog import load_catalog
 from sandpod_contract.names import RECORD_DIRECT, RECORD_LABEL
 from sandpod_testkit.kube import GROUP, PLURAL, VERSION
 from sandpod_testkit.sessions import open_session, run_in
+from sandpod_testkit.sse import iter_sse
 from sandpod_testkit.waiting import wait_until
 
 
@@ -52,6 +54,31 @@ def test_two_runs_share_a_variable(alice: httpx.Client, session: str) -> None:
         what="the session to count both runs",
     )
     assert alice.get(f"/v1/sessions/{session}").json()["status"] == "ready"
+
+
+def test_a_run_streamed_from_a_session_sends_each_line_as_it_is_written(
+    alice: httpx.Client, session: str
+) -> None:
+    run_in(alice, session, "import time")  # the session is ready: the direct path takes the run
+    program = "print('first', flush=True)\ntime.sleep(3)\nprint('second')\n"
+    arrivals = []
+    with alice.stream(
+        "POST", f"/v1/sessions/{session}/executions/stream", json={"code": program}
+    ) as response:
+        assert response.status_code == 200
+        for event, data in iter_sse(response.iter_lines()):
+            arrivals.append((time.monotonic(), event, data))
+
+    assert [event for _, event, _ in arrivals] == ["stdout", "stdout", "exit"]
+    (first_at, _, first), (second_at, _, second), (_, _, result) = arrivals
+    assert (first["data"], second["data"]) == ("first\n", "second\n")
+    assert (result["status"], result["stdout"], result["session"]) == (
+        "success",
+        "first\nsecond\n",
+        session,
+    )
+    # "first" came while the program still slept before "second".
+    assert second_at - first_at >= 1.0
 
 
 def test_another_tenants_session_is_not_found(

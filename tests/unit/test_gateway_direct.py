@@ -5,6 +5,7 @@ take the run, and a retry that runs nothing twice."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from pathlib import Path
 from typing import Any
@@ -13,10 +14,12 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from gateway_fakes import FakeExecutionService, FakeSessionService, created_from, make_app, tenant
+from sandpod_contract.runner import OutputChunk
 from sandpod_gateway.kube.service import SessionNotFound
 from sandpod_gateway.usecases.direct_runs import NotServingNow
 from sandpod_gateway.web.dependencies import get_direct_runner
 from sandpod_gateway.web.errors import GatewayError
+from sandpod_testkit.sse import iter_sse
 
 ALICE = "sk-alice-0123456789"
 
@@ -29,6 +32,8 @@ class FakeDirectRunner:
         self.service = service
         self.runs: list[dict[str, Any]] = []
         self.refusal: Exception | None = None
+        # Handed to a caller that listens, before the record.
+        self.output: list[OutputChunk] = []
 
     async def run(
         self, namespace: str, execution: Any, timeout_seconds: int, on_output: Any = None
@@ -36,6 +41,9 @@ class FakeDirectRunner:
         if self.refusal is not None:
             raise self.refusal
         self.runs.append(copy.deepcopy(execution))
+        for chunk in self.output if on_output is not None else []:
+            on_output(chunk)
+            await asyncio.sleep(0)
         record = created_from(execution, namespace)
         record["status"] = {"phase": "Succeeded", "exitCode": 0, "stdout": "direct\n"}
         record["metadata"].setdefault("labels", {})["sandpod.dev/finished"] = "true"
@@ -95,6 +103,45 @@ def test_a_run_is_answered_by_the_direct_path_and_not_created_by_the_gateway(
     [sent] = direct.runs
     assert sent["spec"]["session"] == session
     assert sent["metadata"]["labels"]["sandpod.dev/tenant"] == "alice"
+
+
+def test_a_streamed_run_sends_its_output_as_it_comes_then_its_result(
+    client: TestClient, session: str, direct: FakeDirectRunner
+) -> None:
+    direct.output = [
+        OutputChunk("stdout", "dir"),
+        OutputChunk("stderr", "!"),
+        OutputChunk("stdout", "ect\n"),
+    ]
+
+    response = client.post(f"/v1/sessions/{session}/executions/stream", json={"code": "1"})
+
+    assert response.status_code == 200, response.text
+    events = list(iter_sse(response.text.splitlines()))
+    assert [name for name, _ in events] == ["stdout", "stderr", "stdout", "exit"]
+    assert "".join(data["data"] for name, data in events if name == "stdout") == "direct\n"
+    assert events[-1][1]["status"] == "success"
+
+
+def test_a_streamed_run_that_wrote_nothing_live_replays_its_output(
+    client: TestClient, session: str
+) -> None:
+    response = client.post(f"/v1/sessions/{session}/executions/stream", json={"code": "1"})
+
+    events = list(iter_sse(response.text.splitlines()))
+    assert [name for name, _ in events] == ["stdout", "exit"]
+    assert events[0][1] == {"data": "direct\n"}
+
+
+def test_a_refused_streamed_run_is_an_error_answer(
+    client: TestClient, session: str, direct: FakeDirectRunner
+) -> None:
+    direct.refusal = GatewayError(429, "session_busy", "busy", headers={"Retry-After": "1"})
+
+    response = client.post(f"/v1/sessions/{session}/executions/stream", json={"code": "1"})
+
+    assert response.status_code == 429
+    assert response.headers["Retry-After"] == "1"
 
 
 def test_runs_after_the_first_read_nothing_before_the_direct_path(

@@ -1,15 +1,19 @@
 """Streaming: an execution's output as Server-Sent Events."""
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterator
 
 from fastapi.sse import ServerSentEvent
+from sandpod_contract.runner import LiveOutput
 
 from sandpod_gateway.kube.resources import Resource, execution_result
 from sandpod_gateway.kube.service import ExecutionNotFound, ExecutionService, KubernetesUnavailable
 from sandpod_gateway.schemas import ExecutionResult, OutputEvent
 from sandpod_gateway.settings import GatewaySettings
+from sandpod_gateway.usecases.executions import CreateOutcome
 from sandpod_gateway.usecases.waiting import finished, wait_timeout
+from sandpod_gateway.web.errors import GatewayError
 
 logger = logging.getLogger(__name__)
 
@@ -49,3 +53,32 @@ async def execution_events(
         for event in _replayed_output(result):
             yield event
     yield ServerSentEvent(event="exit", data=result)
+
+
+async def live_events(
+    live: LiveOutput, running: "asyncio.Future[CreateOutcome]"
+) -> AsyncIterator[ServerSentEvent]:
+    """SSE events of a run started with `live.put` as its output listener: stdout/stderr
+    chunks as its runner sends them (the direct path), then exit with the result. A run
+    that streamed nothing (the record path took it) has its output replayed from the result.
+    """
+    streamed = False
+    try:
+        async for chunk in live.chunks(running):
+            streamed = True
+            yield ServerSentEvent(event=chunk.stream, data=OutputEvent(data=chunk.data))
+        result = running.result().result
+    except GatewayError as exc:
+        yield ServerSentEvent(event="error", data={"code": exc.code, "message": exc.message})
+        return
+    finally:
+        running.add_done_callback(_ignored)
+    if not streamed:
+        for event in _replayed_output(result):
+            yield event
+    yield ServerSentEvent(event="exit", data=result)
+
+
+def _ignored(future: "asyncio.Future[CreateOutcome]") -> None:
+    if not future.cancelled():
+        future.exception()

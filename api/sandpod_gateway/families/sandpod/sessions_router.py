@@ -1,11 +1,14 @@
 """/v1/sessions: open, get, list, close; run code in one; upload and download its files."""
 
+import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Request, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from sandpod_contract.models import RELATIVE_PATH_PATTERN
+from sandpod_contract.runner import LiveOutput
 
 from sandpod_gateway.kube.resources import Resource, session_info
 from sandpod_gateway.kube.service import ExecutionNotFound
@@ -17,7 +20,7 @@ from sandpod_gateway.schemas import (
     SessionPage,
     TrustedName,
 )
-from sandpod_gateway.usecases.executions import get_owned_execution, list_page
+from sandpod_gateway.usecases.executions import CreateOutcome, get_owned_execution, list_page
 from sandpod_gateway.usecases.session_files import FileInfo, download_file, upload_file
 from sandpod_gateway.usecases.sessions import (
     close_session,
@@ -25,7 +28,7 @@ from sandpod_gateway.usecases.sessions import (
     open_session,
     run_in_session,
 )
-from sandpod_gateway.usecases.streaming import execution_events
+from sandpod_gateway.usecases.streaming import execution_events, live_events
 from sandpod_gateway.web.common import (
     COMMON_ERRORS,
     CreateCallDep,
@@ -139,6 +142,50 @@ async def post_session_execution(
         session_id, body, ctx, idempotency_key=call.idempotency_key, wait=call.wait
     )
     return call.answer(outcome)
+
+
+@dataclass(frozen=True)
+class StartedRun:
+    """A run in a session that has written output, or ended (a refusal is raised before
+    the answer starts)."""
+
+    live: LiveOutput
+    running: "asyncio.Future[CreateOutcome]"
+
+
+async def started_run(
+    session_id: str,
+    body: SessionExecutionRequest,
+    ctx: SessionContextDep,
+    idempotency_key: IdempotencyKey = None,
+) -> StartedRun:
+    live = LiveOutput()
+    running = asyncio.ensure_future(
+        run_in_session(
+            session_id, body, ctx, idempotency_key=idempotency_key, wait=True, on_output=live.put
+        )
+    )
+    if not await live.started(running):
+        running.result()
+    return StartedRun(live, running)
+
+
+@router.post(
+    "/{session_id}/executions/stream",
+    response_class=EventSourceResponse,
+    summary="Run code in a session, streaming its output",
+    description="As POST /{session_id}/executions (it waits), answered as Server-Sent Events: "
+    "`stdout` and `stderr` chunks as the program writes them (unverified until the run has "
+    "ended, like every live stream), then `exit` with the result; `error` "
+    '({"code", "message"}) if the run cannot be completed. A refusal (404, 409, 422, 429) '
+    "is an error answer before the stream starts.",
+    responses=error_responses(*COMMON_ERRORS, 400, 404, 409, 413, 429, streaming=True),
+)
+async def post_session_execution_stream(
+    run: Annotated[StartedRun, Depends(started_run)],
+) -> AsyncIterator[ServerSentEvent]:
+    async for event in live_events(run.live, run.running):
+        yield event
 
 
 async def session_execution(
