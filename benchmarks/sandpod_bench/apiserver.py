@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from kubernetes import client
@@ -67,16 +67,7 @@ class WritesPerRun:
     sandpod_reads_by_kind: dict[str, float]
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "runs": self.runs,
-            "writes": self.writes,
-            "per_run": self.per_run,
-            "sandpod_per_run": self.sandpod_per_run,
-            "records_per_run": self.records_per_run,
-            "by_kind": self.by_kind,
-            "reads_per_run": self.reads_per_run,
-            "sandpod_reads_by_kind": self.sandpod_reads_by_kind,
-        }
+        return asdict(self)
 
 
 def writes_per_run(

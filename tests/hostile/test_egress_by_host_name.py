@@ -65,23 +65,31 @@ HOST_ALIASES = [
     {"ip": CLUSTER_SERVICE_ADDRESS, "hostnames": ["cluster.fake"]},
 ]
 
-# Fetches each URL through the proxy (urllib reads HTTP(S)_PROXY), HTTPS without verifying the
-# fake host's self-signed certificate, and tries one direct connection; prints JSON.
-FETCH = """
-import json, socket, ssl, sys, urllib.error, urllib.request
+# The start of the programs below: `fetch(through, url)` answers [status, the body's start] or
+# ["refused", why]; `context` is HTTPS that does not verify the fake hosts' self-signed
+# certificates.
+FETCHING = """
+import json, os, socket, ssl, sys, urllib.error, urllib.request
 context = ssl.create_default_context()
 context.check_hostname = False
 context.verify_mode = ssl.CERT_NONE
-opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context))
-def fetch(url):
+def fetch(through, url):
     try:
-        with opener.open(url, timeout=15) as answer:
+        with through.open(url, timeout=15) as answer:
             return [answer.status, answer.read().decode()[:60]]
     except urllib.error.HTTPError as error:
         return [error.code, ""]
     except OSError as error:
         return ["refused", str(error)[:80]]
-results = {url: fetch(url) for url in sys.argv[1:]}
+"""
+
+# Fetches each URL through the proxy (urllib reads HTTP(S)_PROXY) and tries one direct
+# connection; prints JSON.
+FETCH = (
+    FETCHING
+    + """
+opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context))
+results = {url: fetch(opener, url) for url in sys.argv[1:]}
 try:
     socket.create_connection(("%(web)s", %(port)d), timeout=3).close()
     results["direct"] = "connected"
@@ -89,6 +97,7 @@ except OSError as error:
     results["direct"] = type(error).__name__
 print(json.dumps(results))
 """
+)
 
 INSTALL = """
 import subprocess, sys
@@ -304,18 +313,29 @@ def run(
     args: list[str] | None = None,
     language: str = "python",
 ) -> tuple[str, dict[str, Any]]:
-    name = f"proxy-{uuid.uuid4().hex[:6]}"
-    create(
+    return ran(
         objects,
         namespace,
-        name,
+        f"proxy-{uuid.uuid4().hex[:6]}",
+        source,
+        args,
         language=language,
-        source=source,
-        args=args or [],
-        timeoutSeconds=90,
         resources={"memory": "512Mi"},
         network={"egress": "allowlist", "allow": hosts},
     )
+
+
+def ran(
+    objects: client.CustomObjectsApi,
+    namespace: str,
+    name: str,
+    source: str,
+    args: list[str] | None,
+    **spec: Any,
+) -> tuple[str, dict[str, Any]]:
+    """Execution `name` of `source` with `args` (90 s for its installs and fetches): its name
+    and its status once it has ended."""
+    create(objects, namespace, name, source=source, args=args or [], timeoutSeconds=90, **spec)
     return name, status(wait_for(objects, namespace, name, timeout=150))
 
 
@@ -413,28 +433,29 @@ def test_a_narrowed_tenant_cannot_name_other_hosts(
 
 
 @pytest.mark.usefixtures("proxy_operator")
-def test_pip_install_from_a_package_index_on_the_fake_internet(
-    custom_objects: client.CustomObjectsApi, tenants: dict[str, str]
+@pytest.mark.parametrize(
+    ("tool", "language", "program", "package", "host"),
+    [
+        # One execution: the import runs in a new interpreter (a session: see the end).
+        ("pip", "python", INSTALL, PACKAGE, "pypi.fake"),
+        ("npm", "javascript", NPM_INSTALL, NPM_PACKAGE, "npm.fake"),
+    ],
+    ids=["pip-from-a-package-index", "npm-from-a-registry"],
+)
+def test_install_from_the_fake_internet(
+    custom_objects: client.CustomObjectsApi,
+    tenants: dict[str, str],
+    tool: str,
+    language: str,
+    program: str,
+    package: str,
+    host: str,
 ) -> None:
-    # One execution: the import runs in a new interpreter (a session: see the end).
-    source = INSTALL % {"port": HTTP_PORT, "package": PACKAGE}
-    hosts = [{"host": "pypi.fake", "ports": [{"port": HTTP_PORT}]}]
-    _, result = run(custom_objects, tenants["a"], source, hosts)
+    source = program % {"port": HTTP_PORT, "package": package}
+    hosts = [{"host": host, "ports": [{"port": HTTP_PORT}]}]
+    _, result = run(custom_objects, tenants["a"], source, hosts, language=language)
     assert result["phase"] == "Succeeded", result
-    assert "pip exit 0" in result["stdout"], result["stdout"]
-    assert PACKAGE_VALUE in result["stdout"], result["stdout"]
-    assert not result.get("egressBlocked")
-
-
-@pytest.mark.usefixtures("proxy_operator")
-def test_npm_install_from_a_registry_on_the_fake_internet(
-    custom_objects: client.CustomObjectsApi, tenants: dict[str, str]
-) -> None:
-    source = NPM_INSTALL % {"port": HTTP_PORT, "package": NPM_PACKAGE}
-    hosts = [{"host": "npm.fake", "ports": [{"port": HTTP_PORT}]}]
-    _, result = run(custom_objects, tenants["a"], source, hosts, language="javascript")
-    assert result["phase"] == "Succeeded", result
-    assert "npm exit 0" in result["stdout"], result["stdout"]
+    assert f"{tool} exit 0" in result["stdout"], result["stdout"]
     assert PACKAGE_VALUE in result["stdout"], result["stdout"]
     assert not result.get("egressBlocked")
 
@@ -546,17 +567,7 @@ def run_in_session(
     args: list[str] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     name = f"{session}-{uuid.uuid4().hex[:4]}"
-    create(
-        objects,
-        namespace,
-        name,
-        language="python",
-        source=source,
-        args=args or [],
-        timeoutSeconds=90,
-        session=session,
-    )
-    return name, status(wait_for(objects, namespace, name, timeout=150))
+    return ran(objects, namespace, name, source, args, language="python", session=session)
 
 
 @pytest.mark.usefixtures("proxy_operator")
@@ -591,27 +602,18 @@ def test_a_session_installs_a_package_that_its_next_execution_imports(
 
 # Another sandbox's proxy credentials (argv[1], a proxy URL) tried for argv[3:], and this
 # sandbox's own (HTTP_PROXY) for argv[2]; prints JSON (by URL, the last as "own").
-STOLEN_GRANT = """
-import json, os, ssl, sys, urllib.error, urllib.request
-context = ssl.create_default_context()
-context.check_hostname = False
-context.verify_mode = ssl.CERT_NONE
+STOLEN_GRANT = (
+    FETCHING
+    + """
 def opener(proxy):
     handlers = [urllib.request.ProxyHandler({"http": proxy, "https": proxy})]
     return urllib.request.build_opener(*handlers, urllib.request.HTTPSHandler(context=context))
-def fetch(through, url):
-    try:
-        with through.open(url, timeout=15) as answer:
-            return [answer.status, answer.read().decode()[:60]]
-    except urllib.error.HTTPError as error:
-        return [error.code, ""]
-    except OSError as error:
-        return ["refused", str(error)[:80]]
 stolen = opener(sys.argv[1])
 results = {url: fetch(stolen, url) for url in sys.argv[3:]}
 results["own"] = fetch(opener(os.environ["HTTP_PROXY"]), sys.argv[2])
 print(json.dumps(results))
 """
+)
 SHOW_GRANT = "import os; print(os.environ['HTTP_PROXY'])"
 
 

@@ -140,6 +140,24 @@ class Lab:
     def in_ns(self, namespace: str, *argv: str) -> list[str]:
         return ["ip", "netns", "exec", namespace, *argv]
 
+    def add_veth(self, host_side: str, namespace: str) -> None:
+        """A veth pair: `host_side` in the node, its peer eth0 in `namespace`."""
+        sh(
+            "ip",
+            "-n",
+            self.node,
+            "link",
+            "add",
+            host_side,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            namespace,
+        )
+
     def build(self, *, fake_api_server: bool = True) -> None:
         node = self.node
         for namespace in [node, self.ext, *self.pods.values()]:
@@ -160,41 +178,13 @@ class Lab:
         sh("ip", "-n", node, "addr", "add", f"{NODE_IP}/32", "dev", "lo")
         for name, namespace in self.pods.items():
             host_side = f"veth-{name}"
-            sh(
-                "ip",
-                "-n",
-                node,
-                "link",
-                "add",
-                host_side,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "eth0",
-                "netns",
-                namespace,
-            )
+            self.add_veth(host_side, namespace)
             sh("ip", "-n", node, "link", "set", host_side, "master", "cni0", "up")
             sh(*self.in_ns(namespace, "sysctl", "-qw", "net.ipv6.conf.eth0.accept_dad=0"))
             sh("ip", "-n", namespace, "addr", "add", f"{PODS[name]}/24", "dev", "eth0")
             sh("ip", "-n", namespace, "link", "set", "eth0", "up")
             sh("ip", "-n", namespace, "route", "add", "default", "via", GATEWAY)
-        sh(
-            "ip",
-            "-n",
-            node,
-            "link",
-            "add",
-            "ext0",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "netns",
-            self.ext,
-        )
+        self.add_veth("ext0", self.ext)
         sh("ip", "-n", node, "addr", "add", "198.51.100.1/24", "dev", "ext0")
         sh("ip", "-n", node, "link", "set", "ext0", "up")
         for address in (EXT_ALLOWED, EXT_EXCEPTED):
@@ -416,23 +406,13 @@ def test_ipv6_link_local_paths_are_closed(lab: Lab) -> None:
     assert lab.reaches("a", "tcp", PODS["b"], 8080)
 
 
+# A FORWARD rule of another program's, which ours must keep below our hook and leave alone.
+SOMEONE_ELSES_RULE = ("-m", "comment", "--comment", "someone-else", "-j", "ACCEPT")
+
+
 def test_reapply_keeps_one_hook_on_top_and_drops_stale_sets(lab: Lab) -> None:
     lab.apply([DENY_INGRESS])
-    sh(
-        *lab.in_ns(
-            lab.node,
-            "iptables",
-            "-I",
-            "FORWARD",
-            "1",
-            "-m",
-            "comment",
-            "--comment",
-            "someone-else",
-            "-j",
-            "ACCEPT",
-        )
-    )
+    sh(*lab.in_ns(lab.node, "iptables", "-I", "FORWARD", "1", *SOMEONE_ELSES_RULE))
     wanted = lab.apply([CLIENT_EGRESS_DENY])
     forward = [line for line in lab.saved().splitlines() if line.startswith("-A FORWARD")]
     assert forward[0] == "-A FORWARD -m comment --comment sandpod-netpol -j SANDPOD-NP-FORWARD"
@@ -445,20 +425,7 @@ def test_reapply_keeps_one_hook_on_top_and_drops_stale_sets(lab: Lab) -> None:
         assert time.monotonic() < deadline, lab.sets()
         time.sleep(0.1)
         lab.apply([CLIENT_EGRESS_DENY])
-    sh(
-        *lab.in_ns(
-            lab.node,
-            "iptables",
-            "-D",
-            "FORWARD",
-            "-m",
-            "comment",
-            "--comment",
-            "someone-else",
-            "-j",
-            "ACCEPT",
-        )
-    )
+    sh(*lab.in_ns(lab.node, "iptables", "-D", "FORWARD", *SOMEONE_ELSES_RULE))
 
 
 def test_cleanup_removes_every_trace(lab: Lab) -> None:
@@ -630,6 +597,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         lab.teardown()
 
 
+def deny_ingress(cluster: Cluster) -> None:
+    """Applies DENY_INGRESS through the API and waits until it cuts a off from b."""
+    cluster.apply(policy_object("deny-ingress", DENY_INGRESS["spec"]))
+    wait_until(
+        lambda: not cluster.lab.reaches("a", "tcp", PODS["b"], 8080),
+        timeout=5,
+        what="deny-all ingress",
+    )
+
+
 def test_cni_version(cluster: Cluster) -> None:
     result = cluster.cni("VERSION", "a")
     assert result.returncode == 0
@@ -652,10 +629,7 @@ def test_pods_are_cut_off_until_their_cni_add_and_reachable_right_after(cluster:
 
 def test_policies_take_effect_within_seconds(cluster: Cluster) -> None:
     lab = cluster.lab
-    cluster.apply(policy_object("deny-ingress", {"podSelector": {}, "policyTypes": ["Ingress"]}))
-    wait_until(
-        lambda: not lab.reaches("a", "tcp", PODS["b"], 8080), timeout=5, what="deny-all ingress"
-    )
+    deny_ingress(cluster)
     assert lab.reaches("node", "tcp", PODS["b"], 8080)
     cluster.kubectl("delete", "networkpolicy", "deny-ingress")
     wait_until(lambda: lab.reaches("a", "tcp", PODS["b"], 8080), timeout=5, what="policy deleted")
@@ -728,10 +702,7 @@ def test_del_forgets_the_address(cluster: Cluster) -> None:
 
 def test_rules_outlive_the_enforcer_and_come_back_from_its_state(cluster: Cluster) -> None:
     lab = cluster.lab
-    cluster.apply(policy_object("deny-ingress", {"podSelector": {}, "policyTypes": ["Ingress"]}))
-    wait_until(
-        lambda: not lab.reaches("a", "tcp", PODS["b"], 8080), timeout=5, what="deny-all ingress"
-    )
+    deny_ingress(cluster)
     cluster.stop_enforcer()
     assert not lab.reaches("a", "tcp", PODS["b"], 8080)  # still enforced while it is down
     refused = cluster.cni("ADD", "a", PODS["a"])

@@ -247,12 +247,13 @@ def error_message(
     return None
 
 
-def _created_at(metadata: Resource) -> datetime | None:
-    value = metadata.get("creationTimestamp")
-    if not isinstance(value, str):
+def created_at(resource: Resource) -> datetime | None:
+    """When the API server created the object, if its metadata says so readably."""
+    stamp = (resource.get("metadata") or {}).get("creationTimestamp")
+    if not isinstance(stamp, str):
         return None
     try:
-        return datetime.fromisoformat(value)
+        return datetime.fromisoformat(stamp)
     except ValueError:
         return None
 
@@ -332,7 +333,7 @@ def execution_result(
         files=output_files(st, contents or {}, inline_bytes),
         files_truncated=st.outputs_truncated is True,
         egress_blocked=st.egress_blocked,
-        created_at=_created_at(metadata),
+        created_at=created_at(resource),
         started_at=st.started_at,
         finished_at=st.finished_at,
         session=spec.get("session"),
@@ -369,7 +370,7 @@ def session_info(resource: Resource) -> SessionInfo:
         max_lifetime_seconds=spec.get("maxLifetimeSeconds") or DEFAULT_MAX_LIFETIME_SECONDS,
         execution_count=st.execution_count if st else 0,
         start_mode=st.start_mode if st else None,
-        created_at=_created_at(metadata),
+        created_at=created_at(resource),
         started_at=st.started_at if st else None,
         last_activity_at=st.last_activity_at if st else None,
         expires_at=st.expires_at if st else None,

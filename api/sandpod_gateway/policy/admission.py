@@ -21,7 +21,7 @@ from sandpod_contract.models import (
 from sandpod_contract.names import FINISHED_LABEL, TENANT_LABEL
 from sandpod_contract.quantities import parse_quantity, smaller_quantity
 
-from sandpod_gateway.kube.resources import Resource, is_ended
+from sandpod_gateway.kube.resources import Resource, created_at, is_ended
 from sandpod_gateway.kube.service import ExecutionService, SessionService
 from sandpod_gateway.languages import LanguageCatalog
 from sandpod_gateway.policy.auth import Tenant, TenantLimits
@@ -304,22 +304,12 @@ def resolved_limits(
     )
 
 
-def _created_at(resource: Resource) -> datetime | None:
-    stamp = (resource.get("metadata") or {}).get("creationTimestamp")
-    if not isinstance(stamp, str):
-        return None
-    try:
-        return datetime.fromisoformat(stamp)
-    except ValueError:
-        return None
-
-
 def retry_after_seconds(
     unfinished: list[Resource], now: datetime, max_timeout_seconds: int, default: int
 ) -> int:
     """Seconds until the oldest unfinished execution must have ended at the latest: created
     plus the tenant's longest timeout (metadata tells no more). 1..60."""
-    created = [stamp for stamp in map(_created_at, unfinished) if stamp is not None]
+    created = [stamp for stamp in map(created_at, unfinished) if stamp is not None]
     return seconds_until_room(min(created, default=None), now, max_timeout_seconds, default)
 
 

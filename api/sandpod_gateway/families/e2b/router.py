@@ -14,7 +14,7 @@ import contextlib
 import hashlib
 import json
 import secrets
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -22,7 +22,6 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 from sandpod_contract.names import TENANT_LABEL
 from sandpod_contract.runner import LiveOutput
@@ -52,7 +51,8 @@ from sandpod_gateway.web.dependencies import (
     authenticate,
     session_context_of,
 )
-from sandpod_gateway.web.errors import GatewayError, as_gateway_error
+from sandpod_gateway.web.errors import GatewayError
+from sandpod_gateway.web.family_route import FamilyRoute
 
 PREFIX = "/e2b"
 SANDBOX_PREFIX = f"{PREFIX}/sandbox"
@@ -78,29 +78,20 @@ def e2b_error(status: int, message: str, headers: dict[str, str] | None = None) 
     return JSONResponse({"code": status, "message": message}, status_code=status, headers=headers)
 
 
-class E2bRoute(APIRoute):
+class E2bRoute(FamilyRoute):
     """A route whose errors (its dependencies' included) take E2B's shape."""
 
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
+    def family_error(self, exc: Exception) -> Response | None:
+        if isinstance(exc, E2bError):
+            return e2b_error(exc.status, exc.message)
+        if isinstance(exc, RequestValidationError):
+            first = exc.errors()[0] if exc.errors() else {}
+            where = ".".join(str(part) for part in first.get("loc", ()))
+            return e2b_error(400, f"{where}: {first.get('msg', 'is invalid')}")
+        return None
 
-        async def e2b_handler(request: Request) -> Response:
-            try:
-                return await handler(request)
-            except E2bError as exc:
-                return e2b_error(exc.status, exc.message)
-            except RequestValidationError as exc:
-                first = exc.errors()[0] if exc.errors() else {}
-                where = ".".join(str(part) for part in first.get("loc", ()))
-                return e2b_error(400, f"{where}: {first.get('msg', 'is invalid')}")
-            except Exception as exc:
-                retry_after = request.app.state.settings.default_retry_after_seconds
-                error = as_gateway_error(exc, retry_after)
-                if error is None:
-                    raise
-                return e2b_error(error.status_code, error.message, error.headers or None)
-
-        return e2b_handler
+    def gateway_error(self, error: GatewayError) -> Response:
+        return e2b_error(error.status_code, error.message, error.headers or None)
 
 
 api = APIRouter(prefix=PREFIX, tags=["e2b"], route_class=E2bRoute, include_in_schema=False)

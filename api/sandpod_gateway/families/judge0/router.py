@@ -7,14 +7,13 @@ too). Errors are Judge0's: {"error": "..."}, and 422 with the submission's error
 
 import asyncio
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
 
 from sandpod_gateway.families.judge0 import judge0
 from sandpod_gateway.families.judge0.callbacks import Judge0Callbacks
@@ -39,6 +38,7 @@ from sandpod_gateway.web.dependencies import (
     from_app_state,
 )
 from sandpod_gateway.web.errors import GatewayError, as_gateway_error
+from sandpod_gateway.web.family_route import FamilyRoute
 from sandpod_gateway.web.metrics import GatewayMetrics
 
 PREFIX = "/judge0"
@@ -64,33 +64,24 @@ def judge0_error(error: GatewayError) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status, headers=error.headers or None)
 
 
-class Judge0Route(APIRoute):
+class Judge0Route(FamilyRoute):
     """A route whose errors (its dependencies' included) take Judge0's shapes."""
 
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
+    def family_error(self, exc: Exception) -> Response | None:
+        if isinstance(exc, judge0.InvalidSubmission):
+            return JSONResponse(exc.errors, status_code=422)
+        if isinstance(exc, judge0.InvalidFields):
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        if isinstance(exc, RequestValidationError):
+            errors: judge0.Errors = {}
+            for error in exc.errors():
+                field = str(error["loc"][-1]) if error.get("loc") else "base"
+                errors.setdefault(field, []).append(str(error.get("msg", "is invalid")))
+            return JSONResponse(errors, status_code=422)
+        return None
 
-        async def judge0_handler(request: Request) -> Response:
-            try:
-                return await handler(request)
-            except judge0.InvalidSubmission as exc:
-                return JSONResponse(exc.errors, status_code=422)
-            except judge0.InvalidFields as exc:
-                return JSONResponse({"error": str(exc)}, status_code=400)
-            except RequestValidationError as exc:
-                errors: judge0.Errors = {}
-                for error in exc.errors():
-                    field = str(error["loc"][-1]) if error.get("loc") else "base"
-                    errors.setdefault(field, []).append(str(error.get("msg", "is invalid")))
-                return JSONResponse(errors, status_code=422)
-            except Exception as exc:
-                retry_after = request.app.state.settings.default_retry_after_seconds
-                error = as_gateway_error(exc, retry_after)
-                if error is None:
-                    raise
-                return judge0_error(error)
-
-        return judge0_handler
+    def gateway_error(self, error: GatewayError) -> Response:
+        return judge0_error(error)
 
 
 router = APIRouter(prefix=PREFIX, tags=["judge0"], route_class=Judge0Route, include_in_schema=False)
