@@ -18,7 +18,7 @@ COMMON_ERRORS = (401, 422, 429, 503)
 EXECUTIONS_PATH = "/v1/executions"
 
 
-def page_query(
+async def page_query(
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     cursor: Annotated[str | None, Query(min_length=1, max_length=4096)] = None,
 ) -> PageQuery:
@@ -57,7 +57,7 @@ class CreateCall:
         return result
 
 
-def create_call(
+async def create_call(
     response: Response,
     metrics: MetricsDep,
     idempotency_key: IdempotencyKey = None,

@@ -3,7 +3,7 @@ app.dependency_overrides (get_key_store, get_execution_service, get_session_serv
 get_direct_runner)."""
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -20,27 +20,32 @@ from sandpod_gateway.usecases.sessions import KnownSessions, SessionContext
 from sandpod_gateway.web.errors import GatewayError
 from sandpod_gateway.web.metrics import GatewayMetrics
 
+T = TypeVar("T")
+# A dependency that returns one of the app's state attributes.
+StateDependency = Callable[[Request], Awaitable[T]]
 
-def from_app_state(attribute: str) -> Callable[[Request], Any]:
-    """A dependency returning what create_app stored as app.state.<attribute>."""
 
-    def dependency(request: Request) -> Any:
+def from_app_state(attribute: str) -> StateDependency[Any]:
+    """A dependency returning what create_app stored as app.state.<attribute> (async, as
+    every dependency here: FastAPI runs a plain function's in a worker thread, a hop each)."""
+
+    async def dependency(request: Request) -> Any:
         return getattr(request.app.state, attribute)
 
     dependency.__name__ = f"get_{attribute}"
     return dependency
 
 
-get_settings: Callable[[Request], GatewaySettings] = from_app_state("settings")
-get_catalog: Callable[[Request], LanguageCatalog] = from_app_state("catalog")
-get_metrics: Callable[[Request], GatewayMetrics] = from_app_state("metrics")
-get_admission: Callable[[Request], AdmissionControl] = from_app_state("admission")
-get_key_store: Callable[[Request], ApiKeyStore] = from_app_state("key_store")
-get_execution_service: Callable[[Request], ExecutionService] = from_app_state("execution_service")
-get_session_service: Callable[[Request], SessionService] = from_app_state("session_service")
-get_direct_runner: Callable[[Request], DirectRunner | None] = from_app_state("direct_runner")
-get_tenant_counts: Callable[[Request], OperatorCounts | None] = from_app_state("tenant_counts")
-get_known_sessions: Callable[[Request], KnownSessions] = from_app_state("known_sessions")
+get_settings: StateDependency[GatewaySettings] = from_app_state("settings")
+get_catalog: StateDependency[LanguageCatalog] = from_app_state("catalog")
+get_metrics: StateDependency[GatewayMetrics] = from_app_state("metrics")
+get_admission: StateDependency[AdmissionControl] = from_app_state("admission")
+get_key_store: StateDependency[ApiKeyStore] = from_app_state("key_store")
+get_execution_service: StateDependency[ExecutionService] = from_app_state("execution_service")
+get_session_service: StateDependency[SessionService] = from_app_state("session_service")
+get_direct_runner: StateDependency[DirectRunner | None] = from_app_state("direct_runner")
+get_tenant_counts: StateDependency[OperatorCounts | None] = from_app_state("tenant_counts")
+get_known_sessions: StateDependency[KnownSessions] = from_app_state("known_sessions")
 
 
 SettingsDep = Annotated[GatewaySettings, Depends(get_settings)]
@@ -104,11 +109,11 @@ CurrentTenant = Annotated[Tenant, Depends(get_current_tenant)]
 
 def execution_context_of(
     tenant_dependency: Callable[..., Awaitable[Tenant]],
-) -> Callable[..., ExecutionContext]:
+) -> Callable[..., Awaitable[ExecutionContext]]:
     """The dependency of the execution use cases' context, the tenant found by
     `tenant_dependency` (an API family authenticates its own way)."""
 
-    def get_context(
+    async def get_context(
         tenant: Annotated[Tenant, Depends(tenant_dependency)],
         executions: ExecutionServiceDep,
         catalog: CatalogDep,
@@ -130,11 +135,11 @@ ExecutionContextDep = Annotated[ExecutionContext, Depends(get_execution_context)
 
 def session_context_of(
     tenant_dependency: Callable[..., Awaitable[Tenant]],
-) -> Callable[..., SessionContext]:
+) -> Callable[..., Awaitable[SessionContext]]:
     """The dependency of the session use cases' context, the tenant found by
     `tenant_dependency` (an API family authenticates its own way)."""
 
-    def get_context(
+    async def get_context(
         ctx: Annotated[ExecutionContext, Depends(execution_context_of(tenant_dependency))],
         sessions: SessionServiceDep,
         known: KnownSessionsDep,

@@ -149,7 +149,7 @@ class SandboxCall:
     ctx: SessionContext
 
 
-def sandbox_call(
+async def sandbox_call(
     ctx: Annotated[SessionContext, Depends(session_context_of(sandbox_tenant))],
     sandbox_id: Annotated[str, Header(alias="E2b-Sandbox-Id")] = "",
 ) -> SandboxCall:

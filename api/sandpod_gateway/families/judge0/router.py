@@ -7,7 +7,6 @@ too). Errors are Judge0's: {"error": "..."}, and 422 with the submission's error
 
 import asyncio
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -33,6 +32,7 @@ from sandpod_gateway.web.dependencies import (
     KeyStoreDep,
     MetricsDep,
     SettingsDep,
+    StateDependency,
     authenticate,
     execution_context_of,
     from_app_state,
@@ -46,7 +46,7 @@ AUTH_HEADER = "X-Auth-Token"
 # A batch's submissions created at once, at most.
 BATCH_CREATES = 16
 
-get_judge0_callbacks: Callable[[Request], Judge0Callbacks] = from_app_state("judge0_callbacks")
+get_judge0_callbacks: StateDependency[Judge0Callbacks] = from_app_state("judge0_callbacks")
 Judge0CallbacksDep = Annotated[Judge0Callbacks, Depends(get_judge0_callbacks)]
 
 
@@ -141,7 +141,7 @@ class Submitting:
     callbacks: Judge0Callbacks
 
 
-def submitting(metrics: MetricsDep, callbacks: Judge0CallbacksDep) -> Submitting:
+async def submitting(metrics: MetricsDep, callbacks: Judge0CallbacksDep) -> Submitting:
     return Submitting(metrics, callbacks)
 
 
