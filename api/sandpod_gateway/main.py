@@ -106,6 +106,7 @@ def create_app(settings: GatewaySettings | None = None, pad_dir: Path = PAD_DIR)
     app.state.tenant_counts = None
     app.state.judge0_callbacks = Judge0Callbacks()
     app.state.e2b_token_key = e2b.token_key(settings)
+    app.state.e2b_module_installed = e2b.ModuleInstalled()
     install_error_handlers(app)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)

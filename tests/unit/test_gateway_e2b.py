@@ -169,14 +169,14 @@ def test_a_cell_is_one_run_once_the_session_has_the_module(e2b_env: str, kernel:
     first = sandbox.run_code("print('hi')\nx = 41\nx + 1", on_stdout=lambda m: seen.append(m.line))
     assert (first.logs.stdout, seen, first.text, first.error) == (["hi\n"], ["hi\n"], "42", None)
     assert first.execution_count == 1
-    assert kernel.module_runs == 2  # the first call finds no module: installed, called again
+    assert kernel.module_runs == 1  # the first call carries the module: one run
     envs = sandbox.run_code("import os\n(os.environ['WHO'], os.environ.get('A'))", envs={"A": "b"})
     assert envs.text == "('sandbox', 'b')"
     assert (
         sandbox.run_code("os.environ.get('A'), os.environ.get('WHO')").text == "(None, 'sandbox')"
     )
     assert sandbox.run_code("x;").text is None
-    assert kernel.module_runs == 5
+    assert kernel.module_runs == 4
     failed = sandbox.run_code("print('warn', file=__import__('sys').stderr)\n1/0")
     assert failed.error is not None
     assert (failed.error.name, failed.error.value) == ("ZeroDivisionError", "division by zero")
@@ -184,6 +184,11 @@ def test_a_cell_is_one_run_once_the_session_has_the_module(e2b_env: str, kernel:
         failed.error.traceback.splitlines()[1] == '  File "<cell default:5>", line 2, in <module>'
     )
     assert (failed.logs.stderr, failed.execution_count) == (["warn\n"], 5)
+    # An interpreter that lost the module (restarted) says so; the call is sent again with it.
+    kernel.python.close()
+    kernel.python = PythonKernel(kernel.work)
+    assert sandbox.run_code("1 + 1").text == "2"
+    assert kernel.module_runs == 7
 
 
 def test_contexts_have_their_own_namespace_directory_and_count(

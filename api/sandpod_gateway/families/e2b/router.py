@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import json
 import secrets
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,19 +142,45 @@ async def sandbox_tenant(
     return tenant
 
 
+class ModuleInstalled:
+    """Sandboxes this replica has given the session module (bounded, oldest out): a call to
+    one sends no module; a call to another sends it, so that a first call is one run."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
+
+    def __contains__(self, sandbox: tuple[str, str]) -> bool:
+        return sandbox in self._seen
+
+    def add(self, sandbox: tuple[str, str]) -> None:
+        self._seen[sandbox] = None
+        self._seen.move_to_end(sandbox)
+        while len(self._seen) > self._size:
+            self._seen.popitem(last=False)
+
+
 @dataclass(frozen=True)
 class SandboxCall:
-    """A data-plane request: the sandbox it names, its tenant's context."""
+    """A data-plane request: the sandbox it names, its tenant's context, and where this
+    replica notes which sandboxes have the session module."""
 
     sandbox_id: str
     ctx: SessionContext
+    installed: ModuleInstalled
+
+    @property
+    def sandbox(self) -> tuple[str, str]:
+        return self.ctx.tenant.name, self.sandbox_id
 
 
 async def sandbox_call(
+    request: Request,
     ctx: Annotated[SessionContext, Depends(session_context_of(sandbox_tenant))],
     sandbox_id: Annotated[str, Header(alias="E2b-Sandbox-Id")] = "",
 ) -> SandboxCall:
-    return SandboxCall(protocol.checked_sandbox_id(sandbox_id), ctx)
+    installed: ModuleInstalled = request.app.state.e2b_module_installed
+    return SandboxCall(protocol.checked_sandbox_id(sandbox_id), ctx, installed)
 
 
 SandboxCallDep = Annotated[SandboxCall, Depends(sandbox_call)]
@@ -429,11 +456,17 @@ async def _sandbox_envs(call: SandboxCall) -> dict[str, str]:
 async def _module_call(
     call: SandboxCall, op: str, args: dict[str, Any], on_output: OutputListener | None = None
 ) -> ExecutionResult:
-    """One run calling the session's _sandpod_e2b; a session without it (new, restarted, or
-    another version) answers so without running anything, and gets it with the call again."""
-    result = await _run(call, programs.session_call(op, args, install=False), on_output)
-    if result.result == programs.MODULE_MISSING and protocol.failure_error(result) is None:
-        result = await _run(call, programs.session_call(op, args, install=True), on_output)
+    """One run calling the session's _sandpod_e2b, installing it first in a sandbox this
+    replica has not given it yet; one without it after all (restarted, or given another
+    version) answers so without running anything, and gets it with the call again."""
+    install = call.sandbox not in call.installed
+    result = await _run(call, programs.session_call(op, args, install=install), on_output)
+    if not install and result.result == programs.MODULE_MISSING:
+        install = protocol.failure_error(result) is None
+        if install:
+            result = await _run(call, programs.session_call(op, args, install=True), on_output)
+    if install and protocol.failure_error(result) is None:
+        call.installed.add(call.sandbox)
     return result
 
 
