@@ -5,12 +5,14 @@ Agg; `plt.show()` (and `Figure.show()`) saves every open figure as
 $SANDPOD_OUTPUTS/figure-<n>.png (n = 1, 2, ... in the order they are saved) and closes it,
 and figures still open when the program exits are saved the same way. The runner brings
 the files in $SANDPOD_OUTPUTS back with the result. A session's kernel calls `flush()`
-after each run.
+after each run. `saved` keeps the last figures saved with their files, for a session's code
+interpreter to describe them (E2B's charts).
 """
 
 import atexit
 import itertools
 import os
+from collections import deque
 
 from matplotlib._pylab_helpers import Gcf
 from matplotlib.backend_bases import FigureManagerBase
@@ -18,6 +20,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 _numbers = itertools.count(1)
+saved: deque[tuple[str, Figure]] = deque(maxlen=16)
 
 
 def _outputs_dir() -> str:
@@ -38,6 +41,7 @@ def save(figure: Figure) -> str:
     """Save one figure as the next figure-<n>.png; its path."""
     path = _next_path()
     figure.savefig(path, format="png")
+    saved.append((path, figure))
     return path
 
 

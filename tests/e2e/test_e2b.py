@@ -14,13 +14,14 @@ import httpx
 import pytest
 from chart_release import DeployedGateway
 from e2b_code_interpreter import AsyncSandbox, Sandbox
+from e2b_code_interpreter.charts import BarChart, LineChart
 from kubernetes import client
 from sandpod_testkit.kube import GROUP, VERSION
 from sandpod_testkit.waiting import wait_until
 
 SESSIONS = "codesessions"
 # The image's matplotlib backend turns a shown figure into a PNG output file.
-PLOT = "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()\n"
+PLOT = "import matplotlib.pyplot as plt\nplt.plot([1, 4])\nplt.title('squares')\nplt.show()\n"
 # Programs that write a line, sleep, then write another: live output hears them apart.
 LIVE_GAP_SECONDS = 4
 LIVE_PROGRAM = (
@@ -186,6 +187,7 @@ def test_a_dataframe_comes_back_as_html_and_display_as_results(sandbox: Sandbox)
     assert execution.results[0].text == "'first'"
     main = execution.results[-1]
     assert main.html is not None and "<table" in main.html and "<td>y</td>" in main.html
+    assert main.data == {"a": [1, 2], "b": ["x", "y"]}
     assert main.text is not None and "a  b" in main.text
     assert len(shown) == 3
     big = sandbox.run_code(
@@ -195,10 +197,17 @@ def test_a_dataframe_comes_back_as_html_and_display_as_results(sandbox: Sandbox)
     assert any("sandpod: result 1: its html" in line for line in big.logs.stderr)
 
 
-def test_a_matplotlib_figure_comes_back_as_a_png(sandbox: Sandbox) -> None:
+def test_a_matplotlib_figure_comes_back_as_a_png_with_its_chart(sandbox: Sandbox) -> None:
     execution = sandbox.run_code(PLOT)
     assert execution.error is None, execution.error
-    assert any(result.png for result in execution.results), execution.results
+    [figure] = [result for result in execution.results if result.png]
+    assert isinstance(figure.chart, LineChart)
+    assert figure.chart.title == "squares"
+    assert [element.points for element in figure.chart.elements] == [[(0.0, 1.0), (1.0, 4.0)]]
+    bars = sandbox.run_code("plt.bar(['a', 'b'], [3, 1], label='n')\nplt.show()")
+    [chart] = [result.chart for result in bars.results if result.png]
+    assert isinstance(chart, BarChart)
+    assert [(e.label, e.group, e.value) for e in chart.elements] == [("a", "n", 3), ("b", "n", 1)]
 
 
 def test_files_and_commands_share_the_sandbox(sandbox: Sandbox) -> None:

@@ -204,6 +204,121 @@ def figure_png(value):
         return False
 
 
+def plain(value):
+    # A plotted value as JSON: a finite number, else its text (a category, a date).
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return number if number == number and abs(number) != float("inf") else None
+
+
+def axis(ax, name):
+    get = lambda what: getattr(ax, f"get_{name}{what}")()
+    return {
+        f"{name}_label": get("label") or None,
+        f"{name}_unit": None,
+        f"{name}_ticks": [plain(t) for t in get("ticks")],
+        f"{name}_tick_labels": [t.get_text() for t in get("ticklabels")],
+        f"{name}_scale": get("scale"),
+    }
+
+
+def axes_chart(ax):
+    # One Axes as E2B's chart: bars, a pie, lines or points; None for anything else.
+    title = ax.get_title()
+    bars = [c for c in ax.containers if type(c).__name__ == "BarContainer"]
+    if bars:
+        labels = {plain(t): l.get_text() for t, l in zip(ax.get_xticks(), ax.get_xticklabels())}
+        elements = []
+        for container in bars:
+            for bar in container.patches:
+                x = plain(bar.get_x() + bar.get_width() / 2)
+                elements.append({"label": labels.get(x, str(x)), "group": container.get_label(),
+                                 "value": plain(bar.get_height())})
+        return {"type": "bar", "title": title, "elements": elements,
+                "x_label": ax.get_xlabel() or None, "y_label": ax.get_ylabel() or None,
+                "x_unit": None, "y_unit": None}
+    wedges = [p for p in ax.patches if type(p).__name__ == "Wedge"]
+    if wedges:
+        elements = [{"label": w.get_label(), "angle": plain(w.theta2 - w.theta1),
+                     "radius": plain(w.r)} for w in wedges]
+        return {"type": "pie", "title": title, "elements": elements}
+    lines = [l for l in ax.get_lines() if len(l.get_xdata())]
+    points = [c for c in ax.collections if type(c).__name__ == "PathCollection"]
+    if lines or points:
+        elements = [{"label": l.get_label(),
+                     "points": [[plain(x), plain(y)] for x, y in zip(l.get_xdata(), l.get_ydata())]}
+                    for l in lines]
+        elements += [{"label": c.get_label(), "points": [[plain(x), plain(y)]
+                      for x, y in c.get_offsets()]} for c in points]
+        kind = "line" if lines else "scatter"
+        return {"type": kind, "title": title, "elements": elements, **axis(ax, "x"),
+                **axis(ax, "y")}
+    return None
+
+
+def chart(figure):
+    try:
+        charts = [c for c in map(axes_chart, figure.get_axes()) if c is not None]
+        if len(charts) > 1:
+            title = figure.get_suptitle() if hasattr(figure, "get_suptitle") else ""
+            return {"type": "superchart", "title": title, "elements": charts}
+        return charts[0] if charts else None
+    except Exception as error:
+        note(f"a figure's chart could not be read: {type(error).__name__}: {error}")
+        return None
+
+
+def charts_saved():
+    # The charts of the figures this cell saved (shown, a Figure value, or left open), by the
+    # name of their file.
+    mpl = sys.modules.get("sandpod_mpl")
+    saved = getattr(mpl, "saved", None)
+    if saved is None:
+        return {}
+    try:
+        mpl.flush()
+    except Exception as error:
+        note(f"the figures left open could not be saved: {type(error).__name__}: {error}")
+    found = {os.path.basename(path): chart(figure) for path, figure in saved}
+    saved.clear()
+    return {name: c for name, c in found.items() if c is not None}
+
+
+def forget_saved():
+    saved = getattr(sys.modules.get("sandpod_mpl"), "saved", None)
+    if saved is not None:
+        saved.clear()
+
+
+def native(value):
+    # A table's cell as JSON: numpy's scalars as Python's, a non-finite number as null,
+    # anything else not JSON (a timestamp) as its text.
+    if hasattr(value, "item"):
+        try:
+            value = value.item()
+        except Exception:
+            pass
+    if isinstance(value, float) and (value != value or abs(value) == float("inf")):
+        return None
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def table_data(value):
+    # A pandas DataFrame's columns (a Series: its one), as E2B's Result.data gives them.
+    kind = type(value)
+    if not kind.__module__.startswith("pandas"):
+        return None
+    if kind.__name__ == "Series":
+        return {str(value.name): [native(v) for v in value.tolist()]}
+    if kind.__name__ == "DataFrame":
+        return {str(c): [native(v) for v in value[c].tolist()] for c in value.columns}
+    return None
+
+
 def bundle(value):
     try:
         text = repr(value)
@@ -233,6 +348,13 @@ def bundle(value):
         elif not isinstance(data, str):
             continue
         found[key] = data
+    try:
+        table = table_data(value)
+    except Exception as error:
+        note(f"a table's data could not be read: {type(error).__name__}: {error}")
+        table = None
+    if table is not None:
+        found["data"] = table
     return found
 
 
@@ -252,9 +374,9 @@ def size(value):
     return len(json.dumps(value, ensure_ascii=False).encode())
 
 
-def fitted(results, error):
+def fitted(results, error, charts):
     # What fits the answer: the error, then each result's text, then its representations in
-    # order; what does not fit is dropped, saying so on stderr.
+    # order, then the figures' charts; what does not fit is dropped, saying so on stderr.
     left = BUDGET - 200
     if error is not None:
         if len(error["traceback"]) > MAX_TRACEBACK:
@@ -286,6 +408,14 @@ def fitted(results, error):
             item[key] = data
             left -= cost
         kept.append(item)
+    for name in list(charts):
+        cost = size({name: charts[name]})
+        if cost > left:
+            note(f"the chart of {name} ({cost} bytes) does not fit the cell's answer (64 KiB), "
+                 f"dropped")
+            del charts[name]
+        else:
+            left -= cost
     return kept
 
 
@@ -325,6 +455,7 @@ def cell(args):
     dropped.append(0)
     namespace = c["globals"]
     namespace.setdefault("display", display)
+    forget_saved()
     try:
         os.environ.update(envs)
         os.chdir(c["cwd"])
@@ -370,7 +501,9 @@ def cell(args):
         r.setdefault("is_main_result", False)
     ordered = [r for r in results if not r["is_main_result"]]
     ordered += [r for r in results if r["is_main_result"]]
-    return {"results": fitted(ordered, error), "error": error, "count": count}
+    charts = charts_saved()
+    kept = fitted(ordered, error, charts)
+    return {"results": kept, "error": error, "count": count, "charts": charts}
 
 
 def create(args):

@@ -15,6 +15,7 @@ import urllib.parse
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
+from pathlib import PurePosixPath
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -303,6 +304,7 @@ class CellResult(BaseModel):
     latex: str | None = None
     json_: dict[str, Any] | list[Any] | None = Field(default=None, alias="json")
     javascript: str | None = None
+    data: dict[str, Any] | None = None
     is_main_result: bool = False
 
 
@@ -322,6 +324,8 @@ class CellAnswer(BaseModel):
     results: list[CellResult] = Field(max_length=MAX_DISPLAYS + 1)
     error: CellError | None
     count: int = Field(ge=1)
+    # The charts of the figures the cell saved, by their file's name (E2B's Result.chart).
+    charts: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
 class MalformedAnswer(Exception):
@@ -367,12 +371,15 @@ def _logs(stdout: str, stderr: str) -> list[str]:
     return lines + [_line("stderr", text=chunk, timestamp=stamp) for chunk in _chunks(stderr)]
 
 
-def _pngs(result: ExecutionResult) -> list[str]:
-    return [
-        _line("result", png=file.content_base64, is_main_result=False)
-        for file in result.files
-        if file.media_type == "image/png" and file.content_base64
-    ]
+def _pngs(result: ExecutionResult, charts: dict[str, dict[str, Any]] | None = None) -> list[str]:
+    """A result for each figure the run saved, with its chart when the cell read one."""
+    lines = []
+    for file in result.files:
+        if file.media_type == "image/png" and file.content_base64:
+            chart = (charts or {}).get(PurePosixPath(file.path).name)
+            extra = {} if chart is None else {"chart": chart}
+            lines.append(_line("result", png=file.content_base64, is_main_result=False, **extra))
+    return lines
 
 
 def _end(error: dict[str, str] | None, execution_count: int | None) -> list[str]:
@@ -400,7 +407,7 @@ def execute_lines(result: ExecutionResult, *, logs_streamed: bool = False) -> li
         _line("result", **r.model_dump(by_alias=True, exclude_none=True)) for r in answer.results
     ]
     error = None if answer.error is None else answer.error.model_dump()
-    return [*logs, *_pngs(result), *results, *_end(error, answer.count)]
+    return [*logs, *_pngs(result, answer.charts), *results, *_end(error, answer.count)]
 
 
 def log_line(stream: str, text: str) -> str:
