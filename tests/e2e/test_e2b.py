@@ -119,17 +119,16 @@ def _executions(custom_objects: client.CustomObjectsApi, namespace: str, name: s
 def test_a_cell_is_one_run_in_the_session(
     sandbox: Sandbox, namespace: str, custom_objects: client.CustomObjectsApi
 ) -> None:
-    # The first call finds the session without the module (one run) and installs it with the
-    # cell (a second); every cell after is exactly one run.
+    # The first call carries the module with the cell; every cell is exactly one run.
     cells = ["x = 1", "x + 1", "x + 2;", "def f():\n    return 1 / 0\nf()", "x"]
     executions = [sandbox.run_code(cell) for cell in cells]
     assert [e.execution_count for e in executions] == [1, 2, 3, 4, 5]
     runs = wait_until(
-        lambda: (n := _executions(custom_objects, namespace, sandbox.sandbox_id)) >= 6 and n,
+        lambda: (n := _executions(custom_objects, namespace, sandbox.sandbox_id)) >= 5 and n,
         timeout=60,
         what="the session's runs counted",
     )
-    assert runs == len(cells) + 1
+    assert runs == len(cells)
     assert [e.text for e in executions] == [None, "2", None, None, "1"]
     error = executions[3].error
     assert error is not None and error.name == "ZeroDivisionError"
