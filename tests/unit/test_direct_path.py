@@ -206,6 +206,20 @@ async def serving(runs: PlayedRuns, port: int) -> AsyncIterator[str]:
         await runner.cleanup()
 
 
+@asynccontextmanager
+async def client_and_intruder(
+    runs: PlayedRuns, port: int
+) -> AsyncIterator[tuple[OperatorDirectRunner, OperatorDirectRunner]]:
+    """The gateway's client of the endpoint, and one with a wrong token."""
+    async with serving(runs, port) as endpoint:
+        client, intruder = direct_runner(endpoint), direct_runner(endpoint, "x" * 48)
+        try:
+            yield client, intruder
+        finally:
+            await client.close()
+            await intruder.close()
+
+
 def direct_runner(url: str, token: str = TOKEN) -> OperatorDirectRunner:
     return OperatorDirectRunner(partial(fixed, url), token, retry_after_seconds=5)
 
@@ -272,17 +286,11 @@ async def test_a_run_that_writes_nothing_is_answered_whole(
 async def test_a_run_in_progress_is_cancelled_by_name(
     runs: PlayedRuns, unused_tcp_port: int
 ) -> None:
-    async with serving(runs, unused_tcp_port) as endpoint:
-        client = direct_runner(endpoint)
-        intruder = direct_runner(endpoint, "x" * 48)
-        try:
-            assert await client.cancel("team", "x-1")
-            assert not await client.cancel("team", "x-2")
-            with pytest.raises(GatewayError):
-                await intruder.cancel("team", "x-1")
-        finally:
-            await client.close()
-            await intruder.close()
+    async with client_and_intruder(runs, unused_tcp_port) as (client, intruder):
+        assert await client.cancel("team", "x-1")
+        assert not await client.cancel("team", "x-2")
+        with pytest.raises(GatewayError):
+            await intruder.cancel("team", "x-1")
 
     assert runs.cancelled == [("team", "x-1"), ("team", "x-2")]
 
@@ -340,17 +348,11 @@ async def test_refusals_become_the_gateways_answers(
 async def test_an_unknown_session_and_a_wrong_token_run_nothing(
     runs: PlayedRuns, unused_tcp_port: int
 ) -> None:
-    async with serving(runs, unused_tcp_port) as endpoint:
-        client = direct_runner(endpoint)
-        intruder = direct_runner(endpoint, "x" * 48)
-        try:
-            with pytest.raises(SessionNotFound):
-                await client.run("team", execution("gone"), timeout_seconds=10)
-            with pytest.raises(GatewayError) as refused:
-                await intruder.run("team", execution(), timeout_seconds=10)
-        finally:
-            await client.close()
-            await intruder.close()
+    async with client_and_intruder(runs, unused_tcp_port) as (client, intruder):
+        with pytest.raises(SessionNotFound):
+            await client.run("team", execution("gone"), timeout_seconds=10)
+        with pytest.raises(GatewayError) as refused:
+            await intruder.run("team", execution(), timeout_seconds=10)
 
     assert refused.value.status_code == 503
     assert runs.seen == []

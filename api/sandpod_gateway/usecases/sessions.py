@@ -8,7 +8,7 @@ session's other runs and are audited like them.
 
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from sandpod_gateway.kube.resources import (
     Resource,
@@ -78,6 +78,14 @@ class SessionContext(ExecutionContext):
 
     sessions: SessionService
     known: KnownSessions
+
+    @classmethod
+    def of(
+        cls, ctx: ExecutionContext, sessions: SessionService, known: KnownSessions
+    ) -> "SessionContext":
+        """The execution context `ctx` and what the session use cases need besides."""
+        shared = {field.name: getattr(ctx, field.name) for field in fields(ExecutionContext)}
+        return cls(**shared, sessions=sessions, known=known)
 
 
 async def open_session(

@@ -144,17 +144,7 @@ def session_context_of(
         sessions: SessionServiceDep,
         known: KnownSessionsDep,
     ) -> SessionContext:
-        return SessionContext(
-            ctx.tenant,
-            ctx.executions,
-            ctx.catalog,
-            ctx.settings,
-            ctx.admission,
-            ctx.direct,
-            ctx.counts,
-            sessions=sessions,
-            known=known,
-        )
+        return SessionContext.of(ctx, sessions, known)
 
     return get_context
 
