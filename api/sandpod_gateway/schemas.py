@@ -281,6 +281,26 @@ class SessionExecutionRequest(ProgramFields):
     )
 
 
+class SessionCommandRequest(BaseModel):
+    """A shell command in a session's sandbox, beside its interpreter."""
+
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"command": "ls -la && pip list"}]}
+    )
+
+    command: Annotated[Text, Field(min_length=1, description="Run by `/bin/bash -lc`")]
+    env: dict[
+        Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=MAX_NAME_LENGTH)],
+        Annotated[Text, Field(max_length=MAX_ARG_CHARS)],
+    ] = Field(default_factory=dict, max_length=MAX_ARGS, description="Added to its environment")
+    cwd: Annotated[str, Field(pattern=RELATIVE_PATH_PATTERN, max_length=255)] | None = Field(
+        default=None, description="Relative to the session's work directory (default: it)"
+    )
+    timeout_seconds: TimeoutSeconds | None = Field(
+        default=None, description="Wall-clock limit in seconds, as for a run"
+    )
+
+
 class DiagnosticLocation(BaseModel):
     line: int | None = Field(default=None, description="1-based line")
     column: int | None = Field(default=None, description="1-based column")

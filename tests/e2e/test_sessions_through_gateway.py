@@ -81,6 +81,35 @@ def test_a_run_streamed_from_a_session_sends_each_line_as_it_is_written(
     assert second_at - first_at >= 1.0
 
 
+def test_a_shell_command_runs_beside_the_sessions_interpreter(
+    alice: httpx.Client, session: str
+) -> None:
+    run_in(
+        alice,
+        session,
+        "import os\nos.makedirs('sub')\nopen('sub/made.txt', 'w').write('by python')",
+    )
+    done = alice.post(
+        f"/v1/sessions/{session}/commands",
+        json={
+            "command": 'cat made.txt; echo "$WHO" >&2; exit 3',
+            "env": {"WHO": "bash"},
+            "cwd": "sub",
+        },
+    )
+
+    assert done.status_code == 200, done.text
+    result = done.json()
+    assert (result["status"], result["exit_code"], result["stdout"], result["stderr"]) == (
+        "error",
+        3,
+        "by python",
+        "bash\n",
+    )
+    assert result["session"] == session
+    assert run_in(alice, session, "os.getcwd()")["result"] == "'/tmp/work'"
+
+
 def test_another_tenants_session_is_not_found(
     gateway: DeployedGateway, namespace: str, session: str
 ) -> None:

@@ -43,6 +43,7 @@ from sandpod_gateway.web.dependencies import (
 )
 from sandpod_gateway.web.pad import PAD_DIR
 from sandpod_testkit.processes import free_port, http_ok
+from sandpod_testkit.sse import iter_sse
 from sandpod_testkit.waiting import wait_until
 
 Resource = dict[str, Any]
@@ -355,17 +356,7 @@ def served(app: FastAPI) -> Iterator[str]:
 
 def parse_sse(text: str) -> list[tuple[str, Any]]:
     """(event, decoded JSON data) of each event in a text/event-stream body."""
-    events = []
-    for block in text.replace("\r\n", "\n").split("\n\n"):
-        event, data = "message", []
-        for line in block.split("\n"):
-            if line.startswith("event:"):
-                event = line[len("event:") :].strip()
-            elif line.startswith("data:"):
-                data.append(line[len("data:") :].removeprefix(" "))
-        if data:
-            events.append((event, json.loads("\n".join(data))))
-    return events
+    return list(iter_sse([*text.replace("\r\n", "\n").split("\n"), ""]))
 
 
 class RefusingCustomObjects:

@@ -13,13 +13,19 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from gateway_fakes import FakeExecutionService, FakeSessionService, created_from, make_app, tenant
+from gateway_fakes import (
+    FakeExecutionService,
+    FakeSessionService,
+    created_from,
+    make_app,
+    parse_sse,
+    tenant,
+)
 from sandpod_contract.runner import OutputChunk
 from sandpod_gateway.kube.service import SessionNotFound
 from sandpod_gateway.usecases.direct_runs import NotServingNow
 from sandpod_gateway.web.dependencies import get_direct_runner
 from sandpod_gateway.web.errors import GatewayError
-from sandpod_testkit.sse import iter_sse
 
 ALICE = "sk-alice-0123456789"
 
@@ -117,7 +123,7 @@ def test_a_streamed_run_sends_its_output_as_it_comes_then_its_result(
     response = client.post(f"/v1/sessions/{session}/executions/stream", json={"code": "1"})
 
     assert response.status_code == 200, response.text
-    events = list(iter_sse(response.text.splitlines()))
+    events = parse_sse(response.text)
     assert [name for name, _ in events] == ["stdout", "stderr", "stdout", "exit"]
     assert "".join(data["data"] for name, data in events if name == "stdout") == "direct\n"
     assert events[-1][1]["status"] == "success"
@@ -128,7 +134,7 @@ def test_a_streamed_run_that_wrote_nothing_live_replays_its_output(
 ) -> None:
     response = client.post(f"/v1/sessions/{session}/executions/stream", json={"code": "1"})
 
-    events = list(iter_sse(response.text.splitlines()))
+    events = parse_sse(response.text)
     assert [name for name, _ in events] == ["stdout", "exit"]
     assert events[0][1] == {"data": "direct\n"}
 

@@ -237,6 +237,27 @@ def test_a_run_names_the_session_and_returns_its_result(
         assert created["spec"]["resources"] == {}
 
 
+def test_a_command_runs_in_python_and_bash_sessions_and_is_refused_elsewhere(
+    client: TestClient, service: FakeExecutionService
+) -> None:
+    command = {"command": "ls", "env": {"A": "b"}, "cwd": "sub"}
+    python, node = session_id(client), session_id(client, language="javascript")
+    in_python = client.post(f"/v1/sessions/{python}/commands", json=command)
+    refused = client.post(f"/v1/sessions/{node}/commands", json=command)
+    bad = client.post(f"/v1/sessions/{python}/commands", json={**command, "cwd": "../up"})
+    client.delete(f"/v1/sessions/{node}")
+    in_bash = client.post(
+        f"/v1/sessions/{session_id(client, language='bash')}/commands", json=command
+    )
+
+    assert (in_python.status_code, in_bash.status_code) == (200, 200)
+    [python_run, bash_run] = [created["spec"]["source"] for created in service.created]
+    assert "subprocess.run" in python_run and "'/tmp/work/sub'" in python_run
+    assert bash_run.startswith("cd /tmp/work/sub || exit 1\nexport A=b\nls")
+    assert (refused.status_code, error_code(refused)) == (422, "commands_unsupported")
+    assert bad.status_code == 422
+
+
 def test_a_run_that_loses_the_state_says_so(client: TestClient) -> None:
     sid = session_id(client)
 

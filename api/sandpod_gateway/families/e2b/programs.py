@@ -77,16 +77,6 @@ def call(op, a):
 answer = json.dumps(call(OP, ARGS))
 """
 
-# The command writes to the run's own stdout and stderr: its output streams as it comes.
-_COMMAND = r"""
-import os, sys, json, subprocess
-sys.stdout.flush()
-sys.stderr.flush()
-r = subprocess.run(ARGS["argv"], cwd=ARGS["cwd"],
-                   env={**os.environ, **ARGS["envs"]}, stdin=subprocess.DEVNULL)
-answer = json.dumps({"exitCode": r.returncode})
-"""
-
 FILESYSTEM_CALLS = frozenset({"Stat", "ListDir", "MakeDir", "Move", "Remove"})
 
 
@@ -104,10 +94,6 @@ def work_path(path: str) -> str:
     if path == HOME or path.startswith(HOME + "/"):
         return WORK_DIR + path[len(HOME) :]
     return path if path.startswith("/") else f"{WORK_DIR}/{path}"
-
-
-def command_program(argv: list[str], cwd: str | None, envs: dict[str, str]) -> str:
-    return _program(_COMMAND, "Start", {"argv": argv, "cwd": work_path(cwd or HOME), "envs": envs})
 
 
 def relative_path(path: str) -> str:

@@ -15,7 +15,7 @@ import hashlib
 import json
 import secrets
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -37,6 +37,7 @@ from sandpod_gateway.schemas import CreateSessionRequest, ExecutionResult, Sessi
 from sandpod_gateway.settings import GatewaySettings
 from sandpod_gateway.usecases.direct_runs import NDJSON, OutputListener
 from sandpod_gateway.usecases.executions import get_owned
+from sandpod_gateway.usecases.session_commands import PYTHON, exit_status, run_command
 from sandpod_gateway.usecases.session_files import download_file, upload_file
 from sandpod_gateway.usecases.sessions import (
     SessionContext,
@@ -696,10 +697,7 @@ def _end_events(result: ExecutionResult, streamed: bool) -> list[bytes]:
     """The output the run's result has (when none streamed live), then its end."""
     logs = () if streamed else (("stdout", result.stdout), ("stderr", result.stderr))
     data = [_data_event(stream, text) for stream, text in logs if text]
-    try:
-        exit_code: int | None = int(programs.answer_of(result.result)["exitCode"])
-    except (E2bError, KeyError, TypeError, ValueError):
-        exit_code = None
+    exit_code = exit_status(PYTHON, result)
     if exit_code is None:
         end = KILLED_END
     else:
@@ -740,12 +738,23 @@ async def start_process(request: Request, call: SandboxCallDep) -> StreamingResp
     process = _first_message(await request.body()).get("process") or {}
     argv = [str(process.get("cmd") or ""), *[str(a) for a in process.get("args") or []]]
     envs = protocol.checked_metadata(process.get("envs"))
-    program = programs.command_program(argv, process.get("cwd"), envs)
     pid = secrets.randbelow(MAX_PID) + 1
     live = LiveOutput()
-    run = _run(call, program, live.put, name=_process_run_name(call, pid))
-    running = asyncio.ensure_future(run)
+    run = run_command(
+        call.sandbox_id,
+        argv,
+        cwd=programs.work_path(process.get("cwd") or protocol.HOME),
+        env=envs,
+        ctx=call.ctx,
+        on_output=live.put,
+        name=_process_run_name(call, pid),
+    )
+    running = asyncio.ensure_future(_result_of(run))
     return StreamingResponse(_process_events(pid, live, running), media_type=CONNECT_JSON)
+
+
+async def _result_of(run: Awaitable[tuple[str, ExecutionResult]]) -> ExecutionResult:
+    return (await run)[1]
 
 
 async def _stop(call: SandboxCall, name: str) -> bool:

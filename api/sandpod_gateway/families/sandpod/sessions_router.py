@@ -15,12 +15,14 @@ from sandpod_gateway.kube.service import ExecutionNotFound
 from sandpod_gateway.schemas import (
     CreateSessionRequest,
     ExecutionResult,
+    SessionCommandRequest,
     SessionExecutionRequest,
     SessionInfo,
     SessionPage,
     TrustedName,
 )
 from sandpod_gateway.usecases.executions import CreateOutcome, get_owned_execution, list_page
+from sandpod_gateway.usecases.session_commands import SHELL, command_result, run_command
 from sandpod_gateway.usecases.session_files import FileInfo, download_file, upload_file
 from sandpod_gateway.usecases.sessions import (
     close_session,
@@ -142,6 +144,36 @@ async def post_session_execution(
         session_id, body, ctx, idempotency_key=call.idempotency_key, wait=call.wait
     )
     return call.answer(outcome)
+
+
+@router.post(
+    "/{session_id}/commands",
+    response_model=ExecutionResult,
+    summary="Run a shell command in a session",
+    description="Runs `command` with `/bin/bash -lc` in the session's sandbox, beside its "
+    "interpreter (Python and bash sessions): with the session's files, installed packages and "
+    "limits, in turn with its runs (a run of the session, so GET /v1/executions/{id} has it). "
+    "The answer is the run's result with the command's exit status as `exit_code` (`success` "
+    "when 0, else `error`); a timeout or cancel is as for any run. Another language's session "
+    "is 422 `commands_unsupported`.",
+    responses=error_responses(400, 404, 409, 413, 422, 429),
+)
+async def post_session_command(
+    session_id: str,
+    body: SessionCommandRequest,
+    ctx: SessionContextDep,
+    idempotency_key: IdempotencyKey = None,
+) -> ExecutionResult:
+    language, result = await run_command(
+        session_id,
+        [*SHELL, body.command],
+        cwd=body.cwd,
+        env=body.env,
+        ctx=ctx,
+        timeout_seconds=body.timeout_seconds,
+        idempotency_key=idempotency_key,
+    )
+    return command_result(language, result)
 
 
 @dataclass(frozen=True)
