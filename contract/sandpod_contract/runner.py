@@ -272,13 +272,17 @@ class LiveOutput:
         return not run.done()
 
     async def chunks(self, run: "asyncio.Future[Any]") -> AsyncIterator[OutputChunk]:
-        """Every chunk, as it comes, until the run has ended."""
-        while True:
-            while self._chunks:
-                yield self._chunks.popleft()
-            if run.done():
-                return
-            await self._until_more(run)
+        """Every chunk, as it comes, until the run has ended. A reader that stops early (its
+        caller went away) leaves the run to end on its own."""
+        try:
+            while True:
+                while self._chunks:
+                    yield self._chunks.popleft()
+                if run.done():
+                    return
+                await self._until_more(run)
+        finally:
+            run.add_done_callback(_outcome_retrieved)
 
     async def _until_more(self, run: "asyncio.Future[Any]") -> None:
         if self._chunks:
@@ -289,6 +293,11 @@ class LiveOutput:
             await asyncio.wait({run, arriving}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             arriving.cancel()
+
+
+def _outcome_retrieved(run: "asyncio.Future[Any]") -> None:
+    if not run.cancelled():
+        run.exception()
 
 
 def json_size(text: str) -> int:

@@ -1,5 +1,6 @@
 """The runner protocol's one decoder: verified frames and summaries, bounded tails."""
 
+import asyncio
 import json
 
 import pytest
@@ -7,8 +8,10 @@ import runner_wire
 from runner_wire import KEY, file_frames, frame, lines, listing, pod_log, summary
 from sandpod_contract.runner import (
     MAX_FRAME_BYTES,
+    LiveOutput,
     LogReader,
     LogSummary,
+    OutputChunk,
     RunnerResult,
     Summary,
     Tail,
@@ -246,3 +249,35 @@ def test_a_file_whose_name_could_show_as_another_is_dropped() -> None:
     )
     assert [f.path for f in found.files] == ["clean.csv"]
     assert found.dropped_files == 1
+
+
+async def test_live_output_is_read_as_it_comes_while_the_run_goes_on() -> None:
+    live = LiveOutput()
+    release = asyncio.Event()
+
+    async def run() -> str:
+        live.put(OutputChunk("stdout", "first\n"))
+        await release.wait()
+        live.put(OutputChunk("stderr", "last\n"))
+        return "done"
+
+    running = asyncio.ensure_future(run())
+    assert await live.started(running)
+    read = []
+    async for chunk in live.chunks(running):
+        read.append(chunk)
+        release.set()  # the run ends only once its first chunk has been read
+
+    assert read == [OutputChunk("stdout", "first\n"), OutputChunk("stderr", "last\n")]
+    assert running.result() == "done"
+
+
+async def test_a_run_that_ends_before_writing_has_not_started_live_output() -> None:
+    live = LiveOutput()
+
+    async def run() -> None:
+        return None
+
+    running = asyncio.ensure_future(run())
+
+    assert not await live.started(running)

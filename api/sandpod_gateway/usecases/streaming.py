@@ -71,14 +71,7 @@ async def live_events(
     except GatewayError as exc:
         yield ServerSentEvent(event="error", data={"code": exc.code, "message": exc.message})
         return
-    finally:
-        running.add_done_callback(_ignored)
     if not streamed:
         for event in _replayed_output(result):
             yield event
     yield ServerSentEvent(event="exit", data=result)
-
-
-def _ignored(future: "asyncio.Future[CreateOutcome]") -> None:
-    if not future.cancelled():
-        future.exception()

@@ -204,15 +204,12 @@ async def answer_live(
     if not await live.started(running):
         return await answer(running)
     response = web.StreamResponse(headers={"Content-Type": NDJSON})
-    try:
-        await response.prepare(request)
-        async for chunk in live.chunks(running):
-            await response.write(_ndjson({"output": {"stream": chunk.stream, "data": chunk.data}}))
-        await response.write(_ndjson(_final(running)))
-        await response.write_eof()
-    finally:
-        # A caller gone mid-answer: the run goes on and is recorded; its end is not awaited.
-        running.add_done_callback(_ignored)
+    await response.prepare(request)
+    # A caller gone mid-answer: the run goes on and is recorded (LiveOutput.chunks).
+    async for chunk in live.chunks(running):
+        await response.write(_ndjson({"output": {"stream": chunk.stream, "data": chunk.data}}))
+    await response.write(_ndjson(_final(running)))
+    await response.write_eof()
     return response
 
 
@@ -225,11 +222,6 @@ def _final(running: asyncio.Future[Manifest]) -> dict[str, Any]:
 
 def _ndjson(line: dict[str, Any]) -> bytes:
     return json.dumps(line).encode() + b"\n"
-
-
-def _ignored(future: asyncio.Future[Manifest]) -> None:
-    if not future.cancelled():
-        future.exception()
 
 
 async def start(app: web.Application, port: int) -> web.AppRunner:

@@ -526,15 +526,8 @@ async def _live_lines(
         lines = protocol.execute_lines(running.result(), logs_streamed=True)
     except (E2bError, GatewayError) as exc:
         lines = protocol.failed_lines(exc.message)
-    finally:
-        running.add_done_callback(_ignored)
     for line in lines:
         yield line
-
-
-def _ignored(future: "asyncio.Future[ExecutionResult]") -> None:
-    if not future.cancelled():
-        future.exception()
 
 
 class NewContext(BaseModel):
@@ -720,8 +713,6 @@ async def _process_events(
         events = _end_events(running.result(), streamed)
     except (E2bError, GatewayError) as exc:
         events = _end({**KILLED_END, "error": exc.message})
-    finally:
-        running.add_done_callback(_ignored)
     for event in events:
         yield event
 
