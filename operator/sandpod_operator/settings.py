@@ -136,8 +136,10 @@ class OperatorSettings(BaseSettings):
     pod_startup_timeout_seconds: int = Field(
         default=120,
         ge=5,
-        description="How long a sandbox may take from creation to a running program (image, "
-        "sandbox start) before the execution ends with Error/StartupTimeout.",
+        description="How long a sandbox may take for each step toward a running program "
+        "(scheduled; sandbox and network ready; containers created and started) before the "
+        "execution ends with Error/StartupTimeout: each step restarts the clock, so a busy "
+        "node is slow, not stuck.",
     )
     queue_timeout_seconds: int = Field(
         default=300,

@@ -258,6 +258,23 @@ def observe_queued(
     )
 
 
+# A pod's steps toward a running program, in order: each one restarts the startup clock, so
+# that a busy node (a burst of sandboxes) is slow, not stuck. Time queued for a node does not
+# count (PodScheduled); the node creating the sandbox, its network and volumes does, until the
+# pod is ready to start containers; then the container's creation and start.
+STARTUP_STEPS = ("PodScheduled", "PodReadyToStartContainers", "Initialized")
+
+
+def startup_step_at(pod: Pod, now: datetime) -> datetime:
+    """When the pod took its last step toward a running program (its creation at first)."""
+    since = parse_time((pod.get("metadata") or {}).get("creationTimestamp")) or now
+    for step in STARTUP_STEPS:
+        condition = _condition(pod, step)
+        if condition.get("status") == "True":
+            since = max(since, parse_time(condition.get("lastTransitionTime")) or since)
+    return since
+
+
 def observe_pending(
     pod: Pod, now: datetime, settings: OperatorSettings, largest_node: NodeRoom | None
 ) -> Verdict:
@@ -286,16 +303,13 @@ def observe_pending(
     scheduled = _condition(pod, "PodScheduled")
     if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
         return observe_queued(pod, scheduled, now, settings, largest_node)
-    since = parse_time((pod.get("metadata") or {}).get("creationTimestamp")) or now
-    if scheduled.get("status") == "True":  # time spent queued for a node does not count
-        since = parse_time(scheduled.get("lastTransitionTime")) or since
-    if (now - since).total_seconds() >= settings.pod_startup_timeout_seconds:
+    if (now - startup_step_at(pod, now)).total_seconds() >= settings.pod_startup_timeout_seconds:
         detail = f" (last: {waiting_reason}: {waiting_message})" if waiting_reason else ""
         return Verdict(
             phase="Error",
             reason="StartupTimeout",
             message=f"the sandbox did not start within {settings.pod_startup_timeout_seconds}s"
-            + detail,
+            " of its last step" + detail,
             retryable=True,
             finished_at=now,
         )

@@ -240,6 +240,35 @@ def test_startup_timeout(settings: OperatorSettings) -> None:
     assert "ContainerCreating" in verdict.message
 
 
+def ready_to_start(pod: dict[str, Any], ago: float) -> dict[str, Any]:
+    step = {
+        "type": "PodReadyToStartContainers",
+        "status": "True",
+        "lastTransitionTime": stamp(NOW - timedelta(seconds=ago)),
+    }
+    pod["status"]["conditions"].append(step)
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("sandbox_ready_ago", "expected"), [(30, "Pending"), (61, "Error")], ids=["slow", "stuck"]
+)
+def test_each_step_toward_a_running_program_restarts_the_startup_clock(
+    settings: OperatorSettings, sandbox_ready_ago: float, expected: str
+) -> None:
+    # Scheduled 200 s ago (a burst kept the node busy); its sandbox became ready later.
+    pod = make_pod(
+        state=waiting("ContainerCreating"),
+        created=NOW - timedelta(seconds=200),
+        scheduled=("True", None, NOW - timedelta(seconds=200)),
+    )
+    verdict = observe(ready_to_start(pod, sandbox_ready_ago), settings)
+    assert verdict.phase == expected
+    if expected == "Error":
+        assert verdict.reason == "StartupTimeout"
+        assert "within 60s of its last step" in verdict.message
+
+
 def test_running(settings: OperatorSettings) -> None:
     started = CREATED + timedelta(seconds=2)
     pod = make_pod("Running", {"running": {"startedAt": stamp(started)}})

@@ -82,6 +82,7 @@ from sandpod_operator.status import (
     parse_time,
     pod_finished,
     set_condition,
+    startup_step_at,
     status_patch,
 )
 from sandpod_operator.wakeups import Wakeups
@@ -530,11 +531,12 @@ class SessionController:
                 ),
             )
             return 0.0
-        waited = (now() - created_at(pod)).total_seconds()
+        at = now()
+        waited = (at - startup_step_at(pod, at)).total_seconds()
         if waited >= self.settings.pod_startup_timeout_seconds:
             message = (
                 f"the session's sandbox did not start within "
-                f"{self.settings.pod_startup_timeout_seconds}s"
+                f"{self.settings.pod_startup_timeout_seconds}s of its last step"
             )
             await self._end(session, "StartupTimeout", message, executions)
             return RESYNC_SECONDS
