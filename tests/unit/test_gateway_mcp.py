@@ -76,6 +76,9 @@ async def test_an_mcp_client_opens_a_session_runs_in_it_twice_and_closes_it(
             await client.call_tool("run_in_session", {"session_id": session_id, "code": code})
             for code in ("x = 41", "x + 1")
         ]
+        command = await client.call_tool(
+            "run_command", {"session_id": session_id, "command": "ls -la"}
+        )
         closed = await client.call_tool("close_session", {"session_id": session_id})
         gone = await client.call_tool("run_in_session", {"session_id": session_id, "code": "x"})
 
@@ -84,8 +87,12 @@ async def test_an_mcp_client_opens_a_session_runs_in_it_twice_and_closes_it(
         "success",
         "success",
     ]
-    assert [created["spec"]["session"] for created in service.created] == [session_id] * 2
-    assert [created["spec"]["source"] for created in service.created] == ["x = 41", "x + 1"]
+    assert [created["spec"]["session"] for created in service.created] == [session_id] * 3
+    *codes, started = [created["spec"]["source"] for created in service.created]
+    assert codes == ["x = 41", "x + 1"]
+    assert "subprocess.run" in started and "'ls -la'" in started
+    assert command.structured_content is not None
+    assert command.structured_content["status"] == "success"
     assert not closed.is_error
     assert sessions.deleted == [("ns-agents", session_id)]
     assert gone.is_error

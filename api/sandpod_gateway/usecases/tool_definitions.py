@@ -1,5 +1,6 @@
-"""The tools agents see (run_code, open_session, run_in_session, close_session): one
-definition each, from which both the MCP tool and the OpenAI function tool are derived."""
+"""The tools agents see (run_code, open_session, run_in_session, run_command,
+close_session): one definition each, from which both the MCP tool and the OpenAI function
+tool are derived."""
 
 import inspect
 from collections.abc import Callable
@@ -53,6 +54,12 @@ RUN_IN_SESSION_DESCRIPTION = (
     "run earlier in the same session can change what later runs report. mode lint checks "
     "the code for errors instead, beside the session (its state is not used or changed)."
 )
+RUN_COMMAND_DESCRIPTION = (
+    "Run a shell command (bash) in an open Python or bash session's sandbox, beside its "
+    "interpreter: it sees the session's files and installed packages (e.g. `ls`, `pip list`, "
+    "`git diff`). Returns stdout, stderr and the command's exit status as exit_code (status "
+    "success when 0, else error). No network unless the session allows hosts."
+)
 CLOSE_SESSION_DESCRIPTION = (
     "Close a session: its sandbox and everything in it are deleted. Returns the session."
 )
@@ -90,6 +97,9 @@ IdleTimeoutSeconds = Annotated[
         le=MAX_SESSION_SECONDS,
         description="End the session after this many seconds without runs (optional)",
     ),
+]
+Command = Annotated[
+    str, Field(min_length=1, description="The command line, run by `/bin/bash -lc`")
 ]
 SessionId = Annotated[
     str,
@@ -195,6 +205,13 @@ RUN_IN_SESSION = ToolDefinition(
     arguments=lambda _catalog: (SESSION_ID, Argument("code", SessionCode), TIMEOUT, MODE),
     open_world=True,
 )
+RUN_COMMAND = ToolDefinition(
+    name="run_command",
+    title="Run a shell command in a session",
+    description=RUN_COMMAND_DESCRIPTION,
+    arguments=lambda _catalog: (SESSION_ID, Argument("command", Command), TIMEOUT),
+    open_world=True,
+)
 CLOSE_SESSION = ToolDefinition(
     name="close_session",
     title="Close a sandbox session",
@@ -203,4 +220,4 @@ CLOSE_SESSION = ToolDefinition(
     destructive=True,
     idempotent=True,
 )
-TOOLS = (RUN_CODE, OPEN_SESSION, RUN_IN_SESSION, CLOSE_SESSION)
+TOOLS = (RUN_CODE, OPEN_SESSION, RUN_IN_SESSION, RUN_COMMAND, CLOSE_SESSION)

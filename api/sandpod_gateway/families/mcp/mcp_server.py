@@ -1,5 +1,5 @@
 """An MCP server (streamable HTTP, served at /mcp) with the tools of tool_definitions:
-run_code, open_session, run_in_session, close_session.
+run_code, open_session, run_in_session, run_command, close_session.
 
 The /mcp route authenticates the caller like every other route and puts what the
 tool needs into the request state; the tool reads it from the MCP request context.
@@ -32,6 +32,7 @@ from sandpod_gateway.schemas import (
 )
 from sandpod_gateway.settings import GatewaySettings
 from sandpod_gateway.usecases.executions import CreateOutcome, create_execution
+from sandpod_gateway.usecases.session_commands import SHELL, command_result, run_command
 from sandpod_gateway.usecases.sessions import (
     SessionContext,
     close_session,
@@ -42,6 +43,7 @@ from sandpod_gateway.usecases.tool_definitions import (
     CLOSE_SESSION,
     OPEN_SESSION,
     RUN_CODE,
+    RUN_COMMAND,
     RUN_IN_SESSION,
     TOOLS,
     ToolDefinition,
@@ -107,6 +109,18 @@ async def run_in_session_tool(arguments: Any, call: ToolCallContext) -> Executio
     return call.count(outcome)
 
 
+async def run_command_tool(arguments: Any, call: ToolCallContext) -> ExecutionResult:
+    language, result = await run_command(
+        arguments.session_id,
+        [*SHELL, arguments.command],
+        cwd=None,
+        env={},
+        ctx=call.context,
+        timeout_seconds=arguments.timeout_seconds,
+    )
+    return command_result(language, result)
+
+
 async def close_session_tool(arguments: Any, call: ToolCallContext) -> SessionInfo:
     info, _ = await close_session(arguments.session_id, call.context)
     return info
@@ -116,6 +130,7 @@ HANDLERS: dict[str, tuple[Handler, type[BaseModel]]] = {
     RUN_CODE.name: (run_code, ExecutionResult),
     OPEN_SESSION.name: (open_session_tool, SessionInfo),
     RUN_IN_SESSION.name: (run_in_session_tool, ExecutionResult),
+    RUN_COMMAND.name: (run_command_tool, ExecutionResult),
     CLOSE_SESSION.name: (close_session_tool, SessionInfo),
 }
 
@@ -149,7 +164,8 @@ def build_mcp_server(catalog: LanguageCatalog) -> MCPServer:
     server: MCPServer = MCPServer(
         "sandpod",
         instructions="Run code in isolated sandboxes: run_code for one-off programs; "
-        "open_session, run_in_session and close_session to keep state between runs.",
+        "open_session, run_in_session and close_session to keep state between runs; "
+        "run_command for a shell command beside a session's interpreter.",
     )
     for definition in TOOLS:
         handler, result = HANDLERS[definition.name]
