@@ -128,3 +128,28 @@ async def test_an_mcp_client_lints_with_run_code_and_in_a_session(
     # The lint ran beside the session: its state is as the runs left it.
     assert after.structured_content is not None
     assert after.structured_content["result"] == "1"
+
+
+async def test_an_mcp_client_runs_a_shell_command_beside_its_session(
+    gateway: DeployedGateway, namespace: str
+) -> None:
+    key = gateway.add_tenant(namespace, namespace, maxSessions=1)
+
+    async with gateway.mcp(key) as mcp:
+        opened = await mcp.call_tool("open_session", {"language": "python"})
+        assert opened.structured_content is not None, opened.content
+        session_id = opened.structured_content["id"]
+        try:
+            await mcp.call_tool(
+                "run_in_session",
+                {"session_id": session_id, "code": "open('notes.txt', 'w').write('from python')"},
+            )
+            command = await mcp.call_tool(
+                "run_command", {"session_id": session_id, "command": "cat notes.txt; exit 2"}
+            )
+        finally:
+            await mcp.call_tool("close_session", {"session_id": session_id})
+
+    assert command.structured_content is not None, command.content
+    result = command.structured_content
+    assert (result["status"], result["exit_code"], result["stdout"]) == ("error", 2, "from python")
