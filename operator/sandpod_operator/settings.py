@@ -138,8 +138,8 @@ class OperatorSettings(BaseSettings):
         ge=5,
         description="How long a sandbox may take for each step toward a running program "
         "(scheduled; sandbox and network ready; containers created and started) before the "
-        "execution ends with Error/StartupTimeout: each step restarts the clock, so a busy "
-        "node is slow, not stuck.",
+        "execution ends with Error/StartupTimeout: each step restarts the clock, and so does "
+        "a step of another sandbox on its node, so a busy node is slow, not stuck.",
     )
     queue_timeout_seconds: int = Field(
         default=300,

@@ -275,8 +275,30 @@ def startup_step_at(pod: Pod, now: datetime) -> datetime:
     return since
 
 
+def node_step_at(pod: Pod) -> tuple[str, datetime] | None:
+    """(its node, when it last took a step there: a startup step or its program's start), for
+    a pod placed on a node. A node whose sandboxes take steps is busy starting them, not stuck:
+    the startup clock of each pod waiting there counts from the node's last step too."""
+    node = (pod.get("spec") or {}).get("nodeName")
+    scheduled = _condition(pod, "PodScheduled")
+    scheduled_at = parse_time(scheduled.get("lastTransitionTime"))
+    if not node or scheduled.get("status") != "True" or scheduled_at is None:
+        return None
+    at = startup_step_at(pod, scheduled_at)
+    state = _container_status(pod).get("state") or {}
+    for reached in ("running", "terminated"):
+        started = parse_time((state.get(reached) or {}).get("startedAt"))
+        if started is not None:
+            at = max(at, started)
+    return str(node), at
+
+
 def observe_pending(
-    pod: Pod, now: datetime, settings: OperatorSettings, largest_node: NodeRoom | None
+    pod: Pod,
+    now: datetime,
+    settings: OperatorSettings,
+    largest_node: NodeRoom | None,
+    node_step: datetime | None = None,
 ) -> Verdict:
     """A pod whose program has not started: still Pending, or a verdict that it never will."""
     waiting = (_container_status(pod).get("state") or {}).get("waiting") or {}
@@ -303,7 +325,8 @@ def observe_pending(
     scheduled = _condition(pod, "PodScheduled")
     if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
         return observe_queued(pod, scheduled, now, settings, largest_node)
-    if (now - startup_step_at(pod, now)).total_seconds() >= settings.pod_startup_timeout_seconds:
+    since = max(startup_step_at(pod, now), node_step or datetime.min.replace(tzinfo=UTC))
+    if (now - since).total_seconds() >= settings.pod_startup_timeout_seconds:
         detail = f" (last: {waiting_reason}: {waiting_message})" if waiting_reason else ""
         return Verdict(
             phase="Error",
@@ -728,9 +751,11 @@ def observe_pod(
     now: datetime,
     settings: OperatorSettings,
     largest_node: NodeRoom | None = None,
+    node_step: datetime | None = None,
 ) -> Verdict:
     """The verdict a pod supports right now. `log` is the verified pod log once it finished
-    (None when there is no summary to verify it with, or it could not be read)."""
+    (None when there is no summary to verify it with, or it could not be read); `node_step`:
+    when a sandbox on the pod's node last took a step toward its program (node_step_at)."""
     if pod_finished(pod):
         return observe_finished(
             pod, log, mode=mode, timeout_seconds=timeout_seconds, now=now, settings=settings
@@ -749,7 +774,7 @@ def observe_pod(
             message="the program is running",
             started_at=started_at,
         )
-    return observe_pending(pod, now, settings, largest_node)
+    return observe_pending(pod, now, settings, largest_node, node_step)
 
 
 def clip_message(message: str) -> str:

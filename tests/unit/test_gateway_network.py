@@ -313,7 +313,7 @@ def test_the_openai_tools_offer_allow_hosts_to_run_code_and_open_session(
         assert "pypi.org" in parameter["description"]
         assert "allow_hosts" not in tools[name]["parameters"]["required"]
         assert "no network unless allow_hosts" in tools[name]["description"].lower()
-    for name in ("run_in_session", "close_session"):
+    for name in ("run_in_session", "run_command", "close_session"):
         assert "allow_hosts" not in tools[name]["parameters"]["properties"]
 
 
@@ -340,6 +340,7 @@ async def test_the_mcp_tools_pass_allow_hosts(
         "run_code": True,
         "open_session": True,
         "run_in_session": True,
+        "run_command": True,
         "close_session": False,
     }
     assert array["type"] == "array"

@@ -15,6 +15,7 @@ from sandpod_operator.status import (
     Verdict,
     accepted_summary,
     next_status,
+    node_step_at,
     observe_pod,
     observe_served,
     pod_finished,
@@ -267,6 +268,28 @@ def test_each_step_toward_a_running_program_restarts_the_startup_clock(
     if expected == "Error":
         assert verdict.reason == "StartupTimeout"
         assert "within 60s of its last step" in verdict.message
+
+
+def test_a_pod_waiting_on_a_node_busy_starting_others_is_slow_not_stuck(
+    settings: OperatorSettings,
+) -> None:
+    waiting_long = make_pod(
+        state=waiting("ContainerCreating"),
+        created=NOW - timedelta(seconds=200),
+        scheduled=("True", None, NOW - timedelta(seconds=200)),
+    )
+    waiting_long["spec"]["nodeName"] = "node-1"
+    other = make_pod("Running", {"running": {"startedAt": stamp(NOW - timedelta(seconds=5))}})
+    other["spec"]["nodeName"] = "node-1"
+
+    step = node_step_at(other)
+
+    assert step == ("node-1", NOW - timedelta(seconds=5))
+    assert node_step_at(make_pod(scheduled=None)) is None
+    assert observe(waiting_long, settings, node_step=step[1]).phase == "Pending"
+    # Nothing took a step on the node for a minute: stuck.
+    stuck = observe(waiting_long, settings, node_step=NOW - timedelta(seconds=61))
+    assert (stuck.phase, stuck.reason) == ("Error", "StartupTimeout")
 
 
 def test_running(settings: OperatorSettings) -> None:

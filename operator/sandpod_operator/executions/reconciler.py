@@ -75,6 +75,7 @@ from sandpod_operator.status import (
     accepted_summary,
     cancelled_on_request,
     next_status,
+    node_step_at,
     observe_pod,
     parse_time,
     past_deadline,
@@ -154,6 +155,8 @@ class Reconciler:
     observations: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # Per node name, its allocatable resources: a sandbox larger than every node never queues.
     node_allocatable: dict[str, Manifest] = field(default_factory=dict)
+    # Per node name, when a sandbox there last took a step toward its program (node_step_at).
+    node_steps: dict[str, datetime] = field(default_factory=dict)
     warm: WarmPath = field(init=False)
     sessions: SessionController = field(init=False)
     # Per execution uid: its warm run, started in this process right after the claim (the
@@ -394,6 +397,7 @@ class Reconciler:
 
     async def on_pod_event(self, event_type: str | None, pod: Manifest) -> None:
         """A sandbox pod changed (or is gone): bring its execution's status up to date."""
+        self._note_node_step(pod)
         meta = pod.get("metadata") or {}
         session = (meta.get("labels") or {}).get(SESSION_LABEL)
         if session:
@@ -457,8 +461,15 @@ class Reconciler:
             FINAL if verdict.terminal else pod_state_key(pod)
         )
 
+    def _note_node_step(self, pod: Manifest) -> None:
+        step = node_step_at(pod)
+        if step is not None:
+            node, at = step
+            self.node_steps[node] = max(at, self.node_steps.get(node, at))
+
     def _observe(self, execution: Manifest, pod: Manifest, log: LogSummary | None) -> Verdict:
-        """observe_pod with this execution's mode and timeout, now, and the cluster's room."""
+        """observe_pod with this execution's mode and timeout, now, the cluster's room and
+        its node's last step."""
         return observe_pod(
             pod,
             log=log,
@@ -467,6 +478,7 @@ class Reconciler:
             now=now(),
             settings=self.settings,
             largest_node=NodeRoom.largest(self.node_allocatable.values()),
+            node_step=self.node_steps.get(str((pod.get("spec") or {}).get("nodeName"))),
         )
 
     async def judge(self, execution: Manifest, pod: Manifest) -> Verdict:
