@@ -37,6 +37,8 @@ DIRECT_RUN_PATH = "/v1/session-runs"
 DIRECT_POOL_RUN_PATH = "/v1/pool-runs"
 # Stops a direct run in progress, by its record's namespace and name (E2B's kill of a command).
 DIRECT_CANCEL_PATH = "/v1/run-cancels"
+# A direct run's answer with its output live, when the gateway asks for it (Accept).
+NDJSON_MEDIA_TYPE = "application/x-ndjson"
 # On the same port: the operator admits a tenant's creates against its counts (one decider for
 # every gateway replica), and tells a tenant's use.
 DIRECT_ADMISSION_PATH = "/v1/admissions"

@@ -20,7 +20,7 @@ import hashlib
 import hmac
 import json
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -188,6 +188,11 @@ class OutputChunk:
 
     stream: Stream
     data: str
+
+
+# Sees each chunk of a run's output as it comes, unverified (live output; the verified
+# answer follows).
+OutputListener = Callable[[OutputChunk], None]
 
 
 def _json_object(line: bytes) -> dict[str, Any] | None:

@@ -325,7 +325,9 @@ def observe_pending(
     scheduled = _condition(pod, "PodScheduled")
     if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
         return observe_queued(pod, scheduled, now, settings, largest_node)
-    since = max(startup_step_at(pod, now), node_step or datetime.min.replace(tzinfo=UTC))
+    since = startup_step_at(pod, now)
+    if node_step is not None:
+        since = max(since, node_step)
     if (now - since).total_seconds() >= settings.pod_startup_timeout_seconds:
         detail = f" (last: {waiting_reason}: {waiting_message})" if waiting_reason else ""
         return Verdict(

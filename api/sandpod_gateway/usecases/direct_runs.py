@@ -17,8 +17,13 @@ from typing import Protocol
 import aiohttp
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
-from sandpod_contract.names import DIRECT_CANCEL_PATH, DIRECT_POOL_RUN_PATH, DIRECT_RUN_PATH
-from sandpod_contract.runner import OutputChunk
+from sandpod_contract.names import (
+    DIRECT_CANCEL_PATH,
+    DIRECT_POOL_RUN_PATH,
+    DIRECT_RUN_PATH,
+    NDJSON_MEDIA_TYPE,
+)
+from sandpod_contract.runner import OutputChunk, OutputListener
 
 from sandpod_gateway.kube.operator_endpoint import OperatorEndpoint
 from sandpod_gateway.kube.resources import Resource
@@ -28,9 +33,6 @@ from sandpod_gateway.web.errors import GatewayError
 
 # Beyond the run's own timeout: the operator's turn queue and the record of outputs.
 ANSWER_MARGIN_SECONDS = 60
-NDJSON = "application/x-ndjson"
-# Sees each chunk of a run's output as the operator streams it.
-OutputListener = Callable[[OutputChunk], None]
 
 
 class NotServingNow(Exception):
@@ -89,7 +91,9 @@ class OperatorDirectRunner:
     ) -> Resource:
         body = {"namespace": namespace, "execution": execution}
         timeout = aiohttp.ClientTimeout(total=timeout_seconds + ANSWER_MARGIN_SECONDS)
-        headers = self._headers if on_output is None else {**self._headers, "Accept": NDJSON}
+        headers = (
+            self._headers if on_output is None else {**self._headers, "Accept": NDJSON_MEDIA_TYPE}
+        )
         try:
             url = (await self._address()).rstrip("/") + _path(execution)
         except (ApiException, aiohttp.ClientError, OSError) as exc:  # nothing was run
@@ -100,7 +104,7 @@ class OperatorDirectRunner:
             ) as response:
                 status = response.status
                 retry_after = response.headers.get("Retry-After", self._retry_after)
-                if on_output is not None and response.content_type == NDJSON:
+                if on_output is not None and response.content_type == NDJSON_MEDIA_TYPE:
                     answer = await _streamed(response, on_output)
                 else:
                     answer = await response.json(content_type=None)

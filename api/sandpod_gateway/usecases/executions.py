@@ -14,6 +14,7 @@ from typing import Protocol
 
 from sandpod_contract.models import execution_name_problem
 from sandpod_contract.names import TENANT_LABEL
+from sandpod_contract.runner import OutputListener
 
 from sandpod_gateway.kube.resources import (
     Resource,
@@ -46,7 +47,7 @@ from sandpod_gateway.policy.idempotency import Getter, execution_name, replay
 from sandpod_gateway.policy.tenant_counts import OperatorCounts
 from sandpod_gateway.schemas import CreateExecutionRequest, ExecutionResult
 from sandpod_gateway.settings import GatewaySettings
-from sandpod_gateway.usecases.direct_runs import DirectRunner, NotServingNow, OutputListener
+from sandpod_gateway.usecases.direct_runs import DirectRunner, NotServingNow
 from sandpod_gateway.usecases.waiting import finished
 from sandpod_gateway.web.errors import ErrorDetail, GatewayError
 

@@ -7,8 +7,9 @@ bash session the command is the run. The run's value is the command's exit statu
 import re
 import shlex
 
+from sandpod_contract.runner import OutputListener
+
 from sandpod_gateway.schemas import ExecutionResult, ExecutionStatus, SessionExecutionRequest
-from sandpod_gateway.usecases.direct_runs import OutputListener
 from sandpod_gateway.usecases.sessions import SessionContext, live_session, run_in_session
 from sandpod_gateway.web.errors import GatewayError
 

@@ -10,6 +10,8 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
+from sandpod_contract.runner import OutputListener
+
 from sandpod_gateway.kube.resources import (
     Resource,
     build_code_session,
@@ -32,7 +34,6 @@ from sandpod_gateway.schemas import (
     SessionExecutionRequest,
     SessionInfo,
 )
-from sandpod_gateway.usecases.direct_runs import OutputListener
 from sandpod_gateway.usecases.executions import (
     CreateOutcome,
     ExecutionContext,

@@ -33,7 +33,7 @@ from sandpod_contract.catalog import Catalog
 from sandpod_contract.models import CodeExecutionSpec, SandboxPoolSpec
 from sandpod_contract.names import DIRECT_TIMINGS_LOG, TIMINGS_LOG
 from sandpod_contract.quantities import parse_quantity
-from sandpod_contract.runner import LogSummary
+from sandpod_contract.runner import LogSummary, OutputListener
 
 from sandpod_operator.executions.builders import (
     InvalidSpecError,
@@ -43,13 +43,7 @@ from sandpod_operator.executions.builders import (
 )
 from sandpod_operator.kube import KubeApi, KubeError, Manifest
 from sandpod_operator.pools.builders import plan_pool
-from sandpod_operator.serving.runner import (
-    OutputListener,
-    RunnerAddress,
-    RunnerUnavailable,
-    cancel,
-    run,
-)
+from sandpod_operator.serving.runner import RunnerAddress, RunnerUnavailable, cancel, run
 from sandpod_operator.settings import OperatorSettings
 
 logger = logging.getLogger(__name__)

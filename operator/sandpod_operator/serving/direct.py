@@ -30,6 +30,7 @@ from sandpod_contract.names import (
     RECORD_LABEL,
     VERSION,
 )
+from sandpod_contract.runner import OutputListener
 
 from sandpod_operator.kube import (
     API_ERRORS,
@@ -41,7 +42,6 @@ from sandpod_operator.kube import (
 )
 from sandpod_operator.pools.warm import claim_patch, execution_wants
 from sandpod_operator.serving.core import NotServing, planned, serve_once
-from sandpod_operator.serving.runner import OutputListener
 from sandpod_operator.sessions.controller import SessionController, StoringOutputs, now
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import Verdict, next_status

@@ -20,12 +20,16 @@ from functools import partial
 from typing import Any, Protocol
 
 from aiohttp import web
-from sandpod_contract.names import DIRECT_CANCEL_PATH, DIRECT_POOL_RUN_PATH, DIRECT_RUN_PATH
-from sandpod_contract.runner import LiveOutput
+from sandpod_contract.names import (
+    DIRECT_CANCEL_PATH,
+    DIRECT_POOL_RUN_PATH,
+    DIRECT_RUN_PATH,
+    NDJSON_MEDIA_TYPE,
+)
+from sandpod_contract.runner import LiveOutput, OutputListener
 
 from sandpod_operator.kube import Manifest
 from sandpod_operator.serving.core import InvalidRun, NotServing
-from sandpod_operator.serving.runner import OutputListener
 from sandpod_operator.sessions.controller import SessionBusy
 
 # (namespace, name) -> the session as the operator last saw it, or None.
@@ -62,7 +66,6 @@ Start = Callable[[OutputListener | None], Awaitable[Manifest]]
 
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
-NDJSON = "application/x-ndjson"
 STARTING_POLL_SECONDS = 0.05
 UNSEEN_WAIT_SECONDS = 5.0
 
@@ -181,7 +184,7 @@ def create_app(
         return web.json_response({}, status=202)
 
     async def respond(request: web.Request, start: Start) -> web.StreamResponse:
-        if NDJSON not in request.headers.get("Accept", ""):
+        if NDJSON_MEDIA_TYPE not in request.headers.get("Accept", ""):
             return await answer(start(None))
         return await answer_live(request, start, answer)
 
@@ -203,7 +206,7 @@ async def answer_live(
     running = asyncio.ensure_future(start(live.put))
     if not await live.started(running):
         return await answer(running)
-    response = web.StreamResponse(headers={"Content-Type": NDJSON})
+    response = web.StreamResponse(headers={"Content-Type": NDJSON_MEDIA_TYPE})
     await response.prepare(request)
     # A caller gone mid-answer: the run goes on and is recorded (LiveOutput.chunks).
     async for chunk in live.chunks(running):

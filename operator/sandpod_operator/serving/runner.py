@@ -7,7 +7,6 @@ were made with. Lines are kept (at most `limit_bytes`) until the summary arrives
 """
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,14 +15,12 @@ from sandpod_contract.runner import (
     LineSplitter,
     LogReader,
     LogSummary,
-    OutputChunk,
+    OutputListener,
     Summary,
     decode_frame,
     parse_summary,
 )
 
-# Sees each output frame as it arrives, unverified (live output; the verified answer follows).
-OutputListener = Callable[[OutputChunk], None]
 RUN_PATH = "/v1/run"
 CANCEL_PATH = "/v1/cancel"
 CHUNK_BYTES = 64 * 1024

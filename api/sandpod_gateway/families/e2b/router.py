@@ -15,7 +15,7 @@ import hashlib
 import json
 import secrets
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -24,8 +24,8 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
-from sandpod_contract.names import TENANT_LABEL
-from sandpod_contract.runner import LiveOutput
+from sandpod_contract.names import NDJSON_MEDIA_TYPE, TENANT_LABEL
+from sandpod_contract.runner import LiveOutput, OutputListener
 
 from sandpod_gateway.families.e2b import programs, protocol
 from sandpod_gateway.families.e2b.protocol import E2bError
@@ -35,9 +35,8 @@ from sandpod_gateway.policy.auth import Tenant
 from sandpod_gateway.policy.idempotency import execution_name
 from sandpod_gateway.schemas import CreateSessionRequest, ExecutionResult, SessionExecutionRequest
 from sandpod_gateway.settings import GatewaySettings
-from sandpod_gateway.usecases.direct_runs import NDJSON, OutputListener
 from sandpod_gateway.usecases.executions import get_owned
-from sandpod_gateway.usecases.session_commands import PYTHON, exit_status, run_command
+from sandpod_gateway.usecases.session_commands import exit_status, run_command
 from sandpod_gateway.usecases.session_files import download_file, upload_file
 from sandpod_gateway.usecases.sessions import (
     SessionContext,
@@ -507,8 +506,10 @@ async def execute(body: ExecuteBody, call: SandboxCallDep) -> StreamingResponse:
             # An unknown context is refused (404) before anything streams.
             with contextlib.suppress(protocol.MalformedAnswer):
                 protocol.session_answer(result.result)
-        return StreamingResponse(_lines(protocol.execute_lines(result)), media_type=NDJSON)
-    return StreamingResponse(_live_lines(live, running), media_type=NDJSON)
+        return StreamingResponse(
+            _lines(protocol.execute_lines(result)), media_type=NDJSON_MEDIA_TYPE
+        )
+    return StreamingResponse(_live_lines(live, running), media_type=NDJSON_MEDIA_TYPE)
 
 
 async def _lines(lines: list[str]) -> AsyncIterator[str]:
@@ -686,11 +687,11 @@ def _end(end: dict[str, Any]) -> list[bytes]:
     return [_envelope({"event": {"end": end}}), _envelope({}, flags=0x02)]
 
 
-def _end_events(result: ExecutionResult, streamed: bool) -> list[bytes]:
+def _end_events(language: str, result: ExecutionResult, streamed: bool) -> list[bytes]:
     """The output the run's result has (when none streamed live), then its end."""
     logs = () if streamed else (("stdout", result.stdout), ("stderr", result.stderr))
     data = [_data_event(stream, text) for stream, text in logs if text]
-    exit_code = exit_status(PYTHON, result)
+    exit_code = exit_status(language, result)
     if exit_code is None:
         end = KILLED_END
     else:
@@ -702,7 +703,7 @@ def _end_events(result: ExecutionResult, streamed: bool) -> list[bytes]:
 
 
 async def _process_events(
-    pid: int, live: LiveOutput, running: "asyncio.Future[ExecutionResult]"
+    pid: int, live: LiveOutput, running: "asyncio.Future[tuple[str, ExecutionResult]]"
 ) -> AsyncIterator[bytes]:
     yield _start_event(pid)
     streamed = False
@@ -710,7 +711,7 @@ async def _process_events(
         async for chunk in live.chunks(running):
             streamed = True
             yield _data_event(chunk.stream, chunk.data)
-        events = _end_events(running.result(), streamed)
+        events = _end_events(*running.result(), streamed)
     except (E2bError, GatewayError) as exc:
         events = _end({**KILLED_END, "error": exc.message})
     for event in events:
@@ -731,21 +732,18 @@ async def start_process(request: Request, call: SandboxCallDep) -> StreamingResp
     envs = protocol.checked_metadata(process.get("envs"))
     pid = secrets.randbelow(MAX_PID) + 1
     live = LiveOutput()
-    run = run_command(
-        call.sandbox_id,
-        argv,
-        cwd=programs.work_path(process.get("cwd") or protocol.HOME),
-        env=envs,
-        ctx=call.ctx,
-        on_output=live.put,
-        name=_process_run_name(call, pid),
+    running = asyncio.ensure_future(
+        run_command(
+            call.sandbox_id,
+            argv,
+            cwd=programs.work_path(process.get("cwd") or protocol.HOME),
+            env=envs,
+            ctx=call.ctx,
+            on_output=live.put,
+            name=_process_run_name(call, pid),
+        )
     )
-    running = asyncio.ensure_future(_result_of(run))
     return StreamingResponse(_process_events(pid, live, running), media_type=CONNECT_JSON)
-
-
-async def _result_of(run: Awaitable[tuple[str, ExecutionResult]]) -> ExecutionResult:
-    return (await run)[1]
 
 
 async def _stop(call: SandboxCall, name: str) -> bool:
