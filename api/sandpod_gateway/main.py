@@ -28,7 +28,7 @@ from sandpod_gateway.policy.admission import AdmissionControl
 from sandpod_gateway.policy.auth import SecretApiKeyStore
 from sandpod_gateway.policy.tenant_counts import OperatorCounts
 from sandpod_gateway.settings import GatewaySettings
-from sandpod_gateway.usecases.direct_runs import OperatorDirectRunner
+from sandpod_gateway.usecases.direct_runs import DirectRunner
 from sandpod_gateway.usecases.sessions import KnownSessions
 from sandpod_gateway.web.body_limit import BodySizeLimitMiddleware
 from sandpod_gateway.web.docs import install_docs
@@ -70,7 +70,7 @@ def create_app(settings: GatewaySettings | None = None, pad_dir: Path = PAD_DIR)
                 api_client, log_follow_limit_bytes=settings.max_log_follow_bytes
             )
             app.state.session_service = KubernetesSessionService(api_client)
-            app.state.direct_runner = OperatorDirectRunner.of(settings, api_client)
+            app.state.direct_runner = DirectRunner.of(settings, api_client)
             endpoint = OperatorEndpoint.of(settings, api_client)
             app.state.tenant_counts = (
                 None

@@ -93,16 +93,9 @@ def baseline_pod(
     container.pop("args", None)
     env = {**catalog.languages[LANGUAGE].env, **(extra_env or {})}
     container["env"] = [{"name": key, "value": value} for key, value in sorted(env.items())]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {PART_OF_LABEL: PART_OF, BASELINE_LABEL: kind},
-        },
-        "spec": spec,
-    }
+    labels = {PART_OF_LABEL: PART_OF, BASELINE_LABEL: kind}
+    metadata = {"name": name, "namespace": namespace, "labels": labels}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
 def baseline_job(sandbox: Manifest, *, namespace: str, name: str, catalog: Catalog) -> Manifest:

@@ -5,32 +5,21 @@ tables, and that it runs only when named."""
 from pathlib import Path
 
 import pytest
+from sandpod_bench import soak
 from sandpod_bench.bench import gateway_settings
 from sandpod_bench.main import parse_options
 from sandpod_bench.options import SECTIONS
 from sandpod_bench.recorder import Observation
 from sandpod_bench.report import render
 from sandpod_bench.sections.soak import REFUSALS
-from sandpod_bench.soak import (
-    ABUSIVE,
-    QUIET,
-    SOAK_RECORD_TTL_SECONDS,
-    ResourcePoint,
-    Timed,
-    compare_phases,
-    count_outcomes,
-    drift,
-    outcome,
-    parse_storage,
-    phase_of,
-)
+from sandpod_bench.soak import ABUSIVE, QUIET, SOAK_RECORD_TTL_SECONDS, ResourcePoint, Timed
 from sandpod_bench.throughput import Finished, audit
 from sandpod_bench.workloads import Attempt
 
 
 def test_an_attempt_belongs_to_the_phase_it_started_in() -> None:
-    assert phase_of(59.9, abusive_from=60) == QUIET
-    assert phase_of(60.0, abusive_from=60) == ABUSIVE
+    assert soak.phase_of(59.9, abusive_from=60) == QUIET
+    assert soak.phase_of(60.0, abusive_from=60) == ABUSIVE
 
 
 def timed(kind: str, phase: str, seconds: float, ok: bool = True, tenant: str = "a") -> Timed:
@@ -45,7 +34,7 @@ def test_phases_are_compared_per_tenant_and_kind() -> None:
         *(timed("cold", QUIET, s, tenant="b") for s in (2.0, 2.0)),
         *(timed("cold", ABUSIVE, s, tenant="b") for s in (2.0, 2.2)),
     ]
-    pool, cold = compare_phases(attempts)
+    pool, cold = soak.compare_phases(attempts)
     assert (pool["tenant"], pool["kind"]) == ("a", "pool")
     assert pool[QUIET]["count"] == 3
     assert pool[ABUSIVE]["count"] == 3
@@ -58,17 +47,20 @@ def test_phases_are_compared_per_tenant_and_kind() -> None:
 
 
 def test_a_phase_without_a_success_has_no_ratio() -> None:
-    [row] = compare_phases([timed("mcp", QUIET, 0.05), timed("mcp", ABUSIVE, 1.0, ok=False)])
+    [row] = soak.compare_phases([timed("mcp", QUIET, 0.05), timed("mcp", ABUSIVE, 1.0, ok=False)])
     assert row[ABUSIVE] == {"count": 0, "failures": 1}
     assert row["p99_ratio"] is None
     assert row["p99_within_target"] is None
 
 
 def test_answers_are_counted_by_status_and_error_code() -> None:
-    assert outcome(202, {"id": "cx-1"}) == "202"
-    assert outcome(429, {"error": {"code": "rate_limited", "message": "..."}}) == "429 rate_limited"
-    assert outcome(502, None) == "502"
-    counted = count_outcomes(
+    assert soak.outcome(202, {"id": "cx-1"}) == "202"
+    assert (
+        soak.outcome(429, {"error": {"code": "rate_limited", "message": "..."}})
+        == "429 rate_limited"
+    )
+    assert soak.outcome(502, None) == "502"
+    counted = soak.count_outcomes(
         [
             ("flood", "429 rate_limited"),
             ("flood", "202"),
@@ -103,7 +95,7 @@ apiserver_request_total{code="200",verb="GET"} 5
 
 
 def test_the_database_size_and_objects_come_from_the_api_servers_metrics() -> None:
-    reading = parse_storage(STORAGE)
+    reading = soak.parse_storage(STORAGE)
     assert reading.size_bytes == 41943040  # the largest sample
     assert reading.metric == "apiserver_storage_size_bytes"
     assert reading.objects == {"codeexecutions.sandpod.dev": 120, "configmaps": 40, "pods": 12}
@@ -114,12 +106,12 @@ def test_older_api_servers_name_the_size_otherwise() -> None:
         "# TYPE apiserver_storage_db_total_size_in_bytes gauge\n"
         'apiserver_storage_db_total_size_in_bytes{endpoint="http://127.0.0.1:2379"} 2048\n'
     )
-    reading = parse_storage(text)
+    reading = soak.parse_storage(text)
     assert (reading.size_bytes, reading.metric) == (
         2048,
         "apiserver_storage_db_total_size_in_bytes",
     )
-    assert parse_storage("# TYPE up gauge\nup 1\n").size_bytes is None
+    assert soak.parse_storage("# TYPE up gauge\nup 1\n").size_bytes is None
 
 
 def point(at: float, rss: int | None, storage: int | None, executions: int) -> ResourcePoint:
@@ -135,27 +127,27 @@ def test_drift_is_start_end_peak_and_change_of_the_points_that_have_it() -> None
         point(120, 110, 3000, 70),
         point(180, 120, None, 100),
     ]
-    rss = drift(points, "operator_rss_bytes")
+    rss = soak.drift(points, "operator_rss_bytes")
     assert rss is not None
     assert (rss["start"], rss["end"], rss["peak"], rss["change"]) == (100, 120, 130, 20)
     assert rss["change_fraction"] == pytest.approx(0.2)
     assert rss["per_minute"] == pytest.approx(20 / 3)
     assert rss["last_third_per_minute"] == pytest.approx(10)  # 110 at 2 min, 120 at 3
-    storage = drift(points, "storage_bytes")
+    storage = soak.drift(points, "storage_bytes")
     assert storage is not None
     assert (storage["start"], storage["end"], storage["samples"]) == (2000, 3000, 2)
     assert storage["per_minute"] == pytest.approx(1000)
-    objects = drift(points, "objects:codeexecutions.sandpod.dev")
+    objects = soak.drift(points, "objects:codeexecutions.sandpod.dev")
     assert objects is not None and objects["change"] == 90
-    assert drift(points, "objects:pods") is None
-    assert drift([point(0, None, None, 1)], "storage_bytes") is None
+    assert soak.drift(points, "objects:pods") is None
+    assert soak.drift([point(0, None, None, 1)], "storage_bytes") is None
 
 
 def test_the_soak_tables_in_the_report() -> None:
-    kinds = compare_phases(
+    kinds = soak.compare_phases(
         [timed("pool", QUIET, 0.1), timed("pool", ABUSIVE, 0.5), timed("cold", QUIET, 2.0)]
     )
-    soak = {
+    section = {
         "minutes": 4.0,
         "quiet_minutes": 1.0,
         "abusive_tenant": "soak-abuse",
@@ -166,14 +158,14 @@ def test_the_soak_tables_in_the_report() -> None:
         },
         "abusive_answers": {"flood": {"429 rate_limited": 80, "202": 20}},
         "resources": {
-            "operator_rss_bytes": drift(
+            "operator_rss_bytes": soak.drift(
                 [point(0, 100 * 1024 * 1024, 0, 0), point(60, 110 * 1024 * 1024, 0, 0)],
                 "operator_rss_bytes",
             ),
             "storage_bytes": None,
         },
     }
-    text = render({"soak": soak})
+    text = render({"soak": section})
     assert "a, pool" in text
     assert "5.00x" in text  # the pool's p99 ratio
     assert "beyond for a, pool" in text
@@ -215,7 +207,7 @@ def observation(name: str) -> Observation:
 
 def test_with_the_soak_named_the_gateway_keeps_finished_executions_briefly() -> None:
     ttl = "SANDPOD_GATEWAY_TTL_SECONDS_AFTER_FINISHED"
-    soak = gateway_settings(parse_options(["--sections", "soak"]), "http://direct", Path("t"))
-    assert soak[ttl] == str(SOAK_RECORD_TTL_SECONDS)
-    assert soak["SANDPOD_GATEWAY_DIRECT_URL"] == "http://direct"
+    settings = gateway_settings(parse_options(["--sections", "soak"]), "http://direct", Path("t"))
+    assert settings[ttl] == str(SOAK_RECORD_TTL_SECONDS)
+    assert settings["SANDPOD_GATEWAY_DIRECT_URL"] == "http://direct"
     assert ttl not in gateway_settings(parse_options([]), "http://direct", Path("t"))

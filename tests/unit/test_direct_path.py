@@ -16,7 +16,7 @@ import pytest
 from sandpod_contract.names import FINISHED_LABEL, RECORD_LABEL, TENANT_LABEL
 from sandpod_contract.runner import OutputChunk
 from sandpod_gateway.kube.service import SessionNotFound
-from sandpod_gateway.usecases.direct_runs import NotServingNow, OperatorDirectRunner
+from sandpod_gateway.usecases.direct_runs import DirectRunner, NotServingNow
 from sandpod_gateway.web.errors import GatewayError
 from sandpod_operator.serving import endpoint as direct_endpoint
 from sandpod_operator.serving.core import InvalidRun, NotServing
@@ -209,7 +209,7 @@ async def serving(runs: PlayedRuns, port: int) -> AsyncIterator[str]:
 @asynccontextmanager
 async def client_and_intruder(
     runs: PlayedRuns, port: int
-) -> AsyncIterator[tuple[OperatorDirectRunner, OperatorDirectRunner]]:
+) -> AsyncIterator[tuple[DirectRunner, DirectRunner]]:
     """The gateway's client of the endpoint, and one with a wrong token."""
     async with serving(runs, port) as endpoint:
         client, intruder = direct_runner(endpoint), direct_runner(endpoint, "x" * 48)
@@ -220,8 +220,8 @@ async def client_and_intruder(
             await intruder.close()
 
 
-def direct_runner(url: str, token: str = TOKEN) -> OperatorDirectRunner:
-    return OperatorDirectRunner(partial(fixed, url), token, retry_after_seconds=5)
+def direct_runner(url: str, token: str = TOKEN) -> DirectRunner:
+    return DirectRunner(partial(fixed, url), token, retry_after_seconds=5)
 
 
 async def fixed(url: str) -> str:

@@ -9,19 +9,12 @@ from sandpod_contract.catalog import Catalog
 from sandpod_contract.models import CodeExecutionSpec, Network
 from sandpod_contract.names import child_name
 from sandpod_contract.runner import VerifiedFile
+from sandpod_operator.executions import builders
 from sandpod_operator.executions.builders import (
     DENY_ALL_POLICY_NAME,
     InvalidSpecError,
     Manifest,
     Plan,
-    build_configmap,
-    build_egress_policy,
-    build_network_policy,
-    build_outputs_configmap,
-    build_pod,
-    build_runner_config,
-    plan_execution,
-    plan_outputs,
 )
 from sandpod_operator.settings import RUNNER_PATH, OperatorSettings
 
@@ -41,7 +34,7 @@ def spec(**fields: Any) -> CodeExecutionSpec:
 
 
 def plan(catalog: Catalog, settings: OperatorSettings, **fields: Any) -> Plan:
-    return plan_execution(spec(**fields), catalog, settings)
+    return builders.plan_execution(spec(**fields), catalog, settings)
 
 
 def test_child_names_are_deterministic_labels() -> None:
@@ -105,7 +98,9 @@ def test_runner_config_follows_the_protocol(catalog: Catalog, settings: Operator
         mode="lint",
         timeoutSeconds=7,
     )
-    config = build_runner_config(parsed, plan_execution(parsed, catalog, settings), settings)
+    config = builders.build_runner_config(
+        parsed, builders.plan_execution(parsed, catalog, settings), settings
+    )
     assert config == {
         "mode": "lint",
         "sourceFile": "main.py",
@@ -141,7 +136,9 @@ def test_an_executions_lint_rules_replace_the_languages(
     catalog: Catalog, settings: OperatorSettings
 ) -> None:
     parsed = spec(mode="lint", lint={"select": ["E", "F401"]})
-    config = build_runner_config(parsed, plan_execution(parsed, catalog, settings), settings)
+    config = builders.build_runner_config(
+        parsed, builders.plan_execution(parsed, catalog, settings), settings
+    )
     assert config["lintCommand"][-2:] == ["main.py", "--select=E,F401"]
 
 
@@ -156,12 +153,12 @@ def test_lint_rules_are_rule_codes_never_options(rule: str) -> None:
 def configmap_of(
     parsed: CodeExecutionSpec, catalog: Catalog, settings: OperatorSettings
 ) -> Manifest:
-    return build_configmap(
+    return builders.build_configmap(
         namespace="team-a",
         execution_name="hello",
         uid=UID,
         spec=parsed,
-        plan=plan_execution(parsed, catalog, settings),
+        plan=builders.plan_execution(parsed, catalog, settings),
         settings=settings,
     )
 
@@ -208,14 +205,14 @@ def test_output_files_are_stored_in_order_while_they_fit() -> None:
         verified("c.txt", b"c" * 40),
         verified("unkept.bin", None, 5),
     ]
-    entries = plan_outputs(files, 100)
+    entries = builders.plan_outputs(files, 100)
     assert [(e["path"], e["stored"], e.get("key")) for e in entries] == [
         ("a.txt", True, "file-0"),
         ("big.bin", False, None),
         ("c.txt", True, "file-1"),
         ("unkept.bin", False, None),
     ]
-    configmap = build_outputs_configmap(
+    configmap = builders.build_outputs_configmap(
         namespace="ns", execution_name="hello", uid=UID, files=files, entries=entries
     )
     assert configmap is not None
@@ -229,9 +226,9 @@ def test_output_files_are_stored_in_order_while_they_fit() -> None:
 
 def test_no_outputs_configmap_when_nothing_is_stored() -> None:
     files = [verified("big.bin", b"b" * 50)]
-    entries = plan_outputs(files, 10)
+    entries = builders.plan_outputs(files, 10)
     assert (
-        build_outputs_configmap(
+        builders.build_outputs_configmap(
             namespace="ns", execution_name="hello", uid=UID, files=files, entries=entries
         )
         is None
@@ -240,7 +237,7 @@ def test_no_outputs_configmap_when_nothing_is_stored() -> None:
 
 def test_pod_is_hardened(catalog: Catalog, settings: OperatorSettings) -> None:
     planned = plan(catalog, settings, timeoutSeconds=20, resources={"memory": "512Mi"})
-    pod = build_pod(
+    pod = builders.build_pod(
         namespace="ns", execution_name="hello", uid=UID, plan=planned, settings=settings
     )
     podspec = pod["spec"]
@@ -289,7 +286,9 @@ def test_pod_is_hardened(catalog: Catalog, settings: OperatorSettings) -> None:
 
 def test_small_limits_cap_requests(catalog: Catalog, settings: OperatorSettings) -> None:
     planned = plan(catalog, settings, resources={"cpu": "20m", "ephemeralStorage": "8Mi"})
-    pod = build_pod(namespace="ns", execution_name="x", uid=UID, plan=planned, settings=settings)
+    pod = builders.build_pod(
+        namespace="ns", execution_name="x", uid=UID, plan=planned, settings=settings
+    )
     container = pod["spec"]["containers"][0]
     assert container["resources"]["requests"]["cpu"] == "20m"
     assert container["resources"]["requests"]["ephemeral-storage"] == "8Mi"
@@ -300,12 +299,14 @@ def test_scratch_is_never_larger_than_the_memory_limit(
     catalog: Catalog, settings: OperatorSettings
 ) -> None:
     planned = plan(catalog, settings, resources={"memory": "64Mi", "ephemeralStorage": "1Gi"})
-    pod = build_pod(namespace="ns", execution_name="x", uid=UID, plan=planned, settings=settings)
+    pod = builders.build_pod(
+        namespace="ns", execution_name="x", uid=UID, plan=planned, settings=settings
+    )
     assert pod["spec"]["volumes"][1]["emptyDir"] == {"medium": "Memory", "sizeLimit": "64Mi"}
 
 
 def test_deny_all_network_policy() -> None:
-    policy = build_network_policy("ns")
+    policy = builders.build_network_policy("ns")
     assert policy["metadata"]["name"] == DENY_ALL_POLICY_NAME
     assert policy["spec"] == {
         "podSelector": {"matchLabels": {"sandpod.dev/role": "sandbox"}},
@@ -316,7 +317,7 @@ def test_deny_all_network_policy() -> None:
 
 
 def egress_policy(settings: OperatorSettings, network: Network) -> Manifest | None:
-    return build_egress_policy(
+    return builders.build_egress_policy(
         namespace="ns", execution_name="x", uid=UID, network=network, bounds=settings.egress_bounds
     )
 

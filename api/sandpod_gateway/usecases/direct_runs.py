@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import Protocol
 
 import aiohttp
 from kubernetes_asyncio.client import ApiClient
@@ -40,26 +39,7 @@ class NotServingNow(Exception):
     not reached): the caller takes the record path, which queues it."""
 
 
-class DirectRunner(Protocol):
-    async def run(
-        self,
-        namespace: str,
-        execution: Resource,
-        timeout_seconds: int,
-        on_output: OutputListener | None = None,
-    ) -> Resource:
-        """The run's record with its final status; NotServingNow, or a GatewayError.
-        `on_output` sees its output as it comes."""
-        ...
-
-    async def cancel(self, namespace: str, name: str) -> bool:
-        """Stop the direct run of that name in progress: whether one was."""
-        ...
-
-    async def close(self) -> None: ...
-
-
-class OperatorDirectRunner:
+class DirectRunner:
     """Posts runs to the operator's direct endpoint over one pool of kept-alive connections.
     `address` gives its base URL (http://host:port)."""
 
@@ -72,7 +52,7 @@ class OperatorDirectRunner:
         self._http = aiohttp.ClientSession()
 
     @classmethod
-    def of(cls, settings: GatewaySettings, api_client: ApiClient) -> OperatorDirectRunner | None:
+    def of(cls, settings: GatewaySettings, api_client: ApiClient) -> DirectRunner | None:
         """The direct path the settings name (its Service, else its URL), or None."""
         endpoint = OperatorEndpoint.of(settings, api_client)
         if endpoint is None:
@@ -89,6 +69,8 @@ class OperatorDirectRunner:
         timeout_seconds: int,
         on_output: OutputListener | None = None,
     ) -> Resource:
+        """The run's record with its final status; NotServingNow, or a GatewayError.
+        `on_output` sees its output as it comes."""
         body = {"namespace": namespace, "execution": execution}
         timeout = aiohttp.ClientTimeout(total=timeout_seconds + ANSWER_MARGIN_SECONDS)
         headers = (
@@ -115,6 +97,7 @@ class OperatorDirectRunner:
         return self._answer(status, answer, retry_after, execution)
 
     async def cancel(self, namespace: str, name: str) -> bool:
+        """Stop the direct run of that name in progress: whether one was."""
         body = {"namespace": namespace, "name": name}
         try:
             url = (await self._address()).rstrip("/") + DIRECT_CANCEL_PATH

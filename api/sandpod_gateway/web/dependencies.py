@@ -110,8 +110,7 @@ CurrentTenant = Annotated[Tenant, Depends(get_current_tenant)]
 def execution_context_of(
     tenant_dependency: Callable[..., Awaitable[Tenant]],
 ) -> Callable[..., Awaitable[ExecutionContext]]:
-    """The dependency of the execution use cases' context, the tenant found by
-    `tenant_dependency` (an API family authenticates its own way)."""
+    """The execution use cases' context, for the tenant `tenant_dependency` authenticates."""
 
     async def get_context(
         tenant: Annotated[Tenant, Depends(tenant_dependency)],
@@ -136,8 +135,7 @@ ExecutionContextDep = Annotated[ExecutionContext, Depends(get_execution_context)
 def session_context_of(
     tenant_dependency: Callable[..., Awaitable[Tenant]],
 ) -> Callable[..., Awaitable[SessionContext]]:
-    """The dependency of the session use cases' context, the tenant found by
-    `tenant_dependency` (an API family authenticates its own way)."""
+    """The session use cases' context: execution_context_of's, with the sessions."""
 
     async def get_context(
         ctx: Annotated[ExecutionContext, Depends(execution_context_of(tenant_dependency))],

@@ -628,7 +628,7 @@ class Reconciler:
         )
         meta, pod_name = execution["metadata"], pod["metadata"]["name"]
         self.warm.claimed[meta["uid"]] = pod
-        written = await self._write(execution, verdict, pod_name=pod_name)
+        written = await self.record(execution, verdict, pod_name=pod_name)
         if written is None:
             current = await self.kube.get_execution(meta["namespace"], meta["name"], uid=None)
             if current is None or is_terminal((current.get("status") or {}).get("phase")):
@@ -774,24 +774,11 @@ class Reconciler:
         *,
         pod_name: str | None = None,
         egress_blocked: list[BlockedEgress] | None = None,
-    ) -> bool:
-        """Write the verdict into status (compare-and-swap); True if this call moved it.
-        `egress_blocked`: what the proxy refused the run, when the caller knows (a run in a
-        session); else an execution with host entries asks the proxy when it ends."""
-        written = await self._write(
-            execution, verdict, pod_name=pod_name, egress_blocked=egress_blocked
-        )
-        return written is not None
-
-    async def _write(
-        self,
-        execution: Manifest,
-        verdict: Verdict,
-        *,
-        pod_name: str | None = None,
-        egress_blocked: list[BlockedEgress] | None = None,
     ) -> Manifest | None:
-        """`record`, answering the execution as written (None if this call did not move it)."""
+        """Write the verdict into status (compare-and-swap): the execution as written, None if
+        this call did not move it. `egress_blocked`: what the proxy refused the run, when the
+        caller knows (a run in a session); else an execution with host entries asks the proxy
+        when it ends."""
         meta = execution["metadata"]
         namespace, name, uid = meta["namespace"], meta["name"], meta["uid"]
         current: Manifest | None = execution

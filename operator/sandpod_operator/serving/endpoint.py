@@ -17,7 +17,7 @@ import hmac
 import json
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 from aiohttp import web
 from sandpod_contract.names import (
@@ -30,35 +30,13 @@ from sandpod_contract.runner import LiveOutput, OutputListener
 
 from sandpod_operator.kube import Manifest
 from sandpod_operator.serving.core import InvalidRun, NotServing
+from sandpod_operator.serving.direct import DirectRuns
 from sandpod_operator.sessions.controller import SessionBusy
 
 # (namespace, name) -> the session as the operator last saw it, or None.
 SessionLookup = Callable[[str, str], Manifest | None]
 # namespace -> its SandboxPools and their pods, as the operator last saw them.
 PoolLookup = Callable[[str], tuple[list[Manifest], list[Manifest]]]
-
-
-class Runs(Protocol):
-    """What runs a direct run (serving/direct.py DirectRuns)."""
-
-    async def run(
-        self,
-        namespace: str,
-        execution: Manifest,
-        session: Manifest,
-        on_output: OutputListener | None = None,
-    ) -> Manifest: ...
-
-    async def run_from_pool(
-        self,
-        namespace: str,
-        execution: Manifest,
-        pools: list[Manifest],
-        pods: list[Manifest],
-        on_output: OutputListener | None = None,
-    ) -> Manifest: ...
-
-    async def cancel(self, namespace: str, name: str) -> bool: ...
 
 
 # A run, started with who wants its output live (or None).
@@ -115,7 +93,7 @@ async def once_started(
 
 
 def create_app(
-    runs: Runs,
+    runs: DirectRuns,
     token: str,
     sessions: SessionLookup,
     pools: PoolLookup,

@@ -312,7 +312,7 @@ class Recording(Protocol):
         *,
         pod_name: str | None = None,
         egress_blocked: list[BlockedEgress] | None = None,
-    ) -> bool: ...
+    ) -> Manifest | None: ...
 
 
 # The Reconciler's storing of a final verdict's output files (ConfigMap, listed in the verdict).
