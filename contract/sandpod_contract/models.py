@@ -116,6 +116,18 @@ def format_time(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def parse_time(value: object) -> datetime | None:
+    """A timestamp Kubernetes (or anyone) wrote, as an aware datetime (UTC when it names no
+    zone); None when it is missing or not one."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
 Timestamp = Annotated[datetime, PlainSerializer(format_time, return_type=str, when_used="json")]
 
 

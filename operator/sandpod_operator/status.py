@@ -8,7 +8,7 @@ times and never moving backwards (a terminal status is final).
 import signal as signals
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -24,6 +24,7 @@ from sandpod_contract.models import (
     ReportedBy,
     format_time,
     is_terminal,
+    parse_time,
 )
 from sandpod_contract.names import CANCEL_ANNOTATION
 from sandpod_contract.quantities import parse_quantity
@@ -110,16 +111,6 @@ class Verdict:
     @property
     def terminal(self) -> bool:
         return is_terminal(self.phase)
-
-
-def parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def _container_status(pod: Pod) -> dict[str, Any]:

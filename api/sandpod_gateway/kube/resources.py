@@ -22,6 +22,7 @@ from sandpod_contract.models import (
     OutputFileStatus,
     Resources,
     SourceFile,
+    parse_time,
 )
 from sandpod_contract.names import (
     API_VERSION,
@@ -249,13 +250,7 @@ def error_message(
 
 def created_at(resource: Resource) -> datetime | None:
     """When the API server created the object, if its metadata says so readably."""
-    stamp = (resource.get("metadata") or {}).get("creationTimestamp")
-    if not isinstance(stamp, str):
-        return None
-    try:
-        return datetime.fromisoformat(stamp)
-    except ValueError:
-        return None
+    return parse_time((resource.get("metadata") or {}).get("creationTimestamp"))
 
 
 def output_file(resource: Resource, path: str) -> OutputFileStatus | None:

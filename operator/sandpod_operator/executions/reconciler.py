@@ -25,6 +25,7 @@ from sandpod_contract.models import (
     BlockedEgress,
     CodeExecutionSpec,
     is_terminal,
+    parse_time,
 )
 from sandpod_contract.names import (
     API_VERSION,
@@ -77,7 +78,6 @@ from sandpod_operator.status import (
     next_status,
     node_step_at,
     observe_pod,
-    parse_time,
     past_deadline,
     pod_finished,
     pod_state_key,

@@ -37,6 +37,7 @@ from sandpod_contract.models import (
     Resources,
     format_time,
     is_terminal,
+    parse_time,
 )
 from sandpod_contract.names import (
     SESSION_END_ANNOTATION,
@@ -79,7 +80,6 @@ from sandpod_operator.status import (
     Verdict,
     cancelled_on_request,
     clip_message,
-    parse_time,
     pod_finished,
     set_condition,
     startup_step_at,

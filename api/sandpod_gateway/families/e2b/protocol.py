@@ -19,7 +19,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from sandpod_contract.models import MAX_CONTENT_CHARS
+from sandpod_contract.models import MAX_CONTENT_CHARS, parse_time
 from sandpod_contract.names import GROUP, SESSION_END_ANNOTATION
 
 from sandpod_gateway.kube.resources import Resource, session_info
@@ -168,10 +168,7 @@ def check_end(end: str, created: str | None, max_lifetime_seconds: int) -> None:
 
 
 def sandbox_end(session: Resource) -> datetime | None:
-    try:
-        return datetime.fromisoformat(_annotations(session)[END_ANNOTATION])
-    except (KeyError, ValueError):
-        return None
+    return parse_time(_annotations(session).get(END_ANNOTATION))
 
 
 def is_expired(session: Resource, now: datetime) -> bool:
