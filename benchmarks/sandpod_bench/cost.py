@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from sandpod_bench.procstat import ProcessSample
@@ -18,38 +19,41 @@ def counts_delta(before: Mapping[str, int], after: Mapping[str, int]) -> dict[st
     return {key: value for key, value in sorted(delta.items()) if value}
 
 
+@dataclass(frozen=True)
+class CostSample:
+    """The operator's spending so far: its process, the API requests the proxy counted by
+    kind, and its own counters (requests, finished executions)."""
+
+    process: ProcessSample
+    requests: Mapping[str, int]
+    own: tuple[float, float]
+
+
 def cost_summary(
-    *,
-    executions: int,
-    before: ProcessSample,
-    after: ProcessSample,
-    requests_before: Mapping[str, int],
-    requests_after: Mapping[str, int],
-    own_before: tuple[float, float],
-    own_after: tuple[float, float],
-    seconds: float,
+    executions: int, before: CostSample, after: CostSample, seconds: float
 ) -> dict[str, Any]:
-    """Pure. `own_*` are (requests, finished executions) from the operator's own counters."""
+    """Pure. What `executions` cost between two samples `seconds` apart."""
     if executions <= 0:
         raise ValueError("cost of no executions")
-    delta = counts_delta(requests_before, requests_after)
+    delta = counts_delta(before.requests, after.requests)
     total_requests = sum(delta.values())
-    own_requests = own_after[0] - own_before[0]
-    own_finished = own_after[1] - own_before[1]
-    cpu = after.cpu_seconds - before.cpu_seconds
+    own_requests = after.own[0] - before.own[0]
+    own_finished = after.own[1] - before.own[1]
+    start, end = before.process, after.process
+    cpu = end.cpu_seconds - start.cpu_seconds
     return {
         "executions": executions,
         "wall_seconds": seconds,
         "cpu_seconds": cpu,
         "cpu_seconds_per_100_executions": cpu / executions * 100,
         "cpu_cores_busy": cpu / seconds if seconds > 0 else None,
-        "rss_mib_before": before.rss_bytes / MIB,
-        "rss_mib_after": after.rss_bytes / MIB,
-        "rss_mib_growth_per_100_executions": (after.rss_bytes - before.rss_bytes)
+        "rss_mib_before": start.rss_bytes / MIB,
+        "rss_mib_after": end.rss_bytes / MIB,
+        "rss_mib_growth_per_100_executions": (end.rss_bytes - start.rss_bytes)
         / MIB
         / executions
         * 100,
-        "peak_rss_mib": after.peak_rss_bytes / MIB,
+        "peak_rss_mib": end.peak_rss_bytes / MIB,
         "api_requests": total_requests,
         "api_requests_per_execution": total_requests / executions,
         "api_requests_per_execution_by_kind": {

@@ -4,7 +4,7 @@ classification, and the baselines' manifests (the same pod as sandpod's)."""
 from typing import Any
 
 import pytest
-from sandpod_bench.cost import cost_summary, counts_delta
+from sandpod_bench.cost import CostSample, cost_summary, counts_delta
 from sandpod_bench.manifests import (
     BASELINE_LABEL,
     baseline_job,
@@ -80,16 +80,17 @@ def test_the_same_execution_returned_to_two_requests_is_a_duplicate() -> None:
 
 
 def test_cost_per_hundred_executions() -> None:
-    summary = cost_summary(
-        executions=50,
-        before=ProcessSample(cpu_seconds=10.0, rss_bytes=100 * 2**20, peak_rss_bytes=100 * 2**20),
-        after=ProcessSample(cpu_seconds=12.5, rss_bytes=110 * 2**20, peak_rss_bytes=120 * 2**20),
-        requests_before={"create pods": 10, "watch pods": 2},
-        requests_after={"create pods": 60, "watch pods": 2, "patch codeexecutions/status": 150},
-        own_before=(100.0, 10.0),
-        own_after=(550.0, 60.0),
-        seconds=25.0,
+    before = CostSample(
+        ProcessSample(cpu_seconds=10.0, rss_bytes=100 * 2**20, peak_rss_bytes=100 * 2**20),
+        {"create pods": 10, "watch pods": 2},
+        own=(100.0, 10.0),
     )
+    after = CostSample(
+        ProcessSample(cpu_seconds=12.5, rss_bytes=110 * 2**20, peak_rss_bytes=120 * 2**20),
+        {"create pods": 60, "watch pods": 2, "patch codeexecutions/status": 150},
+        own=(550.0, 60.0),
+    )
+    summary = cost_summary(50, before, after, seconds=25.0)
     assert summary["cpu_seconds_per_100_executions"] == pytest.approx(5.0)
     assert summary["cpu_cores_busy"] == pytest.approx(0.1)
     assert summary["rss_mib_growth_per_100_executions"] == pytest.approx(20.0)

@@ -10,7 +10,7 @@ import yaml
 
 from sandpod_bench.bench import Bench
 from sandpod_bench.cluster import BenchError, progress, running
-from sandpod_bench.cost import cost_summary, wait_quiet
+from sandpod_bench.cost import CostSample, cost_summary, wait_quiet
 from sandpod_bench.processes import ProxyProcess
 from sandpod_bench.proxy import proxy_kubeconfig
 from sandpod_bench.workloads import SandpodApi, run_many
@@ -34,11 +34,7 @@ def run(bench: Bench) -> None:
             raise BenchError(f"warm-up of the cost section failed: {warm[0].error}")
         if not wait_quiet(proxy.counts, quiet_seconds=3, timeout=60):
             bench.notes.append("the operator never went quiet before the cost measurement")
-        before, counts_before, own_before = (
-            operator.sample(),
-            proxy.counts(),
-            operator.own_requests(),
-        )
+        before = CostSample(operator.sample(), proxy.counts(), operator.own_requests())
         started = time.perf_counter()
         attempts = run_many(
             SandpodApi(bench.custom, namespace, recorder, "cost"),
@@ -48,21 +44,8 @@ def run(bench: Bench) -> None:
         if not wait_quiet(proxy.counts, quiet_seconds=3, timeout=60):
             bench.notes.append("the operator never went quiet after the cost measurement")
         seconds = time.perf_counter() - started
-        after, counts_after, own_after = (
-            operator.sample(),
-            proxy.counts(),
-            operator.own_requests(),
-        )
-        summary = cost_summary(
-            executions=options.cost_executions,
-            before=before,
-            after=after,
-            requests_before=counts_before,
-            requests_after=counts_after,
-            own_before=own_before,
-            own_after=own_after,
-            seconds=seconds,
-        )
+        after = CostSample(operator.sample(), proxy.counts(), operator.own_requests())
+        summary = cost_summary(options.cost_executions, before, after, seconds)
         summary["concurrency"] = options.cost_concurrency
         summary["failures"] = sum(1 for a in attempts if not a.ok)
         bench.results["operator_cost"] = summary
