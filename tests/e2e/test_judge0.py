@@ -14,7 +14,8 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from kubernetes import client
 from pool_helpers import FILL_TIMEOUT, namespace_with_pools, pool_counts, start_pool
 from sandpod_contract.names import QUEUED_LABEL
 from sandpod_testkit.components import GatewayProcess
-from sandpod_testkit.kube import GROUP, PLURAL, VERSION, create_namespace, delete_executions
+from sandpod_testkit.kube import GROUP, PLURAL, VERSION, delete_executions
 from sandpod_testkit.waiting import wait_until
 
 SEGFAULT = "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n"
@@ -85,6 +86,32 @@ def key(gateway: DeployedGateway, judge0_gateway: str, namespace: str) -> str:
 @pytest.fixture
 def client_of(judge0_gateway: str, key: str) -> judge0.Client:
     return judge0.Client(endpoint=judge0_gateway, headers={"X-Auth-Token": key})
+
+
+# A Judge0 client of a new tenant, serving a fresh namespace of its own, and that namespace.
+TenantOfItsOwn = Callable[..., tuple[str, judge0.Client]]
+
+
+@pytest.fixture
+def tenant_of_its_own(
+    gateway: DeployedGateway,
+    judge0_gateway: str,
+    namespace_prefix: str,
+    core_v1: client.CoreV1Api,
+    custom_objects: client.CustomObjectsApi,
+) -> Iterator[TenantOfItsOwn]:
+    """Makes a fresh namespace named after `name` and a tenant serving it (see add_tenant);
+    afterwards each namespace's executions, pools and sessions are deleted before it is."""
+    with ExitStack() as cleanups:
+
+        def make(name: str, max_concurrent: int = 20) -> tuple[str, judge0.Client]:
+            namespace = f"{namespace_prefix}-{name}-{uuid.uuid4().hex[:6]}"
+            cleanups.enter_context(namespace_with_pools(namespace, core_v1, custom_objects))
+            cleanups.callback(delete_executions, custom_objects, namespace, timeout=60)
+            key = add_tenant(gateway, judge0_gateway, namespace, namespace, max_concurrent)
+            return namespace, judge0.Client(endpoint=judge0_gateway, headers={"X-Auth-Token": key})
+
+        yield make
 
 
 def test_test_cases_get_accepted_and_wrong_answer(client_of: judge0.Client) -> None:
@@ -231,51 +258,44 @@ POOL_RESOURCES = {"cpu": "1", "memory": "512Mi"}
 
 
 def test_go_submissions_are_built_and_run_in_a_ready_pool_sandbox(
-    gateway: DeployedGateway,
-    judge0_gateway: str,
-    namespace_prefix: str,
-    core_v1: client.CoreV1Api,
-    custom_objects: client.CustomObjectsApi,
+    tenant_of_its_own: TenantOfItsOwn, custom_objects: client.CustomObjectsApi
 ) -> None:
-    namespace = f"{namespace_prefix}-j0pool-{uuid.uuid4().hex[:6]}"
-    with namespace_with_pools(namespace, core_v1, custom_objects):
-        key = add_tenant(gateway, judge0_gateway, namespace, namespace)
-        start_pool(custom_objects, namespace, 1, name="go", language="go", resources=POOL_RESOURCES)
-        client_of = judge0.Client(endpoint=judge0_gateway, headers={"X-Auth-Token": key})
-        accepted = judge0.run(
-            client=client_of,
-            source_code=GO_SUM,
-            language=judge0.GO,
-            stdin="2 3",
-            expected_output="5",
-            cpu_time_limit=1,
-        )
-        assert accepted.status == judge0.Status.ACCEPTED, (
-            accepted.status,
-            accepted.compile_output,
-            accepted.stderr,
-            accepted.message,
-        )
-        wait_until(
-            lambda: pool_counts(custom_objects, namespace, "go") == (1, 1),
-            timeout=FILL_TIMEOUT,
-            what="the go pool to refill",
-            interval=0.5,
-        )
-        broken = judge0.run(
-            client=client_of,
-            source_code="package main\nfunc main() { undefinedThing() }\n",
-            language=judge0.GO,
-            cpu_time_limit=1,
-        )
-        assert broken.status == judge0.Status.COMPILATION_ERROR, (broken.status, broken.message)
-        assert "undefinedThing" in (broken.compile_output or "")
-        assert broken.stdout is None
-        tokens = [str(s.token) for s in (accepted, broken)]
-        statuses = [e["status"] for e in executions_of(custom_objects, namespace, tokens)]
-        # Each was served by a claimed pool sandbox, the build included.
-        assert [s.get("startMode") for s in statuses] == ["warm", "warm"], statuses
-        assert statuses[-1].get("reason") == "CompilationError", statuses
+    namespace, client_of = tenant_of_its_own("j0pool")
+    start_pool(custom_objects, namespace, 1, name="go", language="go", resources=POOL_RESOURCES)
+    accepted = judge0.run(
+        client=client_of,
+        source_code=GO_SUM,
+        language=judge0.GO,
+        stdin="2 3",
+        expected_output="5",
+        cpu_time_limit=1,
+    )
+    assert accepted.status == judge0.Status.ACCEPTED, (
+        accepted.status,
+        accepted.compile_output,
+        accepted.stderr,
+        accepted.message,
+    )
+    wait_until(
+        lambda: pool_counts(custom_objects, namespace, "go") == (1, 1),
+        timeout=FILL_TIMEOUT,
+        what="the go pool to refill",
+        interval=0.5,
+    )
+    broken = judge0.run(
+        client=client_of,
+        source_code="package main\nfunc main() { undefinedThing() }\n",
+        language=judge0.GO,
+        cpu_time_limit=1,
+    )
+    assert broken.status == judge0.Status.COMPILATION_ERROR, (broken.status, broken.message)
+    assert "undefinedThing" in (broken.compile_output or "")
+    assert broken.stdout is None
+    tokens = [str(s.token) for s in (accepted, broken)]
+    statuses = [e["status"] for e in executions_of(custom_objects, namespace, tokens)]
+    # Each was served by a claimed pool sandbox, the build included.
+    assert [s.get("startMode") for s in statuses] == ["warm", "warm"], statuses
+    assert statuses[-1].get("reason") == "CompilationError", statuses
 
 
 def class_batch(count: int) -> list[tuple[judge0.Submission, judge0.Status]]:
@@ -340,52 +360,39 @@ def test_a_batch_beyond_max_concurrent_waits_in_queue_and_every_verdict_is_right
 
 
 def test_one_tenants_batch_does_not_starve_anothers(
-    gateway: DeployedGateway,
-    judge0_gateway: str,
-    namespace_prefix: str,
-    core_v1: client.CoreV1Api,
-    custom_objects: client.CustomObjectsApi,
+    tenant_of_its_own: TenantOfItsOwn, custom_objects: client.CustomObjectsApi
 ) -> None:
     """Alice queues 12 submissions first, Bob 4 right after: each tenant's queue waits on its
     own running submissions only, so Bob's are done before Alice's are."""
     clients = {}
     namespaces = {}
     for tenant in ("alice", "bob"):
-        namespace = f"{namespace_prefix}-j0-{tenant}-{uuid.uuid4().hex[:6]}"
-        create_namespace(core_v1, namespace)
-        namespaces[tenant] = namespace
-        key = add_tenant(gateway, judge0_gateway, namespace, namespace, max_concurrent=2)
-        clients[tenant] = judge0.Client(endpoint=judge0_gateway, headers={"X-Auth-Token": key})
-    try:
+        namespaces[tenant], clients[tenant] = tenant_of_its_own(f"j0-{tenant}", max_concurrent=2)
 
-        def programs(count: int) -> list[judge0.Submission]:
-            source = "import time\ntime.sleep(1)\nprint('ok')\n"
-            return [
-                judge0.Submission(source_code=source, language=judge0.PYTHON, expected_output="ok")
-                for _ in range(count)
-            ]
+    def programs(count: int) -> list[judge0.Submission]:
+        source = "import time\ntime.sleep(1)\nprint('ok')\n"
+        return [
+            judge0.Submission(source_code=source, language=judge0.PYTHON, expected_output="ok")
+            for _ in range(count)
+        ]
 
-        alice = judge0.async_execute(client=clients["alice"], submissions=programs(12))
-        bob = judge0.async_execute(client=clients["bob"], submissions=programs(4))
-        done = {
-            "alice": judge0.wait(
-                client=clients["alice"], submissions=alice, retry_strategy=batch_wait()
-            ),
-            "bob": judge0.wait(client=clients["bob"], submissions=bob, retry_strategy=batch_wait()),
-        }
-        for submissions in done.values():
-            assert [s.status for s in submissions] == [judge0.Status.ACCEPTED] * len(submissions)
-        finished = {
-            tenant: max(
-                e["status"]["finishedAt"]
-                for e in executions_of(
-                    custom_objects, namespaces[tenant], [str(s.token) for s in submissions]
-                )
+    alice = judge0.async_execute(client=clients["alice"], submissions=programs(12))
+    bob = judge0.async_execute(client=clients["bob"], submissions=programs(4))
+    done = {
+        "alice": judge0.wait(
+            client=clients["alice"], submissions=alice, retry_strategy=batch_wait()
+        ),
+        "bob": judge0.wait(client=clients["bob"], submissions=bob, retry_strategy=batch_wait()),
+    }
+    for submissions in done.values():
+        assert [s.status for s in submissions] == [judge0.Status.ACCEPTED] * len(submissions)
+    finished = {
+        tenant: max(
+            e["status"]["finishedAt"]
+            for e in executions_of(
+                custom_objects, namespaces[tenant], [str(s.token) for s in submissions]
             )
-            for tenant, submissions in done.items()
-        }
-        assert finished["bob"] < finished["alice"], finished
-    finally:
-        for namespace in namespaces.values():
-            delete_executions(custom_objects, namespace, timeout=60)
-            core_v1.delete_namespace(namespace, propagation_policy="Background")
+        )
+        for tenant, submissions in done.items()
+    }
+    assert finished["bob"] < finished["alice"], finished

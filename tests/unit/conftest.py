@@ -1,6 +1,7 @@
 """Fixtures several unit test modules share; a module defines its own to differ."""
 
 import pytest
+from fake_clock import FakeClock
 from fake_kube import FakeKube
 from gateway_fakes import FakeExecutionService, FakeSessionService
 from sandpod_contract.catalog import Catalog, load_catalog
@@ -16,6 +17,12 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def catalog() -> Catalog:
     return load_catalog()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """A clock at 1000 s that moves only when the test moves it."""
+    return FakeClock()
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ Retry-After: 1, never a 500."""
 from typing import Any
 
 import pytest
+from fake_clock import FakeClock
 from fastapi.testclient import TestClient
 from gateway_fakes import (
     FakeExecutionService,
@@ -24,19 +25,6 @@ from sandpod_gateway.web.errors import GatewayError, as_gateway_error
 ALICE = "sk-alice-0123456789"
 BOB = "sk-bob-0123456789"
 RUN = {"language": "python", "code": "print(1)"}
-
-
-class FakeClock:
-    """Seconds on a monotonic clock that moves only when the test says so."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 # --- the token bucket -----------------------------------------------------------------------

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from fake_clock import FakeClock
 from fake_kube import FakeKube, Key, Manifest, ready_status
 from sandpod_contract.catalog import Catalog, load_catalog
 from sandpod_contract.models import CodeExecutionSpec, SandboxPoolSpec
@@ -51,21 +52,8 @@ def settings() -> OperatorSettings:
     return OperatorSettings(runner_ingress_from=[OPERATOR_PEER])
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def pools(kube: FakeKube, settings: OperatorSettings, catalog: Catalog, clock: Clock) -> Any:
+def pools(kube: FakeKube, settings: OperatorSettings, catalog: Catalog, clock: FakeClock) -> Any:
     return PoolController(kube=kube, settings=settings, catalog=catalog, clock=clock)
 
 
@@ -306,16 +294,18 @@ async def test_a_claimed_pod_is_replaced_and_left_alone(
     assert status(kube)["observedGeneration"] == 2
 
 
-async def test_refill_rate_is_limited(pools: PoolController, kube: FakeKube, clock: Clock) -> None:
+async def test_refill_rate_is_limited(
+    pools: PoolController, kube: FakeKube, clock: FakeClock
+) -> None:
     add_pool(kube, size=3, maxRefillPerMinute=2)
     delay = await settle(pools, kube)
     assert len(pods_of(kube)) == 2
     assert delay == pytest.approx(60)
     assert ready_condition(kube)["reason"] == "RefillLimited"
-    clock.now += 30
+    clock.advance(30)
     assert await settle(pools, kube) == pytest.approx(30)
     assert len(pods_of(kube)) == 2
-    clock.now += 30
+    clock.advance(30)
     assert await settle(pools, kube) is None
     assert len(pods_of(kube)) == 3
     # A claim right after: the window still holds the last start, one slot is free.

@@ -50,6 +50,13 @@ func assertRun(t *testing.T, output runnerOutput, exitCode int, stdout, stderr s
 	}
 }
 
+// assertQuietValue asserts a run that exited 0 with no output, its state kept, and the value want.
+func assertQuietValue(t *testing.T, output runnerOutput, want *string) {
+	t.Helper()
+	assertRun(t, output, 0, "", "", false)
+	assertValue(t, output, want)
+}
+
 func newPythonSession(t *testing.T) *servingRunner {
 	return newPythonFixture(t, "").serve("--session")
 }
@@ -63,8 +70,7 @@ def double(n):
 with open("shared.txt", "w") as file:
     file.write("from run 1")
 `)
-	assertRun(t, first, 0, "", "", false)
-	assertValue(t, first, nil)
+	assertQuietValue(t, first, nil)
 	second := s.runCode("exec-2", `print(x + 1, open("shared.txt").read(), math.pi > 3)
 double(21)
 `)
@@ -107,8 +113,7 @@ ZeroDivisionError: division by zero
 	assertRun(t, s.runCode("exec-3", "import sys\nx += 1\nsys.exit(3)"), 3, "", "", false)
 	assertRun(t, s.runCode("exec-4", "raise SystemExit('bye')"), 1, "", "bye\n", false)
 	third := s.runCode("exec-5", "f.__name__, x")
-	assertRun(t, third, 0, "", "", false)
-	assertValue(t, third, strPtr("('f', 6)"))
+	assertQuietValue(t, third, strPtr("('f', 6)"))
 }
 
 func TestSessionTimeoutLosesTheStateAndTheNextRunWorks(t *testing.T) {
