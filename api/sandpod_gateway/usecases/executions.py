@@ -60,6 +60,9 @@ class Lister(Protocol):
 
 @dataclass(frozen=True)
 class CreateOutcome:
+    """A create's answer: its result, whether this call created the execution (False when an
+    Idempotency-Key found it made already), and the resource itself."""
+
     result: ExecutionResult
     created: bool
     resource: Resource

@@ -5,6 +5,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sandpod_gateway.web.errors import ErrorDetail, GatewayError, error_response
+from sandpod_gateway.web.http_middleware import HttpMiddleware
 
 
 class RequestBodyTooLarge(HTTPException):
@@ -27,15 +28,14 @@ def too_large_response(limit: int) -> ASGIApp:
     )
 
 
-class BodySizeLimitMiddleware:
+class BodySizeLimitMiddleware(HttpMiddleware):
+    """413 for a body that declares more than `max_bytes`, or sends more while it is read."""
+
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
+        super().__init__(app)
         self.max_bytes = max_bytes
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         declared = Headers(scope=scope).get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             await too_large_response(self.max_bytes)(scope, receive, send)

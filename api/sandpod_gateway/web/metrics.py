@@ -6,6 +6,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from sandpod_gateway.web.http_middleware import HttpMiddleware
+
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
@@ -41,17 +43,14 @@ def _route_template(scope: Scope) -> str:
     return "unmatched"
 
 
-class MetricsMiddleware:
+class MetricsMiddleware(HttpMiddleware):
     """Counts and times every HTTP request, labelled by route template (bounded cardinality)."""
 
     def __init__(self, app: ASGIApp, metrics: GatewayMetrics) -> None:
-        self.app = app
+        super().__init__(app)
         self.metrics = metrics
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         status = 500
 

@@ -11,9 +11,10 @@ from urllib.parse import quote
 
 from starlette.datastructures import MutableHeaders
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from sandpod_gateway.web.docs import DOCS_PATHS
+from sandpod_gateway.web.http_middleware import HttpMiddleware
 from sandpod_gateway.web.pad import PAD_PATH
 
 API_POLICY = "default-src 'none'; frame-ancestors 'none'"
@@ -66,17 +67,11 @@ def attachment_response(content: bytes, media_type: str, path: str) -> Response:
     )
 
 
-class SecurityHeadersMiddleware:
+class SecurityHeadersMiddleware(HttpMiddleware):
     """Adds the headers of `headers_for` to every HTTP answer, keeping those a response set
     itself (an attachment's)."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         wanted = headers_for(scope["path"])
 
         async def send_with_headers(message: Message) -> None:

@@ -47,6 +47,9 @@ def parse_network(text: str) -> IPNetwork:
 
 @dataclass(frozen=True)
 class ExcludedRange:
+    """A range allowlists may not name: `what` it is, for the refusal, and the `rule` that
+    keeps it out (public-only or cluster-network)."""
+
     network: IPNetwork
     what: str
     rule: str
