@@ -203,6 +203,16 @@ class NodeRoom:
         return cls(max(r.cpu for r in rooms), max(r.memory for r in rooms))
 
 
+@dataclass(frozen=True)
+class NodeView:
+    """What the operator knows of the nodes when it judges a pod that has not started: the
+    largest node's room (a pod asking more can never run) and when a sandbox on the pod's
+    node last took a step toward its program (node_step_at: a busy node, not a stuck one)."""
+
+    largest: NodeRoom | None = None
+    last_step: datetime | None = None
+
+
 def _requests(pod: Pod) -> NodeRoom:
     containers = (pod.get("spec") or {}).get("containers") or []
     requests = ((containers[0].get("resources") or {}).get("requests") or {}) if containers else {}
@@ -285,11 +295,7 @@ def node_step_at(pod: Pod) -> tuple[str, datetime] | None:
 
 
 def observe_pending(
-    pod: Pod,
-    now: datetime,
-    settings: OperatorSettings,
-    largest_node: NodeRoom | None,
-    node_step: datetime | None = None,
+    pod: Pod, now: datetime, settings: OperatorSettings, nodes: NodeView = NodeView()
 ) -> Verdict:
     """A pod whose program has not started: still Pending, or a verdict that it never will."""
     waiting = (_container_status(pod).get("state") or {}).get("waiting") or {}
@@ -315,10 +321,10 @@ def observe_pending(
         )
     scheduled = _condition(pod, "PodScheduled")
     if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
-        return observe_queued(pod, scheduled, now, settings, largest_node)
+        return observe_queued(pod, scheduled, now, settings, nodes.largest)
     since = startup_step_at(pod, now)
-    if node_step is not None:
-        since = max(since, node_step)
+    if nodes.last_step is not None:
+        since = max(since, nodes.last_step)
     if (now - since).total_seconds() >= settings.pod_startup_timeout_seconds:
         detail = f" (last: {waiting_reason}: {waiting_message})" if waiting_reason else ""
         return Verdict(
@@ -743,12 +749,11 @@ def observe_pod(
     timeout_seconds: int,
     now: datetime,
     settings: OperatorSettings,
-    largest_node: NodeRoom | None = None,
-    node_step: datetime | None = None,
+    nodes: NodeView = NodeView(),
 ) -> Verdict:
     """The verdict a pod supports right now. `log` is the verified pod log once it finished
-    (None when there is no summary to verify it with, or it could not be read); `node_step`:
-    when a sandbox on the pod's node last took a step toward its program (node_step_at)."""
+    (None when there is no summary to verify it with, or it could not be read); `nodes`: what
+    a pod that has not started is judged against besides itself."""
     if pod_finished(pod):
         return observe_finished(
             pod, log, mode=mode, timeout_seconds=timeout_seconds, now=now, settings=settings
@@ -767,7 +772,7 @@ def observe_pod(
             message="the program is running",
             started_at=started_at,
         )
-    return observe_pending(pod, now, settings, largest_node, node_step)
+    return observe_pending(pod, now, settings, nodes)
 
 
 def clip_message(message: str) -> str:

@@ -12,6 +12,7 @@ from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import (
     MAX_MESSAGE_CHARS,
     NodeRoom,
+    NodeView,
     Verdict,
     accepted_summary,
     next_status,
@@ -154,7 +155,7 @@ def observe(
     now: datetime = NOW,
     **more: Any,
 ) -> Verdict:
-    """observe_pod with this file's defaults; `more` is passed on as it is (largest_node)."""
+    """observe_pod with this file's defaults; `more` is passed on as it is (nodes)."""
     return observe_pod(
         pod, log=log, mode=mode, timeout_seconds=TIMEOUT, now=now, settings=settings, **more
     )
@@ -213,11 +214,11 @@ def test_a_sandbox_larger_than_every_node_ends_at_once(settings: OperatorSetting
     pod = make_pod(scheduled=("False", "Unschedulable", NOW))
     pod["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "100m", "memory": "3Gi"}
     small = NodeRoom.largest([{"cpu": "2", "memory": "2Gi"}, {"cpu": "4", "memory": "1Gi"}])
-    verdict = observe(pod, settings, largest_node=small)
+    verdict = observe(pod, settings, nodes=NodeView(largest=small))
     assert (verdict.phase, verdict.reason, verdict.retryable) == ("Error", "Unschedulable", False)
     assert "more than any node has" in verdict.message
     big = NodeRoom.largest([{"cpu": "2", "memory": "4Gi"}])
-    verdict = observe(pod, settings, largest_node=big)
+    verdict = observe(pod, settings, nodes=NodeView(largest=big))
     assert (verdict.phase, verdict.reason) == ("Pending", "Queued")
 
 
@@ -286,9 +287,9 @@ def test_a_pod_waiting_on_a_node_busy_starting_others_is_slow_not_stuck(
 
     assert step == ("node-1", NOW - timedelta(seconds=5))
     assert node_step_at(make_pod(scheduled=None)) is None
-    assert observe(waiting_long, settings, node_step=step[1]).phase == "Pending"
+    assert observe(waiting_long, settings, nodes=NodeView(last_step=step[1])).phase == "Pending"
     # Nothing took a step on the node for a minute: stuck.
-    stuck = observe(waiting_long, settings, node_step=NOW - timedelta(seconds=61))
+    stuck = observe(waiting_long, settings, nodes=NodeView(last_step=NOW - timedelta(seconds=61)))
     assert (stuck.phase, stuck.reason) == ("Error", "StartupTimeout")
 
 

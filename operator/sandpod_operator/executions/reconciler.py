@@ -72,6 +72,7 @@ from sandpod_operator.sessions.controller import SessionController
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import (
     NodeRoom,
+    NodeView,
     Verdict,
     accepted_summary,
     cancelled_on_request,
@@ -477,8 +478,10 @@ class Reconciler:
             timeout_seconds=self.run_seconds_of(execution),
             now=now(),
             settings=self.settings,
-            largest_node=NodeRoom.largest(self.node_allocatable.values()),
-            node_step=self.node_steps.get(str((pod.get("spec") or {}).get("nodeName"))),
+            nodes=NodeView(
+                largest=NodeRoom.largest(self.node_allocatable.values()),
+                last_step=self.node_steps.get(str((pod.get("spec") or {}).get("nodeName"))),
+            ),
         )
 
     async def judge(self, execution: Manifest, pod: Manifest) -> Verdict:
