@@ -78,7 +78,7 @@ def rate_limited(limits: TenantLimits, wait_seconds: float) -> GatewayError:
         f"This tenant may make {rate} requests per second (bursts of up to {burst}); "
         f"retry in {retry_after} s.",
         [ErrorDetail(message="too many requests", type="requests_per_second", limit=rate)],
-        headers={"Retry-After": str(retry_after)},
+        retry_after=retry_after,
     )
 
 
@@ -162,7 +162,7 @@ def _too_many_waits(kind: str, limit: int, settings: GatewaySettings) -> Gateway
         "too_many_waits",
         f"{message}; retry later, or ask with wait=false and read the result later.",
         [ErrorDetail(message="too many open waits", type=kind, limit=limit)],
-        headers={"Retry-After": str(settings.default_retry_after_seconds)},
+        retry_after=settings.default_retry_after_seconds,
     )
 
 
@@ -371,7 +371,7 @@ def concurrency_refused(
         + (f" and {wanted} more were asked for" if wanted > 1 else "")
         + f"; this tenant may run {limit} at once{waiting}.",
         [ErrorDetail(message="too many running", type="max_concurrent", limit=limit)],
-        headers={"Retry-After": str(retry_after)},
+        retry_after=retry_after,
     )
 
 
@@ -426,7 +426,7 @@ def session_limit_refused(limit: int, settings: GatewaySettings) -> GatewayError
         f"{limit} sessions are open already; this tenant may keep {limit} at once. "
         "Close one (DELETE /v1/sessions/{id}) or let one expire.",
         [ErrorDetail(message="too many sessions", type="max_sessions", limit=limit)],
-        headers={"Retry-After": str(settings.default_retry_after_seconds)},
+        retry_after=settings.default_retry_after_seconds,
     )
 
 
@@ -440,5 +440,5 @@ def stored_bytes_refused(
         f"{limit} (maxStoredBytes). Delete finished executions (DELETE /v1/executions/{{id}}) "
         "or wait for them to expire.",
         [ErrorDetail(message="too many bytes kept", type="max_stored_bytes", limit=limit)],
-        headers={"Retry-After": str(settings.default_retry_after_seconds)},
+        retry_after=settings.default_retry_after_seconds,
     )

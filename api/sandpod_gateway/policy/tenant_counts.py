@@ -154,5 +154,5 @@ class OperatorCounts:
             "admission_unavailable",
             "The tenant's limits cannot be checked right now (the operator is not reachable); "
             "nothing was created, retry later.",
-            headers={"Retry-After": str(self._retry_after)},
+            retry_after=self._retry_after,
         )

@@ -129,7 +129,7 @@ class DirectRunner:
                 429,
                 "session_busy",
                 f"The session has too many runs waiting ({message}); retry later.",
-                headers={"Retry-After": retry_after},
+                retry_after=retry_after,
             )
         raise self._unavailable()
 
@@ -139,7 +139,7 @@ class DirectRunner:
             "unavailable",
             "The run could not be completed; retry with the same Idempotency-Key "
             "to get its result without running it again.",
-            headers={"Retry-After": self._retry_after},
+            retry_after=self._retry_after,
         )
 
 

@@ -85,7 +85,7 @@ async def authenticate(
             503,
             "auth_unavailable",
             "API keys cannot be checked right now; retry later.",
-            headers={"Retry-After": str(settings.default_retry_after_seconds)},
+            retry_after=settings.default_retry_after_seconds,
         ) from exc
     if tenant is None:
         raise GatewayError(401, "unauthorized", "Invalid API key", headers=challenge)

@@ -56,7 +56,8 @@ class ErrorResponse(BaseModel):
 
 
 class GatewayError(Exception):
-    """An error answer: status, stable code, human message, optional details and headers."""
+    """An error answer: status, stable code, human message, optional details and headers;
+    `retry_after`: seconds a client should wait before trying again (a 429's or 503's)."""
 
     def __init__(
         self,
@@ -65,6 +66,7 @@ class GatewayError(Exception):
         message: str,
         details: Sequence[ErrorDetail] = (),
         headers: Mapping[str, str] | None = None,
+        retry_after: int | str | None = None,
     ) -> None:
         super().__init__(message)
         self.status_code = status_code
@@ -72,6 +74,8 @@ class GatewayError(Exception):
         self.message = message
         self.details = list(details)
         self.headers = dict(headers or {})
+        if retry_after is not None:
+            self.headers["Retry-After"] = str(retry_after)
 
 
 def error_response(error: GatewayError) -> JSONResponse:
@@ -118,7 +122,7 @@ def unavailable(exc: KubernetesUnavailable, retry_after_seconds: int) -> Gateway
         503,
         "kubernetes_unavailable",
         "The cluster could not be reached; retry later.",
-        headers={"Retry-After": str(retry_after_seconds)},
+        retry_after=retry_after_seconds,
     )
 
 
@@ -138,7 +142,7 @@ def quota_exceeded(exc: QuotaExceeded, retry_after_seconds: int) -> GatewayError
                 message=f"ResourceQuota {exc.quota}", type="resource_quota", limit=exc.limited
             )
         ],
-        headers={"Retry-After": str(retry_after_seconds)},
+        retry_after=retry_after_seconds,
     )
 
 
@@ -149,7 +153,7 @@ def quota_not_counted(exc: QuotaNotCounted) -> GatewayError:
         f"The tenant namespace's ResourceQuota {exc.quota} is not counted yet by the cluster's "
         "quota controller (a new quota, or a new CRD); retry shortly.",
         [ErrorDetail(message=f"ResourceQuota {exc.quota}", type="resource_quota")],
-        headers={"Retry-After": str(QUOTA_NOT_COUNTED_RETRY_AFTER_SECONDS)},
+        retry_after=QUOTA_NOT_COUNTED_RETRY_AFTER_SECONDS,
     )
 
 
