@@ -33,6 +33,10 @@ PROCESS_LIMIT = 128
 # program sees its own and the runner's; the pod's pause process (its pod-level uid, the
 # same, in the same kernel, another PID namespace) is the one it cannot see.
 TASKS_IN_VIEW_AT_LIMIT = PROCESS_LIMIT - 1
+# The programs count by walking /proc, not from one snapshot: a task that ends during the walk
+# (a runner thread) and the bomb's fork that takes its place may both be counted, one more than
+# the limit leaves (seen once in a full run, 2026-11-29: 128).
+TASKS_IN_VIEW_PATTERN = rf"tasks ({TASKS_IN_VIEW_AT_LIMIT}|{TASKS_IN_VIEW_AT_LIMIT + 1})\n"
 
 # How a connection fails when a NetworkPolicy stops it: the local cluster's enforcer rejects
 # (a TCP reset, or ICMP port-unreachable through a service IP: both ECONNREFUSED); enforcers
@@ -412,8 +416,8 @@ CASES: tuple[Case, ...] = (
         "the runner in every sandbox), and the program lives on to say so",
         proof=f"fork refused EAGAIN at {TASKS_IN_VIEW_AT_LIMIT} tasks in view + the pod's "
         f"pause = {PROCESS_LIMIT}",
-        stdout_equals=(
-            f"RLIMIT_NPROC {PROCESS_LIMIT}\nfork refused EAGAIN\ntasks {TASKS_IN_VIEW_AT_LIMIT}\n"
+        stdout_pattern=(
+            rf"\ARLIMIT_NPROC {PROCESS_LIMIT}\nfork refused EAGAIN\n{TASKS_IN_VIEW_PATTERN}\Z"
         ),
     ),
     Case(
@@ -426,8 +430,8 @@ CASES: tuple[Case, ...] = (
         "forks are refused there, and the script that started it still runs",
         proof=f"fork refused EAGAIN at {TASKS_IN_VIEW_AT_LIMIT} tasks in view + the pod's "
         f"pause = {PROCESS_LIMIT}",
-        stdout_equals=(
-            f"fork: retry: Resource temporarily unavailable\ntasks {TASKS_IN_VIEW_AT_LIMIT}\n"
+        stdout_pattern=(
+            rf"\Afork: retry: Resource temporarily unavailable\n{TASKS_IN_VIEW_PATTERN}\Z"
         ),
     ),
     Case(
