@@ -85,11 +85,14 @@ start_daemon() {
 
 # start_gateway_forward: serves GATEWAY_ADDRESS on the host once `make run` has named a target.
 # socat forks one relay per connection to the gateway Service (through kube-proxy's rules), so
-# a connection that breaks ends only itself, never the listener.
+# a connection that breaks ends only itself, never the listener. Its default listen backlog (5)
+# drops connections under a burst (300 at once); backlog=4096 (the kernel caps it at
+# net.core.somaxconn) queues them for the gateway to answer, with a 429 if it must. socat sets
+# no limit on its children unless given max-children.
 start_gateway_forward() {
   [ -s "$GATEWAY_FORWARD_TARGET" ] || return 0
   start_daemon gateway-forward socat \
-    "TCP-LISTEN:${GATEWAY_ADDRESS##*:},bind=${GATEWAY_ADDRESS%:*},fork,reuseaddr" \
+    "TCP-LISTEN:${GATEWAY_ADDRESS##*:},bind=${GATEWAY_ADDRESS%:*},fork,reuseaddr,backlog=4096" \
     "TCP:$(cat "$GATEWAY_FORWARD_TARGET")"
 }
 
