@@ -45,6 +45,17 @@ def smaller_quantity(first: str, second: str) -> str:
     return first if parse_quantity(first) <= parse_quantity(second) else second
 
 
+def byte_quantity(value: Decimal | int) -> str:
+    """Bytes as a quantity: in Mi when whole mebibytes, else plain bytes."""
+    whole = int(value)
+    return f"{whole >> 20}Mi" if whole % (1 << 20) == 0 else str(whole)
+
+
+def added_quantities(first: str, second: str) -> str:
+    """The sum of two byte quantities (memory), as byte_quantity writes it."""
+    return byte_quantity(parse_quantity(first) + parse_quantity(second))
+
+
 @dataclass(frozen=True)
 class QuantityBounds:
     """Inclusive bounds for one kind of resource quantity, checked in Python and in CEL."""

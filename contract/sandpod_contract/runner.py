@@ -92,6 +92,10 @@ class RunnerResult(_ProcessOutcome):
     stdout_truncated: bool
     stderr_truncated: bool
     peak_memory_bytes: int | None = Field(ge=0)
+    # The runner killed the run when the memory it held (its processes' and its scratch
+    # files') passed the config's memoryLimitBytes, which it names here.
+    memory_exceeded: bool = False
+    memory_limit_bytes: int | None = Field(default=None, ge=0)
     diagnostics: list[dict[str, Any]] | None
     error: str | None = Field(max_length=MAX_ERROR_CHARS)
     # Python: the trailing expression's repr, as the program's interpreter reported it (the

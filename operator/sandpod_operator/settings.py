@@ -73,6 +73,13 @@ class OperatorSettings(BaseSettings):
         description="Largest memory limit a spec may ask for. The request equals the limit, "
         "so the node never overcommits memory to sandboxes.",
     )
+    sandbox_memory_overhead: Quantity = Field(
+        default="64Mi",
+        description="Memory a sandbox pod gets beyond its program's limit, for the runner and "
+        "gVisor itself: the runner ends a run that holds more than its own limit (OOMKilled, "
+        "within 10 ms), before the pod's limit (limit + this) is reached, so the sandbox and "
+        "its answer survive the run.",
+    )
     default_ephemeral_storage: Quantity = "256Mi"
     max_ephemeral_storage: Quantity = "1Gi"
     ephemeral_storage_request: Quantity = "16Mi"

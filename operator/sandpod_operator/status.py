@@ -27,7 +27,7 @@ from sandpod_contract.models import (
     parse_time,
 )
 from sandpod_contract.names import CANCEL_ANNOTATION
-from sandpod_contract.quantities import parse_quantity
+from sandpod_contract.quantities import byte_quantity, parse_quantity
 from sandpod_contract.runner import (
     CompileResult,
     LogSummary,
@@ -480,7 +480,7 @@ def _platform_verdict(
     timeout_seconds: int,
 ) -> Verdict | None:
     """What Kubernetes itself saw end the sandbox, if anything did (never program text)."""
-    verdict = _pod_ended(pod, result, base) or _out_of_memory(pod, result, base)
+    verdict = _pod_ended(pod, result, base) or _out_of_memory(pod, result, base, settings)
     if verdict is None and result is None:
         verdict = _ended_without_runner(pod, base, settings, timeout_seconds)
     return verdict
@@ -520,15 +520,25 @@ def _pod_ended(pod: Pod, result: RunnerResult | None, base: dict[str, Any]) -> V
     return Verdict(phase="Error", reason="Evicted", message=pod_message, retryable=True, **base)
 
 
-def _out_of_memory(pod: Pod, result: RunnerResult | None, base: dict[str, Any]) -> Verdict | None:
-    terminated = terminated_state(pod) or {}
-    if terminated.get("reason") != "OOMKilled" and not _ran_out_of_memory(pod, result):
-        return None
+def _out_of_memory(
+    pod: Pod, result: RunnerResult | None, base: dict[str, Any], settings: OperatorSettings
+) -> Verdict | None:
+    """The run held more memory than its limit: the runner ended it there (memoryExceeded,
+    naming the limit), or else the kernel killed the program or the whole sandbox."""
+    if result is not None and result.memory_exceeded:
+        limit = result.memory_limit_bytes
+        limit_text = "?" if limit is None else byte_quantity(limit)
+    else:
+        terminated = terminated_state(pod) or {}
+        if terminated.get("reason") != "OOMKilled" and not _ran_out_of_memory(
+            pod, result, settings
+        ):
+            return None
+        limit_text = _memory_limit_text(pod, settings)
     return Verdict(
         phase="Failed",
         reason="OOMKilled",
-        message=f"the program exceeded its memory limit of "
-        f"{_memory_limit_text(pod)} and was killed",
+        message=f"the program exceeded its memory limit of {limit_text} and was killed",
         retryable=False,
         # Killed, not exited: whatever exit code the container got is not the program's.
         **{**base, "exit_code": None, "signal": base.get("signal") or SIGKILL},
@@ -580,7 +590,7 @@ def observe_served(
         )
     base.update(_output_fields(log, result, settings))
     base.update(_reported_fields(result))
-    out_of_memory = _out_of_memory(pod, result, base)
+    out_of_memory = _out_of_memory(pod, result, base, settings)
     if out_of_memory is not None:
         return out_of_memory
     if result.cancelled:
@@ -727,18 +737,25 @@ def _no_result_message(terminated: dict[str, Any], log: LogSummary | None) -> st
     return f"the sandbox ended without a result: its runner exited with code {code}"
 
 
-def _ran_out_of_memory(pod: Pod, result: RunnerResult | None) -> bool:
+def _ran_out_of_memory(pod: Pod, result: RunnerResult | None, settings: OperatorSettings) -> bool:
     if result is None or result.signal != SIGKILL or result.timed_out:
         return False
-    limit = _memory_limit_bytes(pod)
+    limit = _program_memory_bytes(pod, settings)
     peak = result.peak_memory_bytes
     return limit is not None and peak is not None and peak >= OOM_NEAR_LIMIT * limit
 
 
-def _memory_limit_text(pod: Pod) -> str:
-    containers = (pod.get("spec") or {}).get("containers") or [{}]
-    limits = (containers[0].get("resources") or {}).get("limits") or {}
-    return str(limits.get("memory", "?"))
+def _program_memory_bytes(pod: Pod, settings: OperatorSettings) -> int | None:
+    """The program's memory limit: the pod's, less the sandbox's overhead."""
+    limit = _memory_limit_bytes(pod)
+    if limit is None:
+        return None
+    return max(0, limit - int(parse_quantity(settings.sandbox_memory_overhead)))
+
+
+def _memory_limit_text(pod: Pod, settings: OperatorSettings) -> str:
+    limit = _program_memory_bytes(pod, settings)
+    return "?" if limit is None else byte_quantity(limit)
 
 
 def observe_pod(

@@ -129,6 +129,7 @@ def test_runner_config_follows_the_protocol(catalog: Catalog, settings: Operator
         "files": [{"key": "file-0", "path": "data/a.csv"}, {"key": "file-1", "path": "b.txt"}],
         "hasStdin": True,
         "limits": {"processes": 128, "fileSizeBytes": 100 * 1024 * 1024, "openFiles": 1024},
+        "memoryLimitBytes": 256 * 1024 * 1024,
     }
 
 
@@ -274,8 +275,9 @@ def test_pod_is_hardened(catalog: Catalog, settings: OperatorSettings) -> None:
     }
     assert container["terminationMessagePolicy"] == "File"
     resources = container["resources"]
-    assert resources["limits"] == {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "256Mi"}
-    assert resources["requests"] == {"cpu": "50m", "memory": "512Mi", "ephemeral-storage": "16Mi"}
+    # The program's 512Mi (the runner's bound) and the runner's and gVisor's 64Mi.
+    assert resources["limits"] == {"cpu": "500m", "memory": "576Mi", "ephemeral-storage": "256Mi"}
+    assert resources["requests"] == {"cpu": "50m", "memory": "576Mi", "ephemeral-storage": "16Mi"}
     volumes = {v["name"]: v for v in podspec["volumes"]}
     assert volumes["input"]["configMap"]["name"] == "hello-0a1b2c3d"
     assert volumes["tmp"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "128Mi"}

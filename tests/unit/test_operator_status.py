@@ -97,7 +97,7 @@ def make_pod(
                 {
                     "name": "sandbox",
                     "image": "localhost/sandpod/python:0.1.0",
-                    "resources": {"limits": {"cpu": "500m", "memory": "256Mi"}},
+                    "resources": {"limits": {"cpu": "500m", "memory": "320Mi"}},
                 }
             ],
         },
@@ -363,6 +363,22 @@ def test_oom_killed_by_the_kubelet(settings: OperatorSettings) -> None:
     assert (verdict.phase, verdict.reason, verdict.signal) == ("Failed", "OOMKilled", 9)
     assert verdict.exit_code is None
     assert "256Mi" in verdict.message
+
+
+def test_a_run_the_runner_ended_at_its_memory_limit_is_oom_killed(
+    settings: OperatorSettings,
+) -> None:
+    over = runner_wire.result(
+        exitCode=None, signal=9, memoryExceeded=True, memoryLimitBytes=128 * 1024 * 1024
+    )
+    pod, log = reported(over)
+    for verdict in (
+        observe(pod, settings, log=log),
+        observe_served(pod, log, mode="run", started_at=CREATED, now=NOW, settings=settings),
+    ):
+        assert (verdict.phase, verdict.reason, verdict.signal) == ("Failed", "OOMKilled", 9)
+        assert verdict.exit_code is None and verdict.retryable is False
+        assert verdict.message == "the program exceeded its memory limit of 128Mi and was killed"
 
 
 def test_oom_killed_sandbox_reports_no_exit_code(settings: OperatorSettings) -> None:

@@ -21,7 +21,7 @@ from sandpod_contract.names import (
     child_name,
     outputs_configmap_name,
 )
-from sandpod_contract.quantities import parse_quantity, smaller_quantity
+from sandpod_contract.quantities import added_quantities, parse_quantity, smaller_quantity
 from sandpod_contract.runner import VerifiedFile
 
 from sandpod_operator.egress.policy import (
@@ -211,6 +211,7 @@ def build_runner_config(
         "maxOutputFilesBytes": settings.max_output_files_bytes,
         "files": [{"key": file_key(i), "path": f.path} for i, f in enumerate(spec.files)],
         "hasStdin": spec.stdin is not None,
+        "memoryLimitBytes": int(parse_quantity(plan.memory)),
     }
     if plan.language.lint_command is not None:
         rules = spec.lint or plan.language.lint_rules
@@ -379,12 +380,12 @@ def sandbox_pod_spec(
                 "resources": {
                     "limits": {
                         "cpu": sandbox.cpu,
-                        "memory": sandbox.memory,
+                        "memory": pod_memory(sandbox, settings),
                         "ephemeral-storage": sandbox.ephemeral_storage,
                     },
                     "requests": {
                         "cpu": smaller_quantity(settings.cpu_request, sandbox.cpu),
-                        "memory": sandbox.memory,
+                        "memory": pod_memory(sandbox, settings),
                         "ephemeral-storage": smaller_quantity(
                             settings.ephemeral_storage_request, sandbox.ephemeral_storage
                         ),
@@ -410,6 +411,13 @@ def sandbox_pod_spec(
             {"name": "tmp", "emptyDir": scratch_volume(sandbox, settings)},
         ],
     }
+
+
+def pod_memory(sandbox: Sandbox, settings: OperatorSettings) -> str:
+    """The pod's memory: the program's limit (which the runner enforces, memoryLimitBytes)
+    and the overhead of the runner and gVisor, so that a run past its own limit is ended by
+    the runner with the sandbox intact, never by the kernel taking the whole pod."""
+    return added_quantities(sandbox.memory, settings.sandbox_memory_overhead)
 
 
 def scratch_volume(sandbox: Sandbox, settings: OperatorSettings) -> Manifest:

@@ -741,6 +741,14 @@ class SessionController:
             spec = CodeExecutionSpec.model_validate(execution.get("spec") or {})
             session_spec = CodeSessionSpec.model_validate(session["spec"])
             plan = plan_execution(spec, self.catalog, self.settings)
+            # A run in a session is bounded by the session's sandbox, not by defaults.
+            limits = limits_within(session_spec.resources, self.settings)
+            plan = replace(
+                plan,
+                cpu=limits["cpu"],
+                memory=limits["memory"],
+                ephemeral_storage=limits["ephemeral_storage"],
+            )
         except (ValidationError, InvalidSpecError) as error:
             return None, None, clip_message(str(error))
         return spec, plan, execution_problem(spec, session["metadata"]["name"], session_spec)

@@ -40,6 +40,11 @@ type Config struct {
 	Files               []FileMapping `json:"files"`
 	HasStdin            bool          `json:"hasStdin"`
 	Limits              Limits        `json:"limits"`
+	// MemoryLimitBytes bounds the memory the run holds, its processes' and
+	// its scratch files' (memory.go): past it the run is killed and its
+	// result says memoryExceeded. 0: no bound of the runner's own. Unlike
+	// Limits it may differ between the runs of one serving sandbox.
+	MemoryLimitBytes int64 `json:"memoryLimitBytes,omitempty"`
 }
 
 // FileMapping places the input file Key at Path, relative to the work dir.
@@ -116,6 +121,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxOutputBytes < 0 {
 		problems = append(problems, fmt.Errorf("maxOutputBytes must not be negative, got %d", c.MaxOutputBytes))
+	}
+	if c.MemoryLimitBytes < 0 {
+		problems = append(problems, fmt.Errorf("memoryLimitBytes must not be negative, got %d", c.MemoryLimitBytes))
 	}
 	if c.MaxOutputFiles < 0 || c.MaxOutputFilesBytes < 0 {
 		problems = append(problems, errors.New("maxOutputFiles and maxOutputFilesBytes must not be negative"))

@@ -273,13 +273,13 @@ func (k *kernel) run(ctx context.Context, cfg Config, request runRequest, number
 		return failedResult(err), nil, true
 	}
 	message := kernelRequest{Run: number, Source: request.Source, Argv: append([]string{cfg.SourceFile}, cfg.Args...)}
-	timeout := time.Duration(cfg.TimeoutSeconds) * time.Second
+	bounds := runBounds{timeout: time.Duration(cfg.TimeoutSeconds) * time.Second, memory: uint64(cfg.MemoryLimitBytes)}
 	result := runCaptured(cfg, frames, outputs, func(stdout, stderr io.Writer) processOutcome {
 		var outcome processOutcome
 		if pipes == nil {
-			outcome, value, alive = k.exchangeMarked(ctx, message, timeout, stdout, stderr)
+			outcome, value, alive = k.exchangeMarked(ctx, message, bounds, stdout, stderr)
 		} else {
-			outcome, value, alive = k.exchangeOverPipes(ctx, message, pipes, request.Stdin, timeout, stdout, stderr)
+			outcome, value, alive = k.exchangeOverPipes(ctx, message, pipes, request.Stdin, bounds, stdout, stderr)
 		}
 		return outcome
 	})
@@ -288,13 +288,13 @@ func (k *kernel) run(ctx context.Context, cfg Config, request runRequest, number
 
 // exchangeOverPipes runs message in the python kernel, which gets the run's
 // own stdin, stdout and stderr.
-func (k *kernel) exchangeOverPipes(ctx context.Context, message kernelRequest, pipes *runPipes, stdin *string, timeout time.Duration, stdout, stderr io.Writer) (processOutcome, *string, bool) {
+func (k *kernel) exchangeOverPipes(ctx context.Context, message kernelRequest, pipes *runPipes, stdin *string, bounds runBounds, stdout, stderr io.Writer) (processOutcome, *string, bool) {
 	var readers sync.WaitGroup
 	readers.Add(2)
 	go func() { defer readers.Done(); drain(pipes.stdout[0], stdout) }()
 	go func() { defer readers.Done(); drain(pipes.stderr[0], stderr) }()
 	go feedStdin(pipes.stdin[1], stdin)
-	outcome, value, alive := k.await(ctx, message.Run, timeout, k.send(message, pipes))
+	outcome, value, alive := k.await(ctx, message.Run, bounds, k.send(message, pipes))
 	waitOrClose(&readers, drainGrace, pipes.stdout[0], pipes.stderr[0])
 	closeAll(pipes.stdout[0], pipes.stderr[0])
 	return outcome, value, alive
@@ -302,11 +302,11 @@ func (k *kernel) exchangeOverPipes(ctx context.Context, message kernelRequest, p
 
 // exchangeMarked runs message in the node kernel, whose output of the run
 // lies between the run's marks on its stdout and stderr.
-func (k *kernel) exchangeMarked(ctx context.Context, message kernelRequest, timeout time.Duration, stdout, stderr io.Writer) (processOutcome, *string, bool) {
+func (k *kernel) exchangeMarked(ctx context.Context, message kernelRequest, bounds runBounds, stdout, stderr io.Writer) (processOutcome, *string, bool) {
 	message.Mark = newRunMark()
 	k.outputs[0].begin(message.Mark, stdout)
 	k.outputs[1].begin(message.Mark, stderr)
-	outcome, value, alive := k.await(ctx, message.Run, timeout, k.send(message, nil))
+	outcome, value, alive := k.await(ctx, message.Run, bounds, k.send(message, nil))
 	k.outputs[0].finish(drainGrace)
 	k.outputs[1].finish(drainGrace)
 	return outcome, value, alive
@@ -341,14 +341,24 @@ func (k *kernel) send(message kernelRequest, pipes *runPipes) <-chan error {
 	return sent
 }
 
+// runBounds are what a session run may take: its time from the release and
+// the memory held by the kernel and everything it started.
+type runBounds struct {
+	timeout time.Duration
+	memory  uint64
+}
+
 // await waits for the kernel's answer to run number, the timeout (counted
 // from the release), its death or ctx; all but the answer kill it, except a
 // cancel on request (errCancelRequested), which interrupts the run as Jupyter
 // does (SIGINT: a KeyboardInterrupt in the program, the state kept) and kills
 // the kernel only if the run has not ended interruptGrace later.
-func (k *kernel) await(ctx context.Context, number int, timeout time.Duration, sent <-chan error) (processOutcome, *string, bool) {
-	timer := time.NewTimer(timeout)
+func (k *kernel) await(ctx context.Context, number int, bounds runBounds, sent <-chan error) (processOutcome, *string, bool) {
+	timer := time.NewTimer(bounds.timeout)
 	defer timer.Stop()
+	spec := k.child.spec
+	memory := watchMemory(bounds.memory, k.child.process.pid, spec.reapAll, spec.dir)
+	defer memory.end()
 	cancelled := ctx.Done()
 	var interrupted <-chan time.Time
 	for {
@@ -370,6 +380,12 @@ func (k *kernel) await(ctx context.Context, number int, timeout time.Duration, s
 			return k.end(false), nil, false
 		case <-timer.C:
 			return k.end(true), nil, false
+		case <-memory.exceeded:
+			// Whatever the run holds goes: the kernel, and anything it started.
+			killMembers(k.child.process.pid, spec.reapAll)
+			outcome := k.end(false)
+			outcome.memoryExceeded, outcome.memoryLimit = true, bounds.memory
+			return outcome, nil, false
 		case <-cancelled:
 			if !errors.Is(context.Cause(ctx), errCancelRequested) {
 				return k.end(false), nil, false

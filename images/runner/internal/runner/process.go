@@ -35,6 +35,8 @@ type processSpec struct {
 	stdin   *os.File
 	limits  Limits
 	timeout time.Duration
+	// memoryLimit bounds the memory the run holds (memory.go); 0: none.
+	memoryLimit uint64
 	// selfExe is the runner binary, re-executed as the shim.
 	selfExe string
 	// guard is whom the program's seccomp filter protects: the runner.
@@ -46,9 +48,13 @@ type processSpec struct {
 
 // processOutcome is what became of the program.
 type processOutcome struct {
-	exitCode        *int
-	signal          *int
-	timedOut        bool
+	exitCode *int
+	signal   *int
+	timedOut bool
+	// memoryExceeded: the runner killed the run for holding more than its
+	// memory limit.
+	memoryExceeded  bool
+	memoryLimit     uint64
 	duration        time.Duration
 	peakMemoryBytes *int64
 	// startErr is set when the program could not be started at all.
@@ -124,6 +130,8 @@ func (p *startedProcess) finish(ctx context.Context, spec processSpec, stdout, s
 
 	timer := time.NewTimer(spec.timeout)
 	defer timer.Stop()
+	memory := watchMemory(spec.memoryLimit, p.pid, spec.reapAll, spec.dir)
+	defer memory.end()
 	var outcome processOutcome
 	var child waitedChild
 	select {
@@ -133,6 +141,16 @@ func (p *startedProcess) finish(ctx context.Context, spec processSpec, stdout, s
 		case child = <-p.waited:
 		default:
 			outcome.timedOut = true
+			killProcessGroup(p.pid)
+			child = <-p.waited
+		}
+	case <-memory.exceeded:
+		select {
+		case child = <-p.waited:
+		default:
+			outcome.memoryExceeded, outcome.memoryLimit = true, spec.memoryLimit
+			// What holds the memory may have left the program's group.
+			killMembers(p.pid, spec.reapAll)
 			killProcessGroup(p.pid)
 			child = <-p.waited
 		}

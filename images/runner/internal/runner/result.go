@@ -29,15 +29,19 @@ type Result struct {
 	// it was killed by a signal or never started.
 	ExitCode *int `json:"exitCode"`
 	// Signal is the number of the signal that killed the program, or null.
-	Signal          *int         `json:"signal"`
-	TimedOut        bool         `json:"timedOut"`
-	DurationMs      int64        `json:"durationMs"`
-	StdoutBytes     int64        `json:"stdoutBytes"`
-	StderrBytes     int64        `json:"stderrBytes"`
-	StdoutTruncated bool         `json:"stdoutTruncated"`
-	StderrTruncated bool         `json:"stderrTruncated"`
-	PeakMemoryBytes *int64       `json:"peakMemoryBytes"`
-	Diagnostics     []Diagnostic `json:"diagnostics"`
+	Signal   *int `json:"signal"`
+	TimedOut bool `json:"timedOut"`
+	// MemoryExceeded: the runner killed the run when the memory it held
+	// passed MemoryLimitBytes (the config's memoryLimitBytes), given then only.
+	MemoryExceeded   bool         `json:"memoryExceeded,omitempty"`
+	MemoryLimitBytes *int64       `json:"memoryLimitBytes,omitempty"`
+	DurationMs       int64        `json:"durationMs"`
+	StdoutBytes      int64        `json:"stdoutBytes"`
+	StderrBytes      int64        `json:"stderrBytes"`
+	StdoutTruncated  bool         `json:"stdoutTruncated"`
+	StderrTruncated  bool         `json:"stderrTruncated"`
+	PeakMemoryBytes  *int64       `json:"peakMemoryBytes"`
+	Diagnostics      []Diagnostic `json:"diagnostics"`
 	// Error says why the runner could not run the program; ExitCode is then null.
 	Error *string `json:"error"`
 	// Value is the repr of the trailing expression's value (or null), for the

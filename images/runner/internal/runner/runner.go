@@ -212,9 +212,11 @@ func newProcessSpec(cfg Config, opts Options, stdin *os.File) processSpec {
 		stdin:   stdin,
 		limits:  cfg.Limits,
 		timeout: time.Duration(cfg.TimeoutSeconds) * time.Second,
-		selfExe: selfExePath,
-		guard:   guardTarget{Pid: os.Getpid(), Pgid: syscall.Getpgrp()},
-		reapAll: os.Getpid() == 1,
+		// Validated: never negative.
+		memoryLimit: uint64(cfg.MemoryLimitBytes),
+		selfExe:     selfExePath,
+		guard:       guardTarget{Pid: os.Getpid(), Pgid: syscall.Getpgrp()},
+		reapAll:     os.Getpid() == 1,
 	}
 }
 
@@ -282,6 +284,11 @@ func newResult(outcome processOutcome, stdoutCapture, stderrCapture *streamCaptu
 		StdoutTruncated: stdoutCapture.Truncated(),
 		StderrTruncated: stderrCapture.Truncated(),
 		PeakMemoryBytes: outcome.peakMemoryBytes,
+	}
+	if outcome.memoryExceeded {
+		result.MemoryExceeded = true
+		limit := int64(outcome.memoryLimit)
+		result.MemoryLimitBytes = &limit
 	}
 	if outcome.startErr != nil {
 		result.fail(outcome.startErr.Error())

@@ -214,6 +214,7 @@ func (c *warmChild) run(ctx context.Context, cfg Config, request runRequest, fra
 		argv = argv[1:]
 	}
 	c.spec.timeout = time.Duration(cfg.TimeoutSeconds) * time.Second
+	c.spec.memoryLimit = uint64(cfg.MemoryLimitBytes)
 	var reported *valueReader
 	result := runCaptured(cfg, frames, outputsDir(c.spec.dir), func(stdout, stderr io.Writer) processOutcome {
 		c.process.started = time.Now()
