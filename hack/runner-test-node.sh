@@ -8,6 +8,8 @@
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# apt-get that waits while another apt-get or dpkg holds its lock (hack/cluster/lib.sh).
+source "$REPO_ROOT/hack/cluster/lib.sh"
 SOURCE=$REPO_ROOT/images/node
 TARGET=${1:?usage: hack/runner-test-node.sh DIR}
 

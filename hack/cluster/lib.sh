@@ -48,6 +48,34 @@ process_alive() {
 log() { printf '[cluster %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
+# apt-get as every script of the project runs it: while another apt-get or dpkg (a second
+# `make`, unattended-upgrades) holds apt's lock, it waits, up to APT_LOCK_TIMEOUT seconds,
+# instead of failing at once. apt's own DPkg::Lock::Timeout covers the dpkg lock (install);
+# apt 2.6 (Debian 12) does not apply it to the lists lock (update), so a run refused a lock is
+# run again every 5 s until the deadline. Named apt-get so that sourcing this file is all a
+# script needs: build.sh calls it unchanged (an edit of build.sh would rebuild every cluster
+# component, its text being part of their cache key).
+APT_LOCK_TIMEOUT=${APT_LOCK_TIMEOUT:-600}
+apt-get() {
+  local deadline=$((SECONDS + APT_LOCK_TIMEOUT)) status errors
+  if [ -z "${APT_LOCK_NOTICE_SHOWN:-}" ]; then
+    printf '[apt %s] %s\n' "$(date +%H:%M:%S)" "apt-get may wait (up to ${APT_LOCK_TIMEOUT}s) for another apt-get or dpkg holding its lock" >&2
+    APT_LOCK_NOTICE_SHOWN=1
+  fi
+  while :; do
+    status=0
+    # stdout as usual; stderr kept to tell a lock refusal from another error.
+    { errors=$(command apt-get -o "DPkg::Lock::Timeout=$((deadline > SECONDS ? deadline - SECONDS : 0))" \
+      "$@" 2>&1 1>&3 3>&-); } 3>&1 || status=$?
+    if [ "$status" -ne 0 ] && [ "$SECONDS" -lt "$deadline" ] && [[ $errors == *"Could not get lock"* ]]; then
+      sleep 5
+      continue
+    fi
+    [ -z "$errors" ] || printf '%s\n' "$errors" >&2
+    return "$status"
+  done
+}
+
 # Directory of a built component in the cache: <name>-<version>-<hash of its pins, patches and
 # the build script (which holds the build flags)>.
 component_dir() {

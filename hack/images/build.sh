@@ -34,6 +34,8 @@
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# apt-get that waits while another apt-get or dpkg holds its lock (hack/cluster/lib.sh).
+source "$REPO_ROOT/hack/cluster/lib.sh"
 SCRIPT_DIR=$REPO_ROOT/hack/images
 IMAGES_DIR=$REPO_ROOT/images
 RUNNER_DIR=$IMAGES_DIR/runner

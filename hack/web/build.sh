@@ -11,6 +11,8 @@ set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 WEB_DIR=$REPO_ROOT/web
+# apt-get that waits while another apt-get or dpkg holds its lock (hack/cluster/lib.sh).
+source "$REPO_ROOT/hack/cluster/lib.sh"
 
 log() { printf '[web %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
