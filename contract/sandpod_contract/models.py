@@ -666,6 +666,8 @@ def is_terminal(phase: str | None) -> bool:
 
 MAX_POOL_SIZE = 50
 MAX_REFILL_PER_MINUTE = 600
+MAX_RUNS_PER_SANDBOX = 100_000
+MAX_SANDBOX_AGE_SECONDS = 7 * 24 * 3600
 
 
 class SandboxPoolSpec(_Model):
@@ -685,7 +687,25 @@ class SandboxPoolSpec(_Model):
     sessions: bool = Field(
         default=False,
         description="true: the pods serve CodeSessions (many executions each, state kept) and "
-        "only sessions claim them; false: each pod serves one execution.",
+        "only sessions claim them; false: the pods serve one-off executions, each run in a "
+        "fresh box of its own (runsPerSandbox).",
+    )
+    runs_per_sandbox: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_RUNS_PER_SANDBOX,
+        description="One-off pools: runs a pod serves, one at a time, each in a fresh box of "
+        "its own (its own user, mount and IPC namespaces; work dir, home, /tmp and /dev/shm "
+        "made new; its own memory bound), all of one tenant, before it is replaced; a run "
+        "that leaves anything behind retires it at once. 1: a pod per run. Omitted: the "
+        "operator's POOL_RUNS_PER_SANDBOX. Runs that build (go, csharp) take a pod each.",
+    )
+    sandbox_max_age_seconds: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_SANDBOX_AGE_SECONDS,
+        description="One-off pools: a pod takes no run once this old (then it is replaced). "
+        "Omitted: the operator's POOL_SANDBOX_MAX_AGE_SECONDS.",
     )
     max_refill_per_minute: int | None = Field(
         default=None,

@@ -73,6 +73,27 @@ class OperatorSettings(BaseSettings):
         description="Largest memory limit a spec may ask for. The request equals the limit, "
         "so the node never overcommits memory to sandboxes.",
     )
+    pool_runs_per_sandbox: int = Field(
+        default=100,
+        ge=1,
+        le=100_000,
+        description="Runs a one-off pool's pod serves, each in a fresh box, unless the pool "
+        "says (runsPerSandbox); 1: a pod per run.",
+    )
+    pool_sandbox_max_age_seconds: int = Field(
+        default=3600,
+        ge=1,
+        le=7 * 24 * 3600,
+        description="Age past which a one-off pool's pod takes no further run, unless the pool "
+        "says (sandboxMaxAgeSeconds).",
+    )
+    pool_wait_seconds: float = Field(
+        default=2.0,
+        ge=0,
+        le=30,
+        description="How long a one-off run through the gateway waits for a pool pod of its "
+        "tenant to finish another run before it starts a sandbox of its own.",
+    )
     sandbox_memory_overhead: Quantity = Field(
         default="64Mi",
         description="Memory a sandbox pod gets beyond its program's limit, for the runner and "

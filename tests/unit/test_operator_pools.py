@@ -109,9 +109,10 @@ def ready_condition(kube: FakeKube, name: str = "py") -> Manifest:
 def test_pool_pod_is_the_hardened_sandbox_pod_that_serves(
     catalog: Catalog, settings: OperatorSettings
 ) -> None:
-    sandbox = plan_pool(pool_spec(resources={"cpu": "1", "memory": "512Mi"}), catalog, settings)
+    spec = pool_spec(resources={"cpu": "1", "memory": "512Mi"})
+    sandbox = plan_pool(spec, catalog, settings)
     configmap = build_pool_configmap(
-        namespace=NAMESPACE, pool_name="py", sandbox=sandbox, settings=settings
+        namespace=NAMESPACE, pool_name="py", spec=spec, sandbox=sandbox, settings=settings
     )
     pod = build_pool_pod(
         namespace=NAMESPACE, pool_name="py", sandbox=sandbox, configmap=configmap, settings=settings
@@ -159,9 +160,10 @@ def test_pool_pod_is_the_hardened_sandbox_pod_that_serves(
 def test_serve_config_is_a_complete_run_config_without_an_execution(
     catalog: Catalog, settings: OperatorSettings
 ) -> None:
-    sandbox = plan_pool(pool_spec(), catalog, settings)
+    spec = pool_spec()
+    sandbox = plan_pool(spec, catalog, settings)
     configmap = build_pool_configmap(
-        namespace=NAMESPACE, pool_name="py", sandbox=sandbox, settings=settings
+        namespace=NAMESPACE, pool_name="py", spec=spec, sandbox=sandbox, settings=settings
     )
     config = json.loads(configmap["data"]["config.json"])
     assert config["command"] == ["python3", "main.py"]
@@ -171,6 +173,25 @@ def test_serve_config_is_a_complete_run_config_without_an_execution(
     # The runner checks it as any config.json; each request brings its execution's own values.
     assert config["mode"] == "run" and config["timeoutSeconds"] > 0
     assert (config["args"], config["files"], config["hasStdin"]) == ([], [], False)
+    # A pod serves many runs, each in its own box, for a bounded time.
+    assert (config["maxRuns"], config["maxAgeSeconds"]) == (100, 3600)
+
+
+def test_a_pool_says_how_many_runs_a_pod_serves(
+    catalog: Catalog, settings: OperatorSettings
+) -> None:
+    def served(**fields: Any) -> dict[str, Any]:
+        spec = pool_spec(**fields)
+        sandbox = plan_pool(spec, catalog, settings)
+        configmap = build_pool_configmap(
+            namespace=NAMESPACE, pool_name="py", spec=spec, sandbox=sandbox, settings=settings
+        )
+        return dict(json.loads(configmap["data"]["config.json"]))
+
+    one = served(runsPerSandbox=1, sandboxMaxAgeSeconds=60)
+    assert (one["maxRuns"], one["maxAgeSeconds"]) == (1, 60)
+    # Sessions keep their pod for themselves: no boxes.
+    assert "maxRuns" not in served(sessions=True)
 
 
 @pytest.mark.parametrize("language", ["go", "csharp"])
@@ -179,9 +200,10 @@ def test_a_compiled_languages_pool_builds_as_its_runs_do(
 ) -> None:
     """The runner serves a run only with the serve config's compile step (and command, env),
     and builds it in the claimed sandbox; a run's request carries the catalog's."""
-    sandbox = plan_pool(pool_spec(language=language), catalog, settings)
+    pool = pool_spec(language=language)
+    sandbox = plan_pool(pool, catalog, settings)
     configmap = build_pool_configmap(
-        namespace=NAMESPACE, pool_name=language, sandbox=sandbox, settings=settings
+        namespace=NAMESPACE, pool_name=language, spec=pool, sandbox=sandbox, settings=settings
     )
     served = json.loads(configmap["data"]["config.json"])
     spec = CodeExecutionSpec(language=language, source="x")
@@ -201,7 +223,7 @@ def test_template_changes_with_what_the_pod_is_made_of(
     def template(spec: SandboxPoolSpec) -> str:
         sandbox = plan_pool(spec, catalog, settings)
         configmap = build_pool_configmap(
-            namespace=NAMESPACE, pool_name="py", sandbox=sandbox, settings=settings
+            namespace=NAMESPACE, pool_name="py", spec=spec, sandbox=sandbox, settings=settings
         )
         pod = build_pool_pod(
             namespace=NAMESPACE,

@@ -114,9 +114,16 @@ def build_serve_configmap(
 
 
 def build_pool_configmap(
-    *, namespace: str, pool_name: str, sandbox: Sandbox, settings: OperatorSettings
+    *,
+    namespace: str,
+    pool_name: str,
+    spec: SandboxPoolSpec,
+    sandbox: Sandbox,
+    settings: OperatorSettings,
 ) -> Manifest:
-    return build_serve_configmap(
+    """A pool's serve config; a one-off pool's says how many runs a pod serves, each in a box
+    of its own, and for how long (maxRuns, maxAgeSeconds)."""
+    configmap = build_serve_configmap(
         namespace=namespace,
         name=pool_runner_config_name(pool_name),
         labels={MANAGED_BY_LABEL: MANAGED_BY, POOL_LABEL: pool_name},
@@ -124,6 +131,13 @@ def build_pool_configmap(
         settings=settings,
         builds=True,
     )
+    if spec.sessions:
+        return configmap
+    config = json.loads(configmap["data"][CONFIG_KEY])
+    config["maxRuns"] = spec.runs_per_sandbox or settings.pool_runs_per_sandbox
+    config["maxAgeSeconds"] = spec.sandbox_max_age_seconds or settings.pool_sandbox_max_age_seconds
+    configmap["data"][CONFIG_KEY] = json.dumps(config, indent=2) + "\n"
+    return configmap
 
 
 def template_hash(pod_spec: Manifest, configmap: Manifest) -> str:

@@ -196,8 +196,9 @@ class PoolController:
             if ingress is not None:
                 await self.kube.create_network_policy(ingress, uid=None)
             self.protected.add(namespace)
+        spec = SandboxPoolSpec.model_validate(pool["spec"])
         configmap = build_pool_configmap(
-            namespace=namespace, pool_name=name, sandbox=sandbox, settings=self.settings
+            namespace=namespace, pool_name=name, spec=spec, sandbox=sandbox, settings=self.settings
         )
         pod = build_pool_pod(
             namespace=namespace,
@@ -205,7 +206,7 @@ class PoolController:
             sandbox=sandbox,
             configmap=configmap,
             settings=self.settings,
-            sessions=SandboxPoolSpec.model_validate(pool["spec"]).sessions,
+            sessions=spec.sessions,
         )
         template = pod["metadata"]["labels"][POOL_TEMPLATE_LABEL]
         if self.configs.get(uid) != template:

@@ -45,6 +45,11 @@ type Config struct {
 	// result says memoryExceeded. 0: no bound of the runner's own. Unlike
 	// Limits it may differ between the runs of one serving sandbox.
 	MemoryLimitBytes int64 `json:"memoryLimitBytes,omitempty"`
+	// MaxRuns (serve mode's config only): above 1, the sandbox serves up to
+	// that many runs, one at a time, each in a fresh box (box.go), and for
+	// at most MaxAgeSeconds (0: no bound) from its start.
+	MaxRuns       int `json:"maxRuns,omitempty"`
+	MaxAgeSeconds int `json:"maxAgeSeconds,omitempty"`
 }
 
 // FileMapping places the input file Key at Path, relative to the work dir.
@@ -121,6 +126,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxOutputBytes < 0 {
 		problems = append(problems, fmt.Errorf("maxOutputBytes must not be negative, got %d", c.MaxOutputBytes))
+	}
+	if c.MaxRuns < 0 || c.MaxAgeSeconds < 0 {
+		problems = append(problems, errors.New("maxRuns and maxAgeSeconds must not be negative"))
 	}
 	if c.MemoryLimitBytes < 0 {
 		problems = append(problems, fmt.Errorf("memoryLimitBytes must not be negative, got %d", c.MemoryLimitBytes))

@@ -203,7 +203,7 @@ func startKernel(served Config, opts Options) (*kernel, error) {
 	if node {
 		argv = nodeKernelArgv(served)
 	}
-	child, err := startWaiting(served, opts, argv)
+	child, err := startWaiting(served, opts, nil, argv)
 	if err != nil {
 		return nil, err
 	}

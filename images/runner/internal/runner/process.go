@@ -37,6 +37,9 @@ type processSpec struct {
 	timeout time.Duration
 	// memoryLimit bounds the memory the run holds (memory.go); 0: none.
 	memoryLimit uint64
+	// box, when set, is the run's own view of the writable places (box.go):
+	// dir is then its work dir as the runner sees it.
+	box *box
 	// selfExe is the runner binary, re-executed as the shim.
 	selfExe string
 	// guard is whom the program's seccomp filter protects: the runner.
@@ -70,7 +73,7 @@ type waitedChild struct {
 // runProcess runs the program to its end, copying its output to stdout and
 // stderr, and kills its process group at the timeout or when ctx is done.
 func runProcess(ctx context.Context, spec processSpec, stdout, stderr io.Writer) processOutcome {
-	child, err := startProcess(spec, shimArgv(spec.selfExe, spec.limits, spec.guard, shimRun, spec.argv))
+	child, err := startProcess(spec, shimArgv(spec.selfExe, spec.limits, spec.guard, shimRun, spec.box, spec.argv))
 	if err != nil {
 		return processOutcome{startErr: err}
 	}
@@ -104,6 +107,11 @@ func startProcess(spec processSpec, shimArgv []string, extraFiles ...*os.File) (
 		Files: append(files, pipes.errorWrite.Fd()),
 		// A new session is also a new process group, killed as a whole.
 		Sys: &syscall.SysProcAttr{Setsid: true},
+	}
+	if spec.box != nil {
+		// The shim enters the box and changes to its work dir there.
+		attr.Dir = ""
+		spec.box.namespaces(attr.Sys)
 	}
 	child := &startedProcess{pipes: pipes, started: time.Now(), waited: make(chan waitedChild, 1), allReaped: make(chan struct{})}
 	child.pid, err = syscall.ForkExec(spec.selfExe, shimArgv, attr)

@@ -57,6 +57,10 @@ type Result struct {
 	// Cancelled (serve and session mode): POST /v1/cancel stopped the run
 	// before it had ended by itself; omitted otherwise.
 	Cancelled bool `json:"cancelled,omitempty"`
+	// Retiring (serve mode): the sandbox takes no further run after this
+	// one (it serves one run, or its runs or age are used up, or this run
+	// left something behind); omitted in session mode.
+	Retiring bool `json:"retiring,omitempty"`
 	// Compile is the compile step's outcome when the language has one; when it
 	// failed the program did not run (ExitCode and Signal are null).
 	Compile *CompileResult `json:"compile,omitempty"`

@@ -189,7 +189,7 @@ func runPython(ctx context.Context, spec processSpec, cfg Config, frames *frameW
 	argv := append([]string{cfg.Command[0], "-c", pythonBootstrap}, spec.argv[1:]...)
 	// The waiting shim with a program execs it at once; its error pipe is
 	// after the channel, where serve mode has the release socket.
-	shim := shimArgv(spec.selfExe, spec.limits, spec.guard, shimWait, argv)
+	shim := shimArgv(spec.selfExe, spec.limits, spec.guard, shimWait, spec.box, argv)
 	result := runCaptured(cfg, frames, outputsDir(spec.dir), func(stdout, stderr io.Writer) processOutcome {
 		child, err := startProcess(spec, shim, channelWrite)
 		_ = channelWrite.Close()

@@ -116,8 +116,12 @@ func Serve(ctx context.Context, opts Options, stdout, stderr io.Writer) error {
 		runs, err = newSession(served, opts)
 	case len(served.CompileCommand) > 0:
 		runs, err = prepareBuild(opts)
+	case served.MaxRuns > 1:
+		runs, err = newBoxedRuns(served, opts, func(problem error) {
+			fmt.Fprintf(stderr, "sandpod-runner: the sandbox retires: %v\n", problem)
+		})
 	default:
-		runs, err = prestart(served, opts)
+		runs, err = prestart(served, opts, nil)
 	}
 	if err != nil {
 		return err
@@ -125,6 +129,7 @@ func Serve(ctx context.Context, opts Options, stdout, stderr io.Writer) error {
 	s := &server{
 		opts: opts, stdout: stdout, stderr: stderr, credential: []byte(credential), served: served,
 		executor: runs, session: opts.Session, runCtx: ctx,
+		many: !opts.Session && served.MaxRuns > 1 && len(served.CompileCommand) == 0,
 	}
 	httpServer := &http.Server{Handler: s.routes(), ReadHeaderTimeout: readHeaderTimeout}
 	go func() { _ = httpServer.Serve(listener) }()
@@ -155,7 +160,9 @@ type server struct {
 	served     Config
 	executor   executor
 	session    bool
-	runCtx     context.Context
+	// many: a sandbox of many runs, each in its own box (box.go).
+	many   bool
+	runCtx context.Context
 
 	mu sync.Mutex
 	// runs are the kept records, oldest first; forgotten the ids of older runs.
@@ -272,12 +279,17 @@ func (s *server) claim(request runRequest) (*runRecord, int, error) {
 		return nil, http.StatusBadRequest, errors.New("executionId must not be empty")
 	case slices.Contains(s.forgotten, id):
 		return nil, http.StatusNotFound, errors.New("this run is no longer kept")
-	case !s.session && len(s.runs) > 0:
+	case !s.session && !s.many && len(s.runs) > 0:
 		return nil, http.StatusConflict, errors.New("this sandbox serves another execution")
 	case s.busy:
-		return nil, http.StatusConflict, errors.New("another execution is running in this session")
+		return nil, http.StatusConflict, errors.New("another execution is running in this sandbox")
 	case s.stopping:
 		return nil, http.StatusServiceUnavailable, errors.New("the runner is stopping")
+	}
+	if runs, ok := s.executor.(*boxedRuns); ok {
+		if err := runs.accepting(); err != nil {
+			return nil, http.StatusConflict, err
+		}
 	}
 	cfg, err := ParseConfig(request.Config)
 	if err == nil {
@@ -317,6 +329,9 @@ func (s *server) execute(ctx context.Context, record *runRecord, cfg Config, req
 	s.mu.Unlock()
 	record.stop(nil)
 	result.Cancelled = record.cancelled.Load()
+	if !s.session && !s.many {
+		result.Retiring = true
+	}
 	summary := frames.summary(result)
 	// The HTTP answer is the result; the termination log is a courtesy.
 	if err := writeTerminationLog(s.opts.TerminationLogPath, summary); err != nil {

@@ -35,11 +35,24 @@ type servingRunner struct {
 // serve config and waits until it answers GET /ready; flags are added.
 func (f *fixture) serve(flags ...string) *servingRunner {
 	f.t.Helper()
+	return f.serveAs(nil, flags...)
+}
+
+// serveAsPID1 starts the serving runner as PID 1 of a new PID namespace, as
+// in a pod.
+func (f *fixture) serveAsPID1(flags ...string) *servingRunner {
+	f.t.Helper()
+	return f.serveAs(&syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}, flags...)
+}
+
+func (f *fixture) serveAs(attr *syscall.SysProcAttr, flags ...string) *servingRunner {
+	f.t.Helper()
 	f.writeInputs()
 	s := &servingRunner{f: f, logDone: make(chan struct{})}
 	args := append([]string{"--serve", f.opts.ConfigPath, "-listen", "127.0.0.1:0",
 		"-work-dir", f.opts.WorkDir, "-termination-log", f.opts.TerminationLogPath}, flags...)
 	s.cmd = exec.Command(os.Args[0], args...)
+	s.cmd.SysProcAttr = attr
 	s.cmd.Env = []string{runAsRunnerEnv + "=1", nodeKernelEnv + "=" + repositoryNodeKernel}
 	s.cmd.Stderr = &s.stderr
 	stdout, err := s.cmd.StdoutPipe()

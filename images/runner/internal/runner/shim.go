@@ -45,9 +45,14 @@ func IsShimInvocation(args []string) bool {
 	return len(args) > 1 && args[1] == shimMarker
 }
 
-// shimArgv passes the limits and the filter's target; a zero guard pid
-// installs no filter (only tests measuring the filter's cost ask for that).
-func shimArgv(selfExe string, limits Limits, guard guardTarget, mode string, argv []string) []string {
+// shimArgv passes the limits, the filter's target and the box to enter (nil:
+// none); a zero guard pid installs no filter (only tests measuring the
+// filter's cost ask for that).
+func shimArgv(selfExe string, limits Limits, guard guardTarget, mode string, inBox *box, argv []string) []string {
+	var boxArgs [3]string
+	if inBox != nil {
+		boxArgs = [3]string{inBox.root, inBox.scratch, inBox.workDir}
+	}
 	return append([]string{
 		selfExe,
 		shimMarker,
@@ -57,6 +62,7 @@ func shimArgv(selfExe string, limits Limits, guard guardTarget, mode string, arg
 		strconv.Itoa(guard.Pid),
 		strconv.Itoa(guard.Pgid),
 		mode,
+		boxArgs[0], boxArgs[1], boxArgs[2],
 		"--",
 	}, argv...)
 }
@@ -77,7 +83,7 @@ func ShimMain(args []string) {
 }
 
 func execWithLimits(args []string) error {
-	if len(args) < 7 || args[6] != "--" || (args[5] != shimRun && args[5] != shimWait) {
+	if len(args) < 10 || args[9] != "--" || (args[5] != shimRun && args[5] != shimWait) {
 		return fmt.Errorf("malformed shim arguments %q", args)
 	}
 	var values [5]uint64
@@ -90,9 +96,14 @@ func execWithLimits(args []string) error {
 	}
 	processes, fileSize, openFiles := values[0], values[1], values[2]
 	guard := guardTarget{Pid: int(values[3]), Pgid: int(values[4])}
-	mode, argv := args[5], args[7:]
+	mode, argv := args[5], args[10:]
 	if mode == shimRun && len(argv) == 0 {
 		return fmt.Errorf("malformed shim arguments %q", args)
+	}
+	if args[6] != "" {
+		if err := enterBox(box{root: args[6], scratch: args[7], workDir: args[8]}); err != nil {
+			return err
+		}
 	}
 	if err := applyLimits(processes, fileSize, openFiles, guard); err != nil {
 		return err

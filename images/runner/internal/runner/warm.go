@@ -146,22 +146,23 @@ func usesPythonBootstrap(cfg Config) bool {
 
 // prestart starts the program's process for cfg in the work dir and waits
 // until it is ready to be released.
-func prestart(cfg Config, opts Options) (*warmChild, error) {
+func prestart(cfg Config, opts Options, inBox *box) (*warmChild, error) {
 	var interpreter []string
 	if usesPythonBootstrap(cfg) {
 		interpreter = []string{cfg.Command[0], "-c", pythonBootstrap}
 	}
-	child, err := startWaiting(cfg, opts, interpreter)
+	child, err := startWaiting(cfg, opts, inBox, interpreter)
 	if err == nil {
 		child.python = interpreter != nil
 	}
 	return child, err
 }
 
-// startWaiting starts the waiting shim for cfg in the work dir, which execs
-// argv (an interpreter that waits on the release socket itself) or else
+// startWaiting starts the waiting shim for cfg in the work dir (in inBox when
+// set: opts.WorkDir is then the box's work dir as the runner sees it), which
+// execs argv (an interpreter that waits on the release socket itself) or else
 // waits there, and returns once the child said it is ready.
-func startWaiting(cfg Config, opts Options, argv []string) (*warmChild, error) {
+func startWaiting(cfg Config, opts Options, inBox *box, argv []string) (*warmChild, error) {
 	if err := createWorkDir(opts.WorkDir); err != nil {
 		return nil, err
 	}
@@ -175,7 +176,6 @@ func startWaiting(cfg Config, opts Options, argv []string) (*warmChild, error) {
 		return nil, fmt.Errorf("creating the release socket: %w", err)
 	}
 	release, childRelease := os.NewFile(uintptr(sockets[0]), "release"), os.NewFile(uintptr(sockets[1]), "release-child")
-	defer childRelease.Close()
 	stdinRead, stdinWrite, err := os.Pipe()
 	if err != nil {
 		_ = release.Close()
@@ -184,8 +184,16 @@ func startWaiting(cfg Config, opts Options, argv []string) (*warmChild, error) {
 	defer stdinRead.Close()
 
 	child := &warmChild{spec: newProcessSpec(cfg, opts, stdinRead), release: release, stdin: stdinWrite}
-	shim := shimArgv(selfExePath, cfg.Limits, child.spec.guard, shimWait, argv)
-	if child.process, err = startProcess(child.spec, shim, childRelease); err != nil {
+	if inBox != nil {
+		child.spec.box = inBox
+		child.spec.env = programEnv(cfg.Env, inBox.workDir)
+	}
+	shim := shimArgv(selfExePath, cfg.Limits, child.spec.guard, shimWait, child.spec.box, argv)
+	child.process, err = startProcess(child.spec, shim, childRelease)
+	// Only the child holds its end now: a child that dies before it is ready
+	// ends the read below.
+	_ = childRelease.Close()
+	if err != nil {
 		closeAll(release, stdinWrite)
 		return nil, err
 	}
