@@ -80,6 +80,9 @@ POOL_STATE_LABEL = f"{GROUP}/pool-state"
 POOL_FREE = "free"
 POOL_CLAIMED = "claimed"
 CLAIMED_BY_LABEL = f"{GROUP}/claimed-by"
+# On a one-off pool's pod once it has served a run: the tenant (label value) of its runs, the
+# only one whose runs it takes ("" for executions without a tenant label).
+SERVES_TENANT_LABEL = f"{GROUP}/serves-tenant"
 # The pool spec a pod was made from (a hash): pods of an older spec are replaced.
 POOL_TEMPLATE_LABEL = f"{GROUP}/pool-template"
 # The serving runner's port in pool pods (docs: the warm design).

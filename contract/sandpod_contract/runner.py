@@ -108,6 +108,9 @@ class RunnerResult(_ProcessOutcome):
     kernel: bool = False
     # Serve and session mode: a cancel (POST /v1/cancel) stopped the run before it ended.
     cancelled: bool = False
+    # Serve mode: the sandbox takes no further run (it serves one, or its runs or age are used
+    # up, or this run left something behind).
+    retiring: bool = False
     compile: CompileResult | None = None
 
     # Absent from runners older than the outputs directory.

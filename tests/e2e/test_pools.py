@@ -91,8 +91,8 @@ def test_a_waiting_run_through_the_gateway_takes_a_pool_pod_directly(
     custom_objects: client.CustomObjectsApi,
 ) -> None:
     """The direct path: the run is answered by a ready pool pod's runner, its record (labelled
-    direct, warm) written behind, the pod removed and the pool refilled."""
-    start_pool(custom_objects, pool_namespace, 1)
+    direct, warm) written behind; a pool of a pod per run removes the pod and refills."""
+    start_pool(custom_objects, pool_namespace, 1, runsPerSandbox=1)
     [free] = pods_in_state(core_v1, pool_namespace, "py", "free")
     key = gateway.add_tenant(pool_namespace, pool_namespace)
 
@@ -117,3 +117,79 @@ def test_a_waiting_run_through_the_gateway_takes_a_pool_pod_directly(
         what="the pool to refill",
         interval=0.5,
     )
+
+
+# A run that leaves what it can for the next run of the same tenant in the same sandbox:
+# files in every writable place, a user-site module and shell rc files in its home, a unix
+# socket, a held lock, a detached process, 64 MiB in /tmp.
+LEAVE_EVERYTHING = """
+import fcntl, os, site, socket, subprocess
+open("left.txt", "w").write("x")
+open("/tmp/stray", "w").write("x")
+open("/dev/shm/shared", "w").write("x")
+open(os.path.expanduser("~/.bashrc"), "w").write("echo poisoned\\n")
+os.makedirs(site.getusersitepackages(), exist_ok=True)
+open(os.path.join(site.getusersitepackages(), "usercustomize.py"), "w").write("print(1)\\n")
+listener = socket.socket(socket.AF_UNIX)
+listener.bind("/tmp/listening.sock")
+lock = open("/tmp/held.lock", "w")
+fcntl.flock(lock, fcntl.LOCK_EX)
+subprocess.Popen(["sh", "-c", "exec -a left-behind sleep 3600"], start_new_session=True)
+with open("/tmp/fill", "wb") as fill:
+    for _ in range(64):
+        fill.write(b"x" * (1 << 20))
+print("left", os.getpid())
+"""
+
+FIND_LEFTOVERS = """
+import os
+def cmdline(pid):
+    try:
+        return open(f"/proc/{pid}/cmdline", "rb").read()
+    except OSError:
+        return b""
+seen = sorted(os.listdir(".")) + sorted(os.listdir("/tmp")) + sorted(os.listdir("/dev/shm"))
+home = sorted(os.listdir(os.path.expanduser("~")))
+left = [p for p in os.listdir("/proc") if p.isdigit() and b"left-behind" in cmdline(p)]
+print(seen, home, left)
+"""
+
+
+def test_a_pool_pod_serves_many_runs_each_in_a_fresh_box(
+    pool_namespace: str,
+    gateway: DeployedGateway,
+    core_v1: client.CoreV1Api,
+    custom_objects: client.CustomObjectsApi,
+) -> None:
+    """One pool pod answers a tenant's runs one after another; no run sees anything an
+    earlier one left, and a run past its memory ends OOMKilled at once while the sandbox
+    serves on."""
+    start_pool(custom_objects, pool_namespace, 1)
+    [free] = pods_in_state(core_v1, pool_namespace, "py", "free")
+    key = gateway.add_tenant(pool_namespace, pool_namespace)
+
+    def run(code: str, **fields: Any) -> dict[str, Any]:
+        with gateway.client(key) as http:
+            response = http.post(
+                "/v1/executions", json={"language": "python", "code": code, **fields}
+            )
+        assert response.status_code == 200, response.text
+        answer: dict[str, Any] = response.json()
+        return answer
+
+    left = run(LEAVE_EVERYTHING, timeout_seconds=30)
+    assert (left["status"], left["stdout"].split()[0]) == ("success", "left"), left
+    found = run(FIND_LEFTOVERS)
+    assert found["stdout"] == "['main.py', 'outputs', 'work'] ['main.py'] []\n", found
+    hog = run(
+        "chunks = []\nwhile True:\n    chunks.append(bytearray(16 << 20))\n", timeout_seconds=30
+    )
+    assert hog["status"] == "error" and hog["reason"] == "OOMKilled", hog
+    assert "memory limit of 256Mi" in hog["error_message"], hog
+    after = run("print('still serving')")
+    assert after["stdout"] == "still serving\n", after
+    for answer in (left, found, hog, after):
+        record = wait_for(custom_objects, pool_namespace, answer["id"], timeout=RECORD_TIMEOUT)
+        assert record["status"]["podName"] == free.metadata.name
+    hog_record = wait_for(custom_objects, pool_namespace, hog["id"], timeout=RECORD_TIMEOUT)
+    assert hog_record["status"]["reason"] == "OOMKilled", hog_record["status"]

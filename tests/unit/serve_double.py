@@ -43,10 +43,13 @@ class ServeDouble:
         script: Script | None = None,
         *,
         session: bool = False,
+        many: bool = False,
         scripts: list[Script] | None = None,
     ) -> None:
         self.script = script or Script()
         self.session = session
+        # Serve mode: many runs one after another (a boxed sandbox), else one, ever.
+        self.many = many
         self.scripts = list(scripts or [])
         self.credential = secrets.token_hex(32)
         # The executionIds it ran, in order, and the script each followed.
@@ -101,7 +104,8 @@ class ServeDouble:
         self.requests.append(body)
         execution_id = body["executionId"]
         if execution_id not in self.followed:
-            busy = self.running is not None if self.session else bool(self.executions)
+            one_only = not self.session and not self.many
+            busy = bool(self.executions) if one_only else self.running is not None
             if busy:
                 return web.Response(status=409)
             self.executions.append(execution_id)
@@ -132,7 +136,10 @@ class ServeDouble:
             script.during()
         if script.hold is not None:
             await script.hold.wait()
-        await response.write(line(runner_wire.summary(script.result, len(script.outputs))))
+        result = script.result
+        if not self.session and not self.many:
+            result = {**result, "retiring": True}  # as a runner that serves one run says
+        await response.write(line(runner_wire.summary(result, len(script.outputs))))
         self.answered += 1
         await response.write_eof()
 

@@ -21,7 +21,10 @@ from sandpod_contract.names import (
     DIRECT_TIMINGS_LOG,
     EXECUTION_LABEL,
     POOL_CLAIMED,
+    POOL_FREE,
     POOL_STATE_LABEL,
+    SERVES_TENANT_LABEL,
+    TENANT_LABEL,
 )
 from sandpod_operator.executions.builders import plan_execution
 from sandpod_operator.executions.reconciler import Reconciler
@@ -128,7 +131,21 @@ def test_candidates_are_free_ready_pods_of_the_fitting_pools_in_their_order() ->
         pool_pod("c-1", "c"),
         pool_pod("a-3", "a", **{POOL_STATE_LABEL: POOL_CLAIMED}),
     ]
-    assert [p["metadata"]["name"] for p in candidates(pods, pools)] == ["a-2", "b-1"]
+    assert [p["metadata"]["name"] for p in candidates(pods, pools, "t")] == ["a-2", "b-1"]
+
+
+def test_a_pod_that_served_a_tenant_serves_no_other() -> None:
+    pools = [p for m in (pool("a"),) if (p := read_pool(m, load_catalog(), settings()))]
+    pods = [
+        pool_pod("a-1", "a", **{SERVES_TENANT_LABEL: "other"}),
+        pool_pod("a-2", "a", **{SERVES_TENANT_LABEL: "t"}),
+        pool_pod("a-3", "a"),
+        pool_pod("a-4", "a"),
+    ]
+    # This process's knowledge comes before the label written behind it.
+    pinned = {str(pods[3]["metadata"]["uid"]): "other"}
+    names = [p["metadata"]["name"] for p in candidates(pods, pools, "t", pinned)]
+    assert names == ["a-2", "a-3"]
 
 
 def test_the_claim_is_conditional_and_hands_the_pod_to_the_execution() -> None:
@@ -273,12 +290,17 @@ async def runners() -> AsyncIterator[list[ServeDouble]]:
 
 
 async def pool_with(
-    kube: FakeKube, runners: list[ServeDouble], *scripts: Script, name: str = "py"
+    kube: FakeKube,
+    runners: list[ServeDouble],
+    *scripts: Script,
+    name: str = "py",
+    many: bool = False,
 ) -> list[ServeDouble]:
-    """A pool whose free ready pods each run a local serve-protocol server."""
+    """A pool whose free ready pods each run a local serve-protocol server (`many`: one that
+    serves many runs, as a boxed sandbox's runner does)."""
     servers = []
     for index, script in enumerate(scripts):
-        server = await ServeDouble(script).start()
+        server = await ServeDouble(script, many=many).start()
         runners.append(server)
         servers.append(server)
         kube.add_pool_pod(
@@ -657,7 +679,7 @@ async def test_a_direct_pool_run_is_answered_by_the_runner_and_recorded_behind(
     assert (record["status"]["startMode"], record["status"]["podName"]) == ("warm", "py-0")
     assert again == record and server.runs == 1
     assert status_of(kube, "direct-1")["phase"] == "Succeeded"
-    assert (NAMESPACE, "py-0") not in kube.pods  # claimed for the record, then removed
+    assert (NAMESPACE, "py-0") not in kube.pods  # it said retiring: deleted behind
     with pytest.raises(NotServing):
         await runs.run_from_pool(
             NAMESPACE, {**one_off, "metadata": {"name": "direct-2"}}, [pool()], [pod]
@@ -709,13 +731,68 @@ async def test_a_pod_the_direct_path_took_is_not_claimed_by_the_record_path(
     catalog, spec = load_catalog(), spec_of()
     wanted = execution_wants(spec, plan_execution(spec, catalog, reconciler.settings))
 
-    taken = reconciler.warm.reserve(wanted, [pool()], [pod])
+    taken = reconciler.warm.reserve(wanted, [pool()], [pod], "")
     submit(kube)
     await start(reconciler, kube)
 
     assert taken is not None and taken["metadata"]["name"] == "py-0"
-    assert reconciler.warm.reserve(wanted, [pool()], [pod]) is None
+    assert reconciler.warm.reserve(wanted, [pool()], [pod], "") is None
     assert status_of(kube)["startMode"] == "cold"
+    await reconciler.close()
+
+
+def one_off_of(name: str, tenant: str) -> Manifest:
+    return {
+        "metadata": {"name": name, "labels": {TENANT_LABEL: tenant}},
+        "spec": {"language": "python", "source": "1"},
+    }
+
+
+async def test_a_pool_pod_serves_its_tenants_runs_one_after_another(
+    kube: FakeKube, runners: list[ServeDouble]
+) -> None:
+    (server,) = await pool_with(kube, runners, Script(outputs=[("stdout", "hi\n")]), many=True)
+    reconciler = new_reconciler(kube)
+    pod = copy.deepcopy(kube.pods[(NAMESPACE, "py-0")])
+    await reconciler.warm.pool_pod_changed("ADDED", pod)
+    runs = DirectRuns(reconciler.sessions, kube, reconciler.store_outputs)
+
+    first = await runs.run_from_pool(NAMESPACE, one_off_of("run-1", "a"), [pool()], [pod])
+    second = await runs.run_from_pool(NAMESPACE, one_off_of("run-2", "a"), [pool()], [pod])
+    with pytest.raises(NotServing):  # never another tenant's
+        await runs.run_from_pool(NAMESPACE, one_off_of("run-3", "b"), [pool()], [pod])
+    await asyncio.gather(*runs.writers)
+
+    assert [r["status"]["podName"] for r in (first, second)] == ["py-0", "py-0"]
+    assert server.executions == [f"{NAMESPACE}/run-1", f"{NAMESPACE}/run-2"]
+    labels = kube.pods[(NAMESPACE, "py-0")]["metadata"]["labels"]
+    assert labels[SERVES_TENANT_LABEL] == "a" and labels[POOL_STATE_LABEL] == POOL_FREE
+    await reconciler.close()
+
+
+async def test_a_run_waits_for_its_tenants_busy_pod_rather_than_going_cold(
+    kube: FakeKube, runners: list[ServeDouble]
+) -> None:
+    held = asyncio.Event()
+    await pool_with(kube, runners, Script(hold=held), many=True)
+    reconciler = new_reconciler(kube)
+    pod = copy.deepcopy(kube.pods[(NAMESPACE, "py-0")])
+    await reconciler.warm.pool_pod_changed("ADDED", pod)
+    runs = DirectRuns(reconciler.sessions, kube, reconciler.store_outputs)
+
+    first = asyncio.ensure_future(
+        runs.run_from_pool(NAMESPACE, one_off_of("run-1", "a"), [pool()], [pod])
+    )
+    while not reconciler.warm.reserved:
+        await asyncio.sleep(0)
+    second = asyncio.ensure_future(
+        runs.run_from_pool(NAMESPACE, one_off_of("run-2", "a"), [pool()], [pod])
+    )
+    held.set()
+    records = await asyncio.gather(first, second)
+    await asyncio.gather(*runs.writers)
+
+    assert [r["status"]["phase"] for r in records] == ["Succeeded", "Succeeded"]
     await reconciler.close()
 
 

@@ -185,15 +185,34 @@ def earlier_claim(pods: Iterable[Manifest], execution_uid: str) -> Manifest | No
     return None
 
 
-def candidates(pods: Iterable[Manifest], pools: list[Pool]) -> list[Manifest]:
-    """Free ready pods of `pools`, in the pools' order, oldest first within a pool."""
+def tenant_of(owner: Manifest) -> str:
+    """The tenant an execution runs for (its tenant label; "" without one)."""
+    return _labels(owner).get(names.TENANT_LABEL, "")
+
+
+def candidates(
+    pods: Iterable[Manifest],
+    pools: list[Pool],
+    tenant: str,
+    pinned: Mapping[str, str] | None = None,
+) -> list[Manifest]:
+    """Free ready pods of `pools` that serve `tenant` or no one yet (`pinned`: this
+    process's knowledge of whom a pod serves, ahead of its label), in the pools' order,
+    oldest first within a pool."""
     rank = {pool.name: index for index, pool in enumerate(pools)}
+    pinned = pinned or {}
+
+    def serves(pod: Manifest) -> str | None:
+        uid = str(pod["metadata"].get("uid"))
+        return pinned.get(uid, _labels(pod).get(names.SERVES_TENANT_LABEL))
+
     free = [
         pod
         for pod in pods
         if _labels(pod).get(names.POOL_STATE_LABEL) == names.POOL_FREE
         and _labels(pod).get(names.POOL_LABEL) in rank
         and pod_ready(pod)
+        and serves(pod) in (None, tenant)
     ]
     return sorted(
         free,
@@ -315,8 +334,14 @@ class WarmPath:
     marks: dict[str, dict[str, float]] = field(default_factory=dict)
     # Per execution id: who wants its output live (a direct run's caller).
     listeners: dict[str, OutputListener] = field(default_factory=dict)
-    # Pool pods (uid) the direct path took in this process, claimed in the API behind.
+    # Pool pods (uid) the direct path took in this process for a run in progress.
     reserved: set[str] = field(default_factory=set)
+    # Per pool pod uid: the tenant whose runs it serves (its label is written behind).
+    pinned: dict[str, str] = field(default_factory=dict)
+    # Pool pods (uid) that take no further run (retiring, or refused one): never reserved.
+    spent: set[str] = field(default_factory=set)
+    # Set whenever a reserved pod is released: a run waiting for one looks again.
+    released: asyncio.Event = field(default_factory=asyncio.Event)
     _session: aiohttp.ClientSession | None = None
 
     async def close(self) -> None:
@@ -353,7 +378,9 @@ class WarmPath:
                 return earlier
             if not fitting:
                 return None
-            claimed = await self._claim_one(owner, owner_label, candidates(pods, fitting))
+            claimed = await self._claim_one(
+                owner, owner_label, candidates(pods, fitting, tenant_of(owner), self.pinned)
+            )
             if claimed is not None:
                 return claimed
         POOL_MISSES.inc()
@@ -361,23 +388,66 @@ class WarmPath:
         return None
 
     def reserve(
-        self, wanted: Wanted | None, pools: list[Manifest], pods: list[Manifest]
+        self, wanted: Wanted | None, pools: list[Manifest], pods: list[Manifest], tenant: str
     ) -> Manifest | None:
-        """The direct path's claim: a free ready pod that fits, taken in this process at once
-        (no API write; the claim and every other claimer of this process respect it)."""
-        fitting = fitting_pools(wanted, pools, self.catalog, self.settings)
-        for pod in candidates(pods, fitting):
+        """The direct path's claim: a free ready pod that fits and serves `tenant` or no one
+        yet, taken in this process at once (no API write; the claim and every other claimer
+        of this process respect it) and from now on `tenant`'s."""
+        for pod in self._servable(wanted, pools, pods, tenant):
             uid = str(pod["metadata"].get("uid"))
-            if uid not in self.reserved and uid in self.credentials:
+            if uid not in self.reserved:
                 self.reserved.add(uid)
+                self.pinned[uid] = tenant
                 return pod
         return None
+
+    async def reserve_within(
+        self,
+        wanted: Wanted | None,
+        pools: list[Manifest],
+        pods: list[Manifest],
+        tenant: str,
+        seconds: float,
+    ) -> Manifest | None:
+        """`reserve`, waiting up to `seconds` for one of the pods that serve runs now."""
+        deadline = time.monotonic() + seconds
+        while True:
+            self.released.clear()
+            pod = self.reserve(wanted, pools, pods, tenant)
+            left = deadline - time.monotonic()
+            if pod is not None or left <= 0 or not self._servable(wanted, pools, pods, tenant):
+                return pod
+            try:
+                await asyncio.wait_for(self.released.wait(), timeout=left)
+            except TimeoutError:
+                return self.reserve(wanted, pools, pods, tenant)
+
+    def _servable(
+        self, wanted: Wanted | None, pools: list[Manifest], pods: list[Manifest], tenant: str
+    ) -> list[Manifest]:
+        """The pods that can serve this run now or once their run in progress ends."""
+        fitting = fitting_pools(wanted, pools, self.catalog, self.settings)
+        return [
+            pod
+            for pod in candidates(pods, fitting, tenant, self.pinned)
+            if (uid := str(pod["metadata"].get("uid"))) not in self.spent
+            and uid in self.credentials
+        ]
+
+    def release(self, pod: Manifest, *, serves_on: bool) -> None:
+        """End a direct run's hold on its pod: free for its tenant's next run, or spent."""
+        uid = str(pod["metadata"].get("uid"))
+        self.reserved.discard(uid)
+        if not serves_on:
+            self.spent.add(uid)
+        self.released.set()
 
     async def _claim_one(
         self, owner: Manifest, owner_label: str, pods: list[Manifest]
     ) -> Manifest | None:
         meta = owner["metadata"]
-        pods = [pod for pod in pods if str(pod["metadata"].get("uid")) not in self.reserved]
+        taken = self.reserved | self.spent
+        pods = [pod for pod in pods if str(pod["metadata"].get("uid")) not in taken]
         for pod in pods:
             try:
                 claimed = await self.kube.patch_pod(
@@ -465,6 +535,8 @@ class WarmPath:
             uid = str((pod.get("metadata") or {}).get("uid"))
             self.credentials.pop(uid, None)
             self.reserved.discard(uid)
+            self.pinned.pop(uid, None)
+            self.spent.discard(uid)
             return True
         return False
 

@@ -16,7 +16,7 @@ from sandpod_contract.runner import LogSummary
 from sandpod_operator.executions.builders import InvalidSpecError, Plan, plan_execution
 from sandpod_operator.kube import Manifest
 from sandpod_operator.pools.warm import WarmPath, run_request
-from sandpod_operator.serving.runner import RunnerUnavailable
+from sandpod_operator.serving.runner import RunnerRefused, RunnerUnavailable
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import (
     Verdict,
@@ -51,10 +51,18 @@ def planned(
 @dataclass(frozen=True)
 class Answer:
     """The verdict of one served run, and the runner's verified log it came from (None when
-    the runner did not answer: the run timed out or the runner was unreachable)."""
+    the runner did not answer: the run timed out or the runner was unreachable); `refused`:
+    the runner did not start it (another sandbox may)."""
 
     verdict: Verdict
     log: LogSummary | None
+    refused: bool = False
+
+    @property
+    def serves_on(self) -> bool:
+        """Whether the sandbox takes further runs: its runner said so in a verified answer."""
+        result = self.log.result if self.log is not None else None
+        return result is not None and not result.retiring
 
 
 async def serve_once(
@@ -75,6 +83,8 @@ async def serve_once(
         log = await warm.run(pod, request, seconds_left=(deadline - _now()).total_seconds())
     except TimeoutError:
         return Answer(past_deadline(started, plan.run_seconds, _now()), None)
+    except RunnerRefused:
+        return Answer(runner_unavailable(started, _now()), None, refused=True)
     except RunnerUnavailable:
         return Answer(runner_unavailable(started, _now()), None)
     verdict = observe_served(

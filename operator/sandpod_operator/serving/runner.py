@@ -35,6 +35,11 @@ class RunnerUnavailable(Exception):
         self.why = why
 
 
+class RunnerRefused(RunnerUnavailable):
+    """The runner refused to start the run (409: it runs another, or takes no further run):
+    the program did not run, so another sandbox may take it."""
+
+
 @dataclass(frozen=True)
 class RunnerAddress:
     host: str
@@ -99,6 +104,8 @@ async def run(
         marks["posted"] = time.time()
         async with session.post(address.url(RUN_PATH), json=request, headers=headers) as response:
             marks["answered"] = time.time()
+            if response.status == 409:
+                raise RunnerRefused("HTTP 409")
             if response.status != 200:
                 raise RunnerUnavailable(f"HTTP {response.status}")
             async for chunk in response.content.iter_chunked(CHUNK_BYTES):
