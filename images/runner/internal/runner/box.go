@@ -35,6 +35,30 @@ type box struct {
 	scratch string
 	// workDir is the program's work dir, under scratch.
 	workDir string
+	// userNamespace names the box's user namespace (its processes' ns/user
+	// link), once its program is started: what tells the box's processes.
+	userNamespace string
+}
+
+// members lists the box's processes.
+func (b *box) members() []int {
+	var members []int
+	for _, pid := range processes() {
+		if ns, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/user"); err == nil && ns == b.userNamespace {
+			members = append(members, pid)
+		}
+	}
+	return members
+}
+
+// killAll kills the box's processes until none is left or reapGrace has
+// passed (what forks meanwhile is killed in the next round).
+func (b *box) killAll() {
+	deadline := time.Now().Add(reapGrace)
+	for members := b.members(); len(members) > 0 && time.Now().Before(deadline); members = b.members() {
+		killMembers(members)
+		time.Sleep(time.Millisecond)
+	}
 }
 
 const (
@@ -98,34 +122,52 @@ func enterBox(b box) error {
 }
 
 // boxedRuns is serve mode's executor for a sandbox that serves many runs,
-// one at a time, each in a fresh box, its program pre-started there while
-// no run is in progress. After each run everything of it goes (as PID 1 the
-// runner kills every other process; the box's directory is removed) and the
-// runner checks that nothing is left. A run that left something, or that
-// used up the served config's maxRuns or maxAgeSeconds, retires the sandbox:
-// its result says retiring, and the runner takes no further run.
+// one at a time, each in a fresh box, the next box's program pre-started
+// while a run is in progress. After each run everything of it goes (every
+// process of its box is killed; its directory is removed) and the runner
+// checks that nothing is left. A run that left something, or that used up
+// the served config's maxRuns or maxAgeSeconds, retires the sandbox: its
+// result says retiring, and the runner takes no further run.
 type boxedRuns struct {
 	served  Config
 	opts    Options
 	started time.Time
+	// problems gets why a run retired the sandbox (the runner's stderr).
+	problems func(error)
 
-	// mu is held by a run and by the preparation of the next box.
-	mu      sync.Mutex
+	// runMu is held by a run.
+	runMu sync.Mutex
+	runs  int
+	// nextMu is held while the next box is prepared or taken.
+	nextMu  sync.Mutex
 	next    *warmChild
 	nextBox *box
 	made    int
-	runs    int
-	// retiring is read without mu, by a claim while the next box is prepared.
+	// retiring is read without a lock, by a claim while a box is prepared.
 	retiring atomic.Bool
-	// problems gets why a run retired the sandbox (the runner's stderr).
-	problems func(error)
+	// programs are the boxes' own programs, which their runs wait for: the
+	// orphans' reaper leaves them alone.
+	programs    sync.Map
+	stopReaping chan struct{}
 }
 
+// orphansReapInterval is how often, as PID 1, the runner reaps the boxes'
+// processes that were orphaned to it and killed.
+const orphansReapInterval = 100 * time.Millisecond
+
 func newBoxedRuns(served Config, opts Options, problems func(error)) (*boxedRuns, error) {
-	b := &boxedRuns{served: served, opts: opts, started: time.Now(), problems: problems}
+	b := &boxedRuns{
+		served: served, opts: opts, started: time.Now(), problems: problems,
+		stopReaping: make(chan struct{}),
+	}
 	if err := os.MkdirAll(b.boxesDir(), 0o755); err != nil {
 		return nil, fmt.Errorf("creating the boxes' directory: %w", err)
 	}
+	if os.Getpid() == 1 {
+		go b.reapOrphans()
+	}
+	b.nextMu.Lock()
+	defer b.nextMu.Unlock()
 	return b, b.prepare()
 }
 
@@ -133,7 +175,7 @@ func (b *boxedRuns) boxesDir() string {
 	return filepath.Join(filepath.Dir(b.opts.WorkDir), boxesDirName)
 }
 
-// prepare makes the next box and pre-starts its program.
+// prepare makes the next box and pre-starts its program; nextMu is held.
 func (b *boxedRuns) prepare() error {
 	b.made++
 	inBox := &box{
@@ -156,10 +198,10 @@ func (b *boxedRuns) prepare() error {
 	return nil
 }
 
-// prepareNext pre-starts the next run's program unless a run did already.
+// prepareNext pre-starts the next run's program unless that is done.
 func (b *boxedRuns) prepareNext() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	b.nextMu.Lock()
+	defer b.nextMu.Unlock()
 	if b.next != nil || b.retiring.Load() {
 		return
 	}
@@ -167,6 +209,21 @@ func (b *boxedRuns) prepareNext() {
 	if err := b.prepare(); err != nil {
 		b.problems(err)
 	}
+}
+
+// take hands out the pre-started program of the next run (waiting for its
+// preparation, or preparing it now).
+func (b *boxedRuns) take() (*warmChild, *box, error) {
+	b.nextMu.Lock()
+	defer b.nextMu.Unlock()
+	if b.next == nil {
+		if err := b.prepare(); err != nil {
+			return nil, nil, err
+		}
+	}
+	child, inBox := b.next, b.nextBox
+	b.next, b.nextBox = nil, nil
+	return child, inBox, nil
 }
 
 // accepting says why no further run is taken, or nil.
@@ -185,48 +242,52 @@ func (b *boxedRuns) pastAge() bool {
 }
 
 func (b *boxedRuns) run(ctx context.Context, cfg Config, request runRequest, frames *frameWriter) Result {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.next == nil {
-		if err := b.prepare(); err != nil {
-			b.retiring.Store(true)
-			result := failedResult(err)
-			result.Retiring = true
-			return result
-		}
+	b.runMu.Lock()
+	defer b.runMu.Unlock()
+	child, inBox, err := b.take()
+	if err != nil {
+		b.retiring.Store(true)
+		result := failedResult(err)
+		result.Retiring = true
+		return result
 	}
-	child, inBox := b.next, b.nextBox
-	b.next, b.nextBox = nil, nil
-	result := child.run(ctx, cfg, request, frames)
 	b.runs++
+	last := b.runs >= b.served.MaxRuns || b.pastAge()
+	if !last {
+		go b.prepareNext()
+	}
+	result := child.run(ctx, cfg, request, frames)
 	if err := b.clear(inBox); err != nil {
 		b.retiring.Store(true)
 		b.problems(err)
 	}
-	if b.runs >= b.served.MaxRuns || b.pastAge() {
+	if last {
 		b.retiring.Store(true)
 	}
 	result.Retiring = b.retiring.Load()
-	if !result.Retiring {
-		go b.prepareNext()
+	if result.Retiring {
+		b.closeNext()
 	}
 	return result
 }
 
 // clear removes the run's box and says what of the run is left, if anything:
-// a process (as PID 1, where every other process is a run's), anything in
-// the scratch root but the boxes' directory, or anything in that.
+// a process of its box, anything in the scratch root but the boxes'
+// directory, or anything in that but the next box.
 func (b *boxedRuns) clear(inBox *box) error {
+	if left := inBox.members(); len(left) > 0 {
+		return fmt.Errorf("processes of the run are left: %v", left)
+	}
 	for _, dir := range []string{inBox.root, inBox.root + shmSuffix} {
 		if err := removeTree(dir); err != nil {
 			return fmt.Errorf("removing the run's box: %w", err)
 		}
 	}
-	// As PID 1, kill(-1, 0) finds any process but the runner.
-	if os.Getpid() == 1 && !errors.Is(syscall.Kill(-1, 0), syscall.ESRCH) {
-		return errors.New("processes of the run are left")
-	}
-	for dir, allowed := range map[string][]string{inBox.scratch: {boxesDirName}, b.boxesDir(): nil} {
+	next := strconv.Itoa(b.made)
+	for dir, allowed := range map[string][]string{
+		inBox.scratch: {boxesDirName},
+		b.boxesDir():  {next, next + shmSuffix},
+	} {
 		entries, err := os.ReadDir(dir)
 		if err != nil {
 			return fmt.Errorf("checking %s: %w", dir, err)
@@ -240,14 +301,51 @@ func (b *boxedRuns) clear(inBox *box) error {
 	return nil
 }
 
-// close kills the pre-started program of the next run, if any.
-func (b *boxedRuns) close() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.retiring.Store(true)
+// reapOrphans reaps, as PID 1, the processes orphaned to the runner (a box's
+// daemons, killed with their box), never a program the runner started, which
+// its own reaper waits for (startProcess).
+func (b *boxedRuns) reapOrphans() {
+	ticker := time.NewTicker(orphansReapInterval)
+	defer ticker.Stop()
+	self := os.Getpid()
+	for {
+		select {
+		case <-b.stopReaping:
+			return
+		case <-ticker.C:
+		}
+		for _, pid := range processes() {
+			if _, own := ownChildren.Load(pid); own || pid == self {
+				continue
+			}
+			if parent, ok := parentOf(pid); ok && parent == self {
+				var status syscall.WaitStatus
+				_, _ = syscall.Wait4(pid, &status, syscall.WNOHANG, nil)
+			}
+		}
+	}
+}
+
+// closeNext kills the pre-started program of a next run that will not come.
+func (b *boxedRuns) closeNext() {
+	b.nextMu.Lock()
+	defer b.nextMu.Unlock()
 	if b.next != nil {
 		b.next.close()
-		b.next = nil
+		_ = removeTree(b.nextBox.root)
+		_ = removeTree(b.nextBox.root + shmSuffix)
+		b.next, b.nextBox = nil, nil
+	}
+}
+
+// close ends serving: the next run's program is killed.
+func (b *boxedRuns) close() {
+	b.retiring.Store(true)
+	b.closeNext()
+	select {
+	case <-b.stopReaping:
+	default:
+		close(b.stopReaping)
 	}
 }
 

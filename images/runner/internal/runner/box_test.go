@@ -20,7 +20,7 @@ listener = socket.socket(socket.AF_UNIX)
 listener.bind(os.environ["TMPDIR"] + "/listening.sock")
 lock = open(os.environ["TMPDIR"] + "/held.lock", "w")
 fcntl.flock(lock, fcntl.LOCK_EX)
-subprocess.Popen(["sh", "-c", "exec -a sandpod-left-behind sleep 3600"], start_new_session=True)
+subprocess.Popen(["python3", "-I", "-c", "import time; time.sleep(3600)", "sandpod-left-behind"], start_new_session=True)
 print("left")
 `
 

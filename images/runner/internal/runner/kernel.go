@@ -357,7 +357,8 @@ func (k *kernel) await(ctx context.Context, number int, bounds runBounds, sent <
 	timer := time.NewTimer(bounds.timeout)
 	defer timer.Stop()
 	spec := k.child.spec
-	memory := watchMemory(bounds.memory, k.child.process.pid, spec.reapAll, spec.dir)
+	members := spec.members(k.child.process.pid)
+	memory := watchMemory(bounds.memory, members, spec.dir)
 	defer memory.end()
 	cancelled := ctx.Done()
 	var interrupted <-chan time.Time
@@ -382,7 +383,7 @@ func (k *kernel) await(ctx context.Context, number int, bounds runBounds, sent <
 			return k.end(true), nil, false
 		case <-memory.exceeded:
 			// Whatever the run holds goes: the kernel, and anything it started.
-			killMembers(k.child.process.pid, spec.reapAll)
+			killMembers(members())
 			outcome := k.end(false)
 			outcome.memoryExceeded, outcome.memoryLimit = true, bounds.memory
 			return outcome, nil, false

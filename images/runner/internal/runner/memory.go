@@ -27,10 +27,9 @@ type memoryWatch struct {
 	stop     chan struct{}
 }
 
-// watchMemory starts watching the program pid's memory: with all (the
-// runner is PID 1), every process but the runner's own counts; otherwise
-// pid and its descendants. scratch is a path on the scratch filesystem.
-func watchMemory(limit uint64, pid int, all bool, scratch string) *memoryWatch {
+// watchMemory starts watching the memory of the run's processes, as members
+// lists them, and of the scratch filesystem that scratch is a path on.
+func watchMemory(limit uint64, members func() []int, scratch string) *memoryWatch {
 	w := &memoryWatch{exceeded: make(chan struct{}), stop: make(chan struct{})}
 	if limit == 0 {
 		return w
@@ -43,7 +42,7 @@ func watchMemory(limit uint64, pid int, all bool, scratch string) *memoryWatch {
 			case <-w.stop:
 				return
 			case <-ticker.C:
-				if heldMemory(pid, all, scratch) > limit {
+				if heldMemory(members(), scratch) > limit {
 					close(w.exceeded)
 					return
 				}
@@ -57,23 +56,19 @@ func (w *memoryWatch) end() {
 	close(w.stop)
 }
 
-// heldMemory is what the run's processes keep resident plus the scratch
-// tmpfs's used bytes.
-func heldMemory(pid int, all bool, scratch string) uint64 {
+// heldMemory is what members keep resident plus the scratch tmpfs's used
+// bytes.
+func heldMemory(members []int, scratch string) uint64 {
 	total := scratchBytes(scratch)
-	for _, member := range runMembers(pid, all) {
+	for _, member := range members {
 		total += residentBytes(member)
 	}
 	return total
 }
 
 // killMembers kills every process of the run that can still be found.
-func killMembers(pid int, all bool) {
-	if all {
-		_ = syscall.Kill(-1, syscall.SIGKILL)
-		return
-	}
-	for _, member := range runMembers(pid, all) {
+func killMembers(members []int) {
+	for _, member := range members {
 		_ = syscall.Kill(member, syscall.SIGKILL)
 	}
 }
@@ -103,8 +98,9 @@ func residentBytes(pid int) uint64 {
 	return pages * uint64(os.Getpagesize())
 }
 
-// runMembers are the run's processes: every process but this one (all), or
-// pid and its descendants.
+// runMembers are the processes of the run of program pid outside a box:
+// every process but this one (all: the runner is PID 1), or pid and its
+// descendants.
 func runMembers(pid int, all bool) []int {
 	if all {
 		return otherProcesses()

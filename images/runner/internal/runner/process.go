@@ -80,6 +80,10 @@ func runProcess(ctx context.Context, spec processSpec, stdout, stderr io.Writer)
 	return child.finish(ctx, spec, stdout, stderr)
 }
 
+// ownChildren holds the pids of the programs started and not yet reaped:
+// whoever reaps orphans leaves them to their own reaper (reapChildren).
+var ownChildren sync.Map
+
 // startedProcess is the shim (and then the program) running, before anyone
 // reads its output.
 type startedProcess struct {
@@ -115,6 +119,9 @@ func startProcess(spec processSpec, shimArgv []string, extraFiles ...*os.File) (
 	}
 	child := &startedProcess{pipes: pipes, started: time.Now(), waited: make(chan waitedChild, 1), allReaped: make(chan struct{})}
 	child.pid, err = syscall.ForkExec(spec.selfExe, shimArgv, attr)
+	if err == nil {
+		ownChildren.Store(child.pid, true)
+	}
 	pipes.closeChildEnds()
 	if err != nil {
 		pipes.closeParentEnds()
@@ -138,7 +145,8 @@ func (p *startedProcess) finish(ctx context.Context, spec processSpec, stdout, s
 
 	timer := time.NewTimer(spec.timeout)
 	defer timer.Stop()
-	memory := watchMemory(spec.memoryLimit, p.pid, spec.reapAll, spec.dir)
+	members := spec.members(p.pid)
+	memory := watchMemory(spec.memoryLimit, members, spec.dir)
 	defer memory.end()
 	var outcome processOutcome
 	var child waitedChild
@@ -158,7 +166,7 @@ func (p *startedProcess) finish(ctx context.Context, spec processSpec, stdout, s
 		default:
 			outcome.memoryExceeded, outcome.memoryLimit = true, spec.memoryLimit
 			// What holds the memory may have left the program's group.
-			killMembers(p.pid, spec.reapAll)
+			killMembers(members())
 			killProcessGroup(p.pid)
 			child = <-p.waited
 		}
@@ -170,6 +178,9 @@ func (p *startedProcess) finish(ctx context.Context, spec processSpec, stdout, s
 	// Whatever the program left behind in its group goes too, and as PID 1
 	// every other process as well: nothing outlives the run.
 	killProcessGroup(p.pid)
+	if spec.box != nil {
+		spec.box.killAll()
+	}
 	if spec.reapAll {
 		_ = syscall.Kill(-1, syscall.SIGKILL)
 		select {
@@ -195,6 +206,15 @@ func (p *startedProcess) finish(ctx context.Context, spec processSpec, stdout, s
 	peak := child.rusage.Maxrss * 1024
 	outcome.peakMemoryBytes = &peak
 	return outcome
+}
+
+// members lists the processes of the run of program pid: its box's, or
+// runMembers'.
+func (spec processSpec) members(pid int) func() []int {
+	if spec.box != nil {
+		return spec.box.members
+	}
+	return func() []int { return runMembers(pid, spec.reapAll) }
 }
 
 func killProcessGroup(pgid int) {
@@ -224,6 +244,7 @@ func reapChildren(pid int, reapAll bool, waited chan<- waitedChild, allReaped ch
 			return
 		}
 		if reaped == pid {
+			ownChildren.Delete(pid)
 			waited <- waitedChild{status: status, rusage: rusage, finished: time.Now()}
 			if !reapAll {
 				return

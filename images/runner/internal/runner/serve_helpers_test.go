@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -18,8 +19,10 @@ import (
 // servingRunner is the runner in serve mode, as its own process, serving the
 // fixture's config.
 type servingRunner struct {
-	f          *fixture
-	cmd        *exec.Cmd
+	f   *fixture
+	cmd *exec.Cmd
+	// wrapped: cmd runs the runner through a wrapper (serveAsPID1).
+	wrapped    bool
 	url        string
 	port       int
 	credential string
@@ -38,21 +41,23 @@ func (f *fixture) serve(flags ...string) *servingRunner {
 	return f.serveAs(nil, flags...)
 }
 
-// serveAsPID1 starts the serving runner as PID 1 of a new PID namespace, as
-// in a pod.
+// serveAsPID1 starts the serving runner as PID 1 of a new PID namespace with
+// its own /proc, as in a pod.
 func (f *fixture) serveAsPID1(flags ...string) *servingRunner {
 	f.t.Helper()
-	return f.serveAs(&syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}, flags...)
+	return f.serveAs([]string{"unshare", "--pid", "--fork", "--mount-proc", "--kill-child=SIGTERM"}, flags...)
 }
 
-func (f *fixture) serveAs(attr *syscall.SysProcAttr, flags ...string) *servingRunner {
+// serveAs starts the serving runner, through the command wrapper when given.
+func (f *fixture) serveAs(wrapper []string, flags ...string) *servingRunner {
 	f.t.Helper()
 	f.writeInputs()
 	s := &servingRunner{f: f, logDone: make(chan struct{})}
-	args := append([]string{"--serve", f.opts.ConfigPath, "-listen", "127.0.0.1:0",
+	args := append([]string{os.Args[0], "--serve", f.opts.ConfigPath, "-listen", "127.0.0.1:0",
 		"-work-dir", f.opts.WorkDir, "-termination-log", f.opts.TerminationLogPath}, flags...)
-	s.cmd = exec.Command(os.Args[0], args...)
-	s.cmd.SysProcAttr = attr
+	args = append(slices.Clone(wrapper), args...)
+	s.cmd = exec.Command(args[0], args[1:]...)
+	s.wrapped = len(wrapper) > 0
 	s.cmd.Env = []string{runAsRunnerEnv + "=1", nodeKernelEnv + "=" + repositoryNodeKernel}
 	s.cmd.Stderr = &s.stderr
 	stdout, err := s.cmd.StdoutPipe()
@@ -173,14 +178,22 @@ func readStream(t testing.TB, response *http.Response) []byte {
 	return body
 }
 
-// terminate stops the runner with SIGTERM; it must exit 0.
+// terminate stops the runner with SIGTERM; it must exit 0. A wrapped runner
+// gets it when its wrapper is killed (unshare --kill-child).
 func (s *servingRunner) terminate() {
 	if s.cmd.ProcessState != nil {
 		return
 	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	if s.wrapped {
+		_ = s.cmd.Process.Kill()
+	} else {
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	}
 	<-s.logDone
 	err := s.cmd.Wait()
+	if s.wrapped && s.cmd.ProcessState.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL {
+		err = nil
+	}
 	if err != nil || s.stderr.Len() > 0 {
 		s.f.t.Errorf("the serving runner ended with %v (stderr %q)", err, s.stderr.String())
 	}

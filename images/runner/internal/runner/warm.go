@@ -187,6 +187,8 @@ func startWaiting(cfg Config, opts Options, inBox *box, argv []string) (*warmChi
 	if inBox != nil {
 		child.spec.box = inBox
 		child.spec.env = programEnv(cfg.Env, inBox.workDir)
+		// Not every process: another box may be alive (boxedRuns reaps the orphans).
+		child.spec.reapAll = false
 	}
 	shim := shimArgv(selfExePath, cfg.Limits, child.spec.guard, shimWait, child.spec.box, argv)
 	child.process, err = startProcess(child.spec, shim, childRelease)
@@ -205,6 +207,12 @@ func startWaiting(cfg Config, opts Options, inBox *box, argv []string) (*warmChi
 		}
 		return nil, fmt.Errorf("the pre-started program ended before its release (exit code %s, signal %s)",
 			describe(outcome.exitCode), describe(outcome.signal))
+	}
+	if inBox != nil {
+		if inBox.userNamespace, err = os.Readlink(fmt.Sprintf("/proc/%d/ns/user", child.process.pid)); err != nil {
+			child.abandon()
+			return nil, fmt.Errorf("reading the box's user namespace: %w", err)
+		}
 	}
 	return child, nil
 }
