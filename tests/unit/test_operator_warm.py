@@ -770,6 +770,30 @@ async def test_a_pool_pod_serves_its_tenants_runs_one_after_another(
     await reconciler.close()
 
 
+async def test_runs_take_the_pod_that_rested_longest(
+    kube: FakeKube, runners: list[ServeDouble]
+) -> None:
+    """The runner of the pod released longest ago has had the most time to prepare its next
+    box, so one after another the runs go round the pool's pods."""
+    await pool_with(kube, runners, Script(), Script(), many=True)
+    reconciler = new_reconciler(kube)
+    pods = pool_pods(kube)
+    for pod in pods:
+        await reconciler.warm.pool_pod_changed("ADDED", pod)
+    runs = DirectRuns(reconciler.sessions, kube, reconciler.store_outputs)
+
+    served = [
+        (await runs.run_from_pool(NAMESPACE, one_off_of(f"run-{n}", "a"), [pool()], pods))[
+            "status"
+        ]["podName"]
+        for n in range(3)
+    ]
+    await asyncio.gather(*runs.writers)
+
+    assert served == ["py-0", "py-1", "py-0"]
+    await reconciler.close()
+
+
 async def test_a_run_waits_for_its_tenants_busy_pod_rather_than_going_cold(
     kube: FakeKube, runners: list[ServeDouble]
 ) -> None:

@@ -342,6 +342,8 @@ class WarmPath:
     spent: set[str] = field(default_factory=set)
     # Set whenever a reserved pod is released: a run waiting for one looks again.
     released: asyncio.Event = field(default_factory=asyncio.Event)
+    # Per pool pod uid: when the direct path last released it (monotonic seconds).
+    last_released: dict[str, float] = field(default_factory=dict)
     _session: aiohttp.ClientSession | None = None
 
     async def close(self) -> None:
@@ -393,7 +395,13 @@ class WarmPath:
         """The direct path's claim: a free ready pod that fits and serves `tenant` or no one
         yet, taken in this process at once (no API write; the claim and every other claimer
         of this process respect it) and from now on `tenant`'s."""
-        for pod in self._servable(wanted, pools, pods, tenant):
+        # The pod released longest ago first: its runner has had the most time to prepare
+        # the next run's box.
+        servable = sorted(
+            self._servable(wanted, pools, pods, tenant),
+            key=lambda pod: self.last_released.get(str(pod["metadata"].get("uid")), 0.0),
+        )
+        for pod in servable:
             uid = str(pod["metadata"].get("uid"))
             if uid not in self.reserved:
                 self.reserved.add(uid)
@@ -438,6 +446,7 @@ class WarmPath:
         """End a direct run's hold on its pod: free for its tenant's next run, or spent."""
         uid = str(pod["metadata"].get("uid"))
         self.reserved.discard(uid)
+        self.last_released[uid] = time.monotonic()
         if not serves_on:
             self.spent.add(uid)
         self.released.set()
@@ -537,6 +546,7 @@ class WarmPath:
             self.reserved.discard(uid)
             self.pinned.pop(uid, None)
             self.spent.discard(uid)
+            self.last_released.pop(uid, None)
             return True
         return False
 
