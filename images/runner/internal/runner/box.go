@@ -51,6 +51,11 @@ func (b *box) members() []int {
 	return members
 }
 
+// remove removes the box's directories.
+func (b *box) remove() error {
+	return errors.Join(removeTree(b.root), removeTree(b.root+shmSuffix))
+}
+
 // killAll kills the box's processes until none is left or reapGrace has
 // passed (what forks meanwhile is killed in the next round).
 func (b *box) killAll() {
@@ -132,7 +137,7 @@ type boxedRuns struct {
 	served  Config
 	opts    Options
 	started time.Time
-	// problems gets why a run retired the sandbox (the runner's stderr).
+	// problems gets what went wrong between runs (the runner's stderr).
 	problems func(error)
 
 	// runMu is held by a run.
@@ -192,6 +197,7 @@ func (b *boxedRuns) prepare() error {
 	boxOpts.WorkDir = inBox.outside(b.opts.WorkDir)
 	child, err := prestart(b.served, boxOpts, inBox)
 	if err != nil {
+		inBox.remove()
 		return err
 	}
 	b.next, b.nextBox = child, inBox
@@ -205,17 +211,24 @@ func (b *boxedRuns) prepareNext() {
 	if b.next != nil || b.retiring.Load() {
 		return
 	}
-	// A failure shows in the next run, which tries again.
+	// The next run tries again.
 	if err := b.prepare(); err != nil {
-		b.problems(err)
+		b.problems(fmt.Errorf("preparing the next run's box: %w", err))
 	}
 }
 
 // take hands out the pre-started program of the next run (waiting for its
-// preparation, or preparing it now).
+// preparation, or preparing it now). The run before, whose user it shared,
+// may have stopped it (it is continued) or killed it (it is replaced): what
+// a run does to the next box never reaches the next run.
 func (b *boxedRuns) take() (*warmChild, *box, error) {
 	b.nextMu.Lock()
 	defer b.nextMu.Unlock()
+	if b.next != nil && !b.next.alive() {
+		b.next.abandon()
+		b.nextBox.remove()
+		b.next, b.nextBox = nil, nil
+	}
 	if b.next == nil {
 		if err := b.prepare(); err != nil {
 			return nil, nil, err
@@ -259,7 +272,7 @@ func (b *boxedRuns) run(ctx context.Context, cfg Config, request runRequest, fra
 	result := child.run(ctx, cfg, request, frames)
 	if err := b.clear(inBox); err != nil {
 		b.retiring.Store(true)
-		b.problems(err)
+		b.problems(fmt.Errorf("the sandbox retires: %w", err))
 	}
 	if last {
 		b.retiring.Store(true)
@@ -278,10 +291,8 @@ func (b *boxedRuns) clear(inBox *box) error {
 	if left := inBox.members(); len(left) > 0 {
 		return fmt.Errorf("processes of the run are left: %v", left)
 	}
-	for _, dir := range []string{inBox.root, inBox.root + shmSuffix} {
-		if err := removeTree(dir); err != nil {
-			return fmt.Errorf("removing the run's box: %w", err)
-		}
+	if err := inBox.remove(); err != nil {
+		return fmt.Errorf("removing the run's box: %w", err)
 	}
 	next := strconv.Itoa(b.made)
 	for dir, allowed := range map[string][]string{
@@ -332,8 +343,7 @@ func (b *boxedRuns) closeNext() {
 	defer b.nextMu.Unlock()
 	if b.next != nil {
 		b.next.close()
-		_ = removeTree(b.nextBox.root)
-		_ = removeTree(b.nextBox.root + shmSuffix)
+		b.nextBox.remove()
 		b.next, b.nextBox = nil, nil
 	}
 }

@@ -70,3 +70,44 @@ func TestOneRunSandboxSaysItRetires(t *testing.T) {
 		t.Errorf("%+v", only.result)
 	}
 }
+
+// harmNextBox stops one waiting interpreter of another box and kills the
+// rest: the run after it must not notice.
+const harmNextBox = `import os, signal, time
+def find_waiting():
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            if pid.isdigit() and int(pid) != os.getpid() and b"_sandpod_released" in open(f"/proc/{pid}/cmdline", "rb").read():
+                found.append(int(pid))
+        except OSError:
+            pass
+    return found
+deadline = time.monotonic() + 10
+while not (waiting := find_waiting()) and time.monotonic() < deadline:
+    time.sleep(0.01)
+for number, pid in enumerate(waiting):
+    os.kill(pid, signal.SIGSTOP if number == 0 else signal.SIGKILL)
+print(len(waiting) > 0)
+`
+
+func TestWhatARunDoesToTheNextBoxNeverReachesTheNextRun(t *testing.T) {
+	for _, harm := range []string{harmNextBox, strings.Replace(harmNextBox, "number == 0", "number == -1", 1)} {
+		f := newPythonFixture(t, "")
+		f.config.MaxRuns = 3
+		s := f.serveAsPID1()
+		s.allowedStderr = "preparing the next run's box" // a killed box is replaced
+		s.f.source = harm
+		harmed := f.decodeLog(s.run("exec-1"))
+		if got := harmed.text(StreamStdout); got != "True\n" {
+			t.Fatalf("the harm found no waiting interpreter: %q %q", got, harmed.text(StreamStderr))
+		}
+		s.f.source = "print('fine')"
+		next := f.decodeLog(s.run("exec-2"))
+		assertExit(t, next, intPtr(0), nil)
+		if got := next.text(StreamStdout); got != "fine\n" || next.result.Retiring {
+			t.Errorf("the run after the harm: %q, %+v", got, next.result)
+		}
+		s.terminate()
+	}
+}

@@ -118,7 +118,7 @@ func Serve(ctx context.Context, opts Options, stdout, stderr io.Writer) error {
 		runs, err = prepareBuild(opts)
 	case served.MaxRuns > 1:
 		runs, err = newBoxedRuns(served, opts, func(problem error) {
-			fmt.Fprintf(stderr, "sandpod-runner: the sandbox retires: %v\n", problem)
+			fmt.Fprintf(stderr, "sandpod-runner: %v\n", problem)
 		})
 	default:
 		runs, err = prestart(served, opts, nil)

@@ -199,8 +199,7 @@ func startWaiting(cfg Config, opts Options, inBox *box, argv []string) (*warmChi
 		closeAll(release, stdinWrite)
 		return nil, err
 	}
-	ready := make([]byte, 1)
-	if _, err := io.ReadFull(release, ready); err != nil || ready[0] != releaseReady {
+	if err := awaitReady(release, child.process.pid); err != nil {
 		outcome := child.abandon()
 		if outcome.startErr != nil {
 			return nil, fmt.Errorf("the program could not be pre-started: %w", outcome.startErr)
@@ -215,6 +214,33 @@ func startWaiting(cfg Config, opts Options, inBox *box, argv []string) (*warmChi
 		}
 	}
 	return child, nil
+}
+
+// readyWait bounds how long a child may take to say it is ready; readyNudge
+// is how often it is continued meanwhile (a run of the sandbox may have
+// stopped the next box's program, which runs as the same user).
+const (
+	readyWait  = 60 * time.Second
+	readyNudge = 100 * time.Millisecond
+)
+
+// awaitReady reads the child's ready byte from the release socket.
+func awaitReady(release *os.File, pid int) error {
+	deadline := time.Now().Add(readyWait)
+	ready := make([]byte, 1)
+	for {
+		_ = release.SetReadDeadline(time.Now().Add(readyNudge))
+		_, err := release.Read(ready)
+		switch {
+		case err == nil && ready[0] == releaseReady:
+			return release.SetReadDeadline(time.Time{})
+		case err == nil:
+			return fmt.Errorf("the child said %q, not that it is ready", ready[0])
+		case !errors.Is(err, os.ErrDeadlineExceeded) || time.Now().After(deadline):
+			return err
+		}
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+	}
 }
 
 // run writes the request's files, releases the child with cfg's argv and
@@ -254,6 +280,21 @@ func (c *warmChild) releaseWith(argv []string) *valueReader {
 	}
 	_ = c.release.Close()
 	return nil
+}
+
+// alive continues the child (in case something stopped it) and says whether
+// it still waits for its release.
+func (c *warmChild) alive() bool {
+	if syscall.Kill(c.process.pid, syscall.SIGCONT) != nil {
+		return false
+	}
+	select {
+	case exited := <-c.process.waited:
+		c.process.waited <- exited // for finish, which reads it
+		return false
+	default:
+		return true
+	}
 }
 
 // close kills the child if it was never released.
