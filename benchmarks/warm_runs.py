@@ -80,17 +80,11 @@ def set_pool(objects: client.CustomObjectsApi, size: int, runs: int | None) -> N
             GROUP, VERSION, NAMESPACE, "sandboxpools", POOL
         )
         status = pool.get("status") or {}
-        if status.get("ready") == size and status.get("total") == size:
+        seen = status.get("observedGeneration") == pool["metadata"]["generation"]
+        if seen and status.get("ready") == size and status.get("total") == size:
             return
         time.sleep(0.5)
     raise TimeoutError(f"the pool did not fill to {size}")
-
-
-def replace_pool_pods(core: client.CoreV1Api) -> None:
-    """Start from fresh pods: the template changed with runsPerSandbox, but be sure."""
-    pods = core.list_namespaced_pod(NAMESPACE, label_selector=f"sandpod.dev/pool={POOL}")
-    for pod in pods.items:
-        core.delete_namespaced_pod(pod.metadata.name, NAMESPACE, grace_period_seconds=0)
 
 
 async def one(http: httpx.AsyncClient, body: dict[str, Any]) -> tuple[float, dict[str, Any]]:
@@ -206,7 +200,7 @@ async def main() -> int:
     parser.add_argument("--pool-size", type=int, default=4)
     args = parser.parse_args()
     config.load_kube_config(str(ROOT / ".cluster" / "kubeconfig"))
-    objects, core = client.CustomObjectsApi(), client.CoreV1Api()
+    objects = client.CustomObjectsApi()
     pool: Any = objects.get_namespaced_custom_object(
         GROUP, VERSION, NAMESPACE, "sandboxpools", POOL
     )
@@ -220,8 +214,7 @@ async def main() -> int:
             base_url=GATEWAY, headers=headers, timeout=120, limits=limits
         ) as http:
             for phase in phases:
-                set_pool(objects, args.pool_size, phase.runs_per_sandbox)
-                replace_pool_pods(core)
+                # A new runsPerSandbox is a new template: the pool replaces its pods.
                 set_pool(objects, args.pool_size, phase.runs_per_sandbox)
                 print(f"measuring runsPerSandbox={phase.runs_per_sandbox}", flush=True)
                 await measure(objects, http, phase, args)

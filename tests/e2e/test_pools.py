@@ -155,6 +155,29 @@ print(seen, home, left)
 """
 
 
+# A run that reaches for the other processes of its sandbox: the runner and the next run's
+# waiting interpreter. It may see them; it may not read, trace or enter them.
+PEEK_AT_THE_OTHERS = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
+reached = []
+for pid in others:
+    for what in ("environ", "mem", "cwd", "root"):
+        try:
+            if what in ("cwd", "root"):
+                os.listdir(f"/proc/{pid}/{what}")
+            else:
+                open(f"/proc/{pid}/{what}", "rb").read(1)
+            reached.append((pid, what))
+        except OSError:
+            pass
+    if libc.ptrace(16, pid, 0, 0) == 0:
+        reached.append((pid, "ptrace"))
+print(len(others) > 0, reached)
+"""
+
+
 def test_a_pool_pod_serves_many_runs_each_in_a_fresh_box(
     pool_namespace: str,
     gateway: DeployedGateway,
@@ -181,6 +204,8 @@ def test_a_pool_pod_serves_many_runs_each_in_a_fresh_box(
     assert (left["status"], left["stdout"].split()[0]) == ("success", "left"), left
     found = run(FIND_LEFTOVERS)
     assert found["stdout"] == "['main.py', 'outputs', 'work'] ['main.py'] []\n", found
+    peeked = run(PEEK_AT_THE_OTHERS)
+    assert peeked["stdout"] == "True []\n", peeked
     hog = run(
         "chunks = []\nwhile True:\n    chunks.append(bytearray(16 << 20))\n", timeout_seconds=30
     )
@@ -188,7 +213,7 @@ def test_a_pool_pod_serves_many_runs_each_in_a_fresh_box(
     assert "memory limit of 256Mi" in hog["error_message"], hog
     after = run("print('still serving')")
     assert after["stdout"] == "still serving\n", after
-    for answer in (left, found, hog, after):
+    for answer in (left, found, peeked, hog, after):
         record = wait_for(custom_objects, pool_namespace, answer["id"], timeout=RECORD_TIMEOUT)
         assert record["status"]["podName"] == free.metadata.name
     hog_record = wait_for(custom_objects, pool_namespace, hog["id"], timeout=RECORD_TIMEOUT)
