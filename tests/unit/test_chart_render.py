@@ -122,6 +122,10 @@ EVERY_OPERATOR_SETTING: dict[str, Any] = {
     "recordsSweepSeconds": 15.5,
     "poolRunnerCommand": ["/opt/sandpod/bin/sandpod-runner", "--serve", "/etc/serve.json"],
     "poolResyncSeconds": 10.5,
+    "poolRunsPerSandbox": 50,
+    "poolSandboxMaxAgeSeconds": 600,
+    "poolWaitSeconds": 1.5,
+    "sandboxMemoryOverhead": "96Mi",
 }
 EVERY_GATEWAY_SETTING: dict[str, Any] = {
     "apiKeysRefreshSeconds": 10,
@@ -178,6 +182,8 @@ TENANTS: list[dict[str, Any]] = [
                 "resources": {"cpu": "1", "memory": "512Mi", "ephemeralStorage": "128Mi"},
                 "size": 1,
                 "maxRefillPerMinute": 10,
+                "runsPerSandbox": 1,
+                "sandboxMaxAgeSeconds": 600,
             },
         ],
         "egress": {"allowedCidrs": ["1.1.1.0/24", "203.0.113.0/24"]},

@@ -18,9 +18,34 @@ const memoryPollInterval = 10 * time.Millisecond
 // tmpfsMagic is statfs's f_type of a tmpfs (linux/magic.h TMPFS_MAGIC).
 const tmpfsMagic = 0x01021994
 
-// memoryWatch measures, every memoryPollInterval, the memory a run holds:
-// the resident memory of its processes and what it keeps in the scratch
-// tmpfs (its pages are memory too). exceeded is closed once that passes the
+// sandboxMemoryFile is, under gVisor, the sandbox's own account of all the
+// memory it holds (anonymous, tmpfs and cache, each page once: what its pod's
+// limit is charged for).
+const sandboxMemoryFile = "/sys/fs/cgroup/memory/memory.usage_in_bytes"
+
+// memoryAtStart is what the sandbox held when the runner started (its own):
+// a run may hold its limit beyond it.
+var memoryAtStart, sandboxAccounted = sandboxMemory()
+
+// sandboxMemory reads sandboxMemoryFile where the runner is a sandbox's PID
+// 1; elsewhere (tests) a host's file would speak for the whole host.
+func sandboxMemory() (uint64, bool) {
+	if os.Getpid() != 1 {
+		return 0, false
+	}
+	text, err := os.ReadFile(sandboxMemoryFile)
+	if err != nil {
+		return 0, false
+	}
+	value, err := strconv.ParseUint(string(bytes.TrimSpace(text)), 10, 64)
+	return value, err == nil
+}
+
+// memoryWatch measures, every memoryPollInterval, the memory a run holds: in
+// a sandbox, all the sandbox holds beyond the runner's own at its start
+// (pages shared after a fork counted once, the scratch tmpfs included);
+// elsewhere the resident memory of its processes and what it keeps in the
+// scratch tmpfs. exceeded is closed once that passes the
 // limit; a zero limit watches nothing.
 type memoryWatch struct {
 	exceeded chan struct{}
@@ -42,7 +67,7 @@ func watchMemory(limit uint64, members func() []int, scratch string) *memoryWatc
 			case <-w.stop:
 				return
 			case <-ticker.C:
-				if heldMemory(members(), scratch) > limit {
+				if heldMemory(members, scratch) > limit {
 					close(w.exceeded)
 					return
 				}
@@ -56,11 +81,15 @@ func (w *memoryWatch) end() {
 	close(w.stop)
 }
 
-// heldMemory is what members keep resident plus the scratch tmpfs's used
-// bytes.
-func heldMemory(members []int, scratch string) uint64 {
+// heldMemory is what the run holds (see memoryWatch).
+func heldMemory(members func() []int, scratch string) uint64 {
+	if sandboxAccounted {
+		if held, ok := sandboxMemory(); ok {
+			return held - min(held, memoryAtStart)
+		}
+	}
 	total := scratchBytes(scratch)
-	for _, member := range members {
+	for _, member := range members() {
 		total += residentBytes(member)
 	}
 	return total
