@@ -249,11 +249,25 @@ class LineSplitter:
         return [] if self._skipping or not line else [line]
 
 
-class FrameDecoder:
-    """Log bytes, split anywhere, -> the output chunks of its complete lines (live streaming)."""
+def run_started(line: bytes) -> str | None:
+    """The execution id of a run's start line in a serving pod's log, else None."""
+    record = _json_object(line)
+    run = record.get("run") if record is not None else None
+    execution_id = run.get("executionId") if isinstance(run, dict) else None
+    return execution_id if isinstance(execution_id, str) else None
 
-    def __init__(self) -> None:
+
+class FrameDecoder:
+    """Log bytes, split anywhere, -> the output chunks of its complete lines (live streaming).
+
+    With `execution_id` (a pod that serves many runs, one after another), only the chunks
+    between that run's start line and its summary; `ended` once the summary came."""
+
+    def __init__(self, execution_id: str | None = None) -> None:
         self._lines = LineSplitter()
+        self._execution_id = execution_id
+        self._inside = execution_id is None
+        self.ended = False
 
     def feed(self, data: bytes) -> list[OutputChunk]:
         return self._chunks(self._lines.feed(data))
@@ -262,9 +276,18 @@ class FrameDecoder:
         """Chunks from a last line that had no newline."""
         return self._chunks(self._lines.finish())
 
-    @staticmethod
-    def _chunks(lines: list[bytes]) -> list[OutputChunk]:
-        return [chunk for line in lines if (chunk := decode_frame(line)) is not None]
+    def _chunks(self, lines: list[bytes]) -> list[OutputChunk]:
+        chunks: list[OutputChunk] = []
+        for line in lines:
+            if self.ended:
+                break
+            if self._execution_id is not None and not self._inside:
+                self._inside = run_started(line) == self._execution_id
+            elif (chunk := decode_frame(line)) is not None:
+                chunks.append(chunk)
+            elif self._execution_id is not None and parse_summary(line.decode("utf-8", "replace")):
+                self.ended = True
+        return chunks
 
 
 class LiveOutput:

@@ -64,8 +64,16 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **kwargs: 
     settings.watching.connect_timeout = 30
     kube = Kube(await open_api_client(), RequestCounter())
     start_ledger(memo, sandpod, kwargs)
+    pools, pool_pod_runs = index_of(kwargs, "sandbox_pools"), index_of(kwargs, "pool_pod_runs")
     memo.reconciler = Reconciler(
-        kube=kube, settings=sandpod, catalog=catalog, on_finished=ledger_of(memo).finished
+        kube=kube,
+        settings=sandpod,
+        catalog=catalog,
+        on_finished=ledger_of(memo).finished,
+        pools_in=lambda namespace: list(pools.get(namespace, [])),
+    )
+    memo.reconciler.warm.runs_recorded_on = lambda namespace, pod: list(
+        pool_pod_runs.get((namespace, pod), [])
     )
     memo.stalls = StallDetector(sandpod.stalled_after_seconds)
     memo.resync = asyncio.create_task(

@@ -2,9 +2,11 @@
 runner in serve mode", and the session design's `--session`), for tests of the operator's
 runner client: bearer credential, a re-attach replays every frame from seq 1, the answer is
 NDJSON frames then the summary (runner_wire's, MAC'd as the runner does). Serve mode: one
-execution per server ever (another executionId is 409). Session mode: many, one at a time
-(another executionId while one runs is 409). A `Script` says how a run goes: its output,
-its result, and faults; in session mode each new run takes the next of `scripts`."""
+execution per server ever (another executionId is 409 while it runs, 410 after). `many`:
+many, one at a time, up to `max_runs` (then 410). Session mode: many, one at a time
+(another executionId while one runs is 409). POST /v1/cancel ends the run in progress.
+A `Script` says how a run goes: its output, its result, and faults; in session mode each
+new run takes the next of `scripts`."""
 
 import asyncio
 import json
@@ -44,12 +46,15 @@ class ServeDouble:
         *,
         session: bool = False,
         many: bool = False,
+        max_runs: int | None = None,
         scripts: list[Script] | None = None,
     ) -> None:
         self.script = script or Script()
         self.session = session
         # Serve mode: many runs one after another (a boxed sandbox), else one, ever.
         self.many = many
+        self.max_runs = max_runs
+        self.cancelled: set[str] = set()
         self.scripts = list(scripts or [])
         self.credential = secrets.token_hex(32)
         # The executionIds it ran, in order, and the script each followed.
@@ -75,6 +80,7 @@ class ServeDouble:
         app = web.Application()
         app.router.add_get("/ready", self._ready)
         app.router.add_post("/v1/run", self._run)
+        app.router.add_post("/v1/cancel", self._cancel)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -104,10 +110,10 @@ class ServeDouble:
         self.requests.append(body)
         execution_id = body["executionId"]
         if execution_id not in self.followed:
-            one_only = not self.session and not self.many
-            busy = bool(self.executions) if one_only else self.running is not None
-            if busy:
+            if self.running is not None:
                 return web.Response(status=409)
+            if self._retired():
+                return web.Response(status=410)
             self.executions.append(execution_id)
             self.followed[execution_id] = self.scripts.pop(0) if self.scripts else self.script
         self.running = execution_id
@@ -119,6 +125,24 @@ class ServeDouble:
             if self.running == execution_id:
                 self.running = None
         return response
+
+    def _retired(self) -> bool:
+        if self.session:
+            return False
+        most = self.max_runs if self.many else 1
+        return most is not None and len(self.executions) >= most
+
+    async def _cancel(self, request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != f"Bearer {self.credential}":
+            return web.Response(status=401)
+        execution_id = (await request.json())["executionId"]
+        if self.running != execution_id:
+            return web.Response(status=409)
+        self.cancelled.add(execution_id)
+        hold = self.followed[execution_id].hold
+        if hold is not None:
+            hold.set()
+        return web.Response(status=202)
 
     async def _answer(
         self, request: web.Request, response: web.StreamResponse, script: Script
@@ -137,8 +161,10 @@ class ServeDouble:
         if script.hold is not None:
             await script.hold.wait()
         result = script.result
-        if not self.session and not self.many:
-            result = {**result, "retiring": True}  # as a runner that serves one run says
+        if not self.session and (not self.many or len(self.executions) == self.max_runs):
+            result = {**result, "retiring": True}  # as a runner that serves no more says
+        if self.running in self.cancelled:
+            result = {**result, "cancelled": True}
         await response.write(line(runner_wire.summary(result, len(script.outputs))))
         self.answered += 1
         await response.write_eof()

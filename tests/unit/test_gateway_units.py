@@ -1,9 +1,11 @@
 """Pure parts of the gateway: manifests, result mapping, runner frames, API keys."""
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import runner_wire
 from pydantic import BaseModel
 from sandpod_contract.catalog import DEFAULT_CATALOG_PATH
 from sandpod_contract.models import (
@@ -19,6 +21,7 @@ from sandpod_contract.names import API_VERSION, KIND, REQUEST_HASH_ANNOTATION, T
 from sandpod_contract.runner import MAX_FRAME_BYTES, FrameDecoder, OutputChunk, decode_frame
 from sandpod_gateway.families.mcp.mcp_server import build_mcp_server
 from sandpod_gateway.families.tools.openai_tools import tool_parameters
+from sandpod_gateway.kube.kube_service import LOG_SINCE_SLACK_SECONDS, LogFollow, log_follow
 from sandpod_gateway.kube.resources import (
     build_code_execution,
     execution_result,
@@ -356,6 +359,47 @@ def test_the_decoder_drops_an_overlong_line_and_recovers() -> None:
     assert decoder.feed(b'tail"}\n{"stream": "stdout", "data": "ok"}\n') == [
         OutputChunk("stdout", "ok")
     ]
+
+
+def frame_line(data: str) -> bytes:
+    return json.dumps({"seq": 1, "stream": "stdout", "data": data, "mac": "00"}).encode() + b"\n"
+
+
+def summary_line() -> bytes:
+    record = {"result": runner_wire.result(), "frames": 1, "key": "0" * 64}
+    return json.dumps(record).encode() + b"\n"
+
+
+def test_in_a_pod_of_many_runs_the_decoder_keeps_only_its_runs_frames() -> None:
+    log = b"".join(
+        [
+            b'{"run": {"executionId": "before"}}\n',
+            frame_line("earlier run\n"),
+            summary_line(),
+            b'{"run": {"executionId": "mine"}}\n',
+            frame_line("mine\n"),
+            summary_line(),
+            b'{"run": {"executionId": "after"}}\n',
+            frame_line("later run\n"),
+        ]
+    )
+    decoder = FrameDecoder("mine")
+
+    assert decoder.feed(log) == [OutputChunk("stdout", "mine\n")]
+    assert decoder.ended
+
+
+def test_a_warm_run_is_followed_from_just_before_it_started_and_by_its_id() -> None:
+    started = datetime(2026, 12, 7, 12, 0, 0, tzinfo=UTC)
+    execution = {
+        "metadata": {"uid": "u-1"},
+        "status": {"podName": "py-0", "startMode": "warm", "startedAt": started.isoformat()},
+    }
+    follow = log_follow(execution, started + timedelta(seconds=2.5))
+    assert follow == LogFollow("py-0", "u-1", 3 + LOG_SINCE_SLACK_SECONDS)
+    cold = {"metadata": {"uid": "u-2"}, "status": {"podName": "hello-abc", "startMode": "cold"}}
+    assert log_follow(cold, started) == LogFollow("hello-abc")
+    assert log_follow({"metadata": {"uid": "u-3"}, "status": {}}, started) is None
 
 
 # --- API keys ---------------------------------------------------------------------------

@@ -245,7 +245,7 @@ async def test_a_wrong_credential_or_another_execution_is_refused(served: ServeD
     with pytest.raises(RunnerUnavailable, match="401"):
         await ask(served, credential="00" * 32)
     await ask(served, uid="u-1")
-    with pytest.raises(RunnerUnavailable, match="409"):
+    with pytest.raises(RunnerUnavailable, match="410"):
         await ask(served, uid="u-2")
     assert served.runs == 1
 
@@ -278,6 +278,7 @@ def new_reconciler(kube: FakeKube, **overrides: Any) -> Reconciler:
         settings=settings(**overrides),
         catalog=load_catalog(),
         post_event=kube.post_event,
+        pools_in=lambda namespace: [pool()],
     )
 
 
@@ -330,7 +331,7 @@ async def warm_run(
     return status_of(kube)
 
 
-async def test_a_warm_run_claims_a_pod_records_the_runners_result_and_removes_the_pod(
+async def test_a_warm_run_takes_a_pod_records_the_runners_result_and_removes_a_spent_pod(
     kube: FakeKube, runners: list[ServeDouble]
 ) -> None:
     (server,) = await pool_with(kube, runners, Script(outputs=[("stdout", "hi\n")]))
@@ -340,8 +341,9 @@ async def test_a_warm_run_claims_a_pod_records_the_runners_result_and_removes_th
     status = status_of(kube)
     assert (status["phase"], status["startMode"], status["podName"]) == ("Running", "warm", "py-0")
     assert status["waitMs"] >= 0
-    pod = kube.pods[(NAMESPACE, "py-0")]["metadata"]
-    assert pod["labels"][CLAIMED_BY_LABEL] == latest(kube)["metadata"]["uid"]
+    labels = kube.pods[(NAMESPACE, "py-0")]["metadata"]["labels"]
+    # Written before its first run, so that a restarted operator hands it to no one else.
+    assert (labels[SERVES_TENANT_LABEL], labels[POOL_STATE_LABEL]) == ("", POOL_FREE)
     await reconciler.run_warm(latest(kube))
     status = status_of(kube)
     assert (status["phase"], status["reason"], status["stdout"]) == (
@@ -366,12 +368,13 @@ async def test_two_executions_racing_for_one_pod_one_warm_one_cold(
     await asyncio.gather(start(reconciler, kube, "one"), start(reconciler, kube, "two"))
     modes = sorted(status_of(kube, name)["startMode"] for name in ("one", "two"))
     assert modes == ["cold", "warm"]
-    claimed = kube.pods[(NAMESPACE, "py-0")]["metadata"]["labels"][EXECUTION_LABEL]
-    assert status_of(kube, claimed)["podName"] == "py-0"
-    assert kube.calls.count("patch_pod") == 2  # the loser's claim was refused (409)
+    await asyncio.gather(*reconciler.warm_runs.values())
+    # The pod served one run: the other waited for it, then found it spent.
+    assert (NAMESPACE, "py-0") not in kube.pods
+    await reconciler.close()
 
 
-async def test_an_earlier_claim_whose_status_write_was_lost_is_found_again(
+async def test_a_pod_whose_status_write_failed_is_left_to_the_next_try(
     kube: FakeKube, runners: list[ServeDouble]
 ) -> None:
     await pool_with(kube, runners, Script(), Script())
@@ -588,7 +591,7 @@ async def test_a_run_that_could_not_record_is_re_attached_by_the_daemon(
     await reconciler.run_warm(running)  # the task failed to record: the daemon re-attaches
     assert status_of(kube)["phase"] == "Succeeded"
     assert server.runs == 1 and len(server.requests) == 2
-    assert (NAMESPACE, "py-0") not in kube.pods
+    assert (NAMESPACE, "py-0") not in kube.pods  # once recorded: it said retiring
     await reconciler.close()
 
 
@@ -610,6 +613,8 @@ async def test_the_first_event_claims_from_the_index_before_the_create_handler(
     kube: FakeKube, runners: list[ServeDouble]
 ) -> None:
     server, reconciler = await pool_and_execution(kube, runners)
+    for pod in pool_pods(kube):
+        await reconciler.warm.pool_pod_changed("ADDED", pod)  # its credential, once ready
     await reconciler.start_early(latest(kube), pools=[pool()], pool_pods=pool_pods(kube))
     assert "list_pods" not in kube.calls
     assert (status_of(kube)["startMode"], status_of(kube)["podName"]) == ("warm", "py-0")
@@ -623,38 +628,84 @@ async def test_the_first_event_claims_from_the_index_before_the_create_handler(
     await reconciler.close()
 
 
-async def test_a_stale_index_costs_a_conflict_and_a_list_never_a_second_claim(
+async def test_after_a_restart_a_pod_whose_run_is_not_re_attached_takes_no_other(
     kube: FakeKube, runners: list[ServeDouble]
 ) -> None:
-    reconciler, stale = await two_held_pods(kube, runners)
-    kube.pods[(NAMESPACE, "py-0")]["metadata"]["labels"][POOL_STATE_LABEL] = POOL_CLAIMED
-    kube.pods[(NAMESPACE, "py-0")]["metadata"]["resourceVersion"] += "1"
-    await reconciler.start(latest(kube), deny_all_present=True, pools=[pool()], pool_pods=stale)
+    """A run recorded on py-0 that this process has not re-attached to yet: another run would
+    push its records out of py-0's runner, so py-0 waits until its run is re-attached."""
+    reconciler, index = await two_held_pods(kube, runners)
+    for pod in index:
+        await reconciler.warm.pool_pod_changed("ADDED", pod)
+    recorded = {(NAMESPACE, "py-0"): ["uid-of-a-run-before-the-restart"]}
+    reconciler.warm.runs_recorded_on = lambda namespace, pod: recorded.get((namespace, pod), [])
+    await reconciler.start(latest(kube), deny_all_present=True, pools=[pool()], pool_pods=index)
     assert status_of(kube)["podName"] == "py-1"
-    assert kube.calls.count("patch_pod") == 2 and kube.calls.count("list_pods") == 0
+    reconciler.warm.reserve_for_reattach(index[0], "uid-of-a-run-before-the-restart")
+    reconciler.warm.release(index[0], serves_on=True)
+    catalog, spec = load_catalog(), spec_of()
+    wanted = execution_wants(spec, plan_execution(spec, catalog, reconciler.settings))
+    assert reconciler.warm.reserve(wanted, [pool()], index, "") == index[0]
     await reconciler.close()
 
 
-async def test_after_a_claim_whose_answer_was_lost_the_pods_are_listed(
+async def test_a_pod_whose_tenant_label_cannot_be_written_is_not_run_in(
     kube: FakeKube, runners: list[ServeDouble]
 ) -> None:
-    reconciler, index = await two_held_pods(kube, runners)
-    applied = kube.pods[(NAMESPACE, "py-0")]["metadata"]
+    (server,) = await pool_with(kube, runners, Script())
+    reconciler = new_reconciler(kube)
+    submit(kube)
+    kube.fail("patch_pod", TimeoutError("the answer was lost"))
+    await start(reconciler, kube)
+    assert status_of(kube)["startMode"] == "cold" and server.runs == 0
+    assert not reconciler.warm.reserved  # left for the next run
+    await reconciler.close()
 
-    def claimed_then_lost(*_: Any) -> None:
-        applied["labels"][CLAIMED_BY_LABEL] = latest(kube)["metadata"]["uid"]
-        applied["labels"][POOL_STATE_LABEL] = POOL_CLAIMED
-        raise TimeoutError("the answer was lost")
 
-    kube.before("patch_pod", claimed_then_lost)
-    with pytest.raises(TimeoutError):
-        await reconciler.start(latest(kube), deny_all_present=True, pools=[pool()], pool_pods=index)
-    # The retry (kopf's, or on.create after the early claim) with the same stale index:
-    await reconciler.start(latest(kube), deny_all_present=True, pools=[pool()], pool_pods=index)
-    assert status_of(kube)["podName"] == "py-0"
-    assert kube.calls.count("list_pods") == 1
-    labels = kube.pods[(NAMESPACE, "py-1")]["metadata"]["labels"]
-    assert labels[POOL_STATE_LABEL] == "free"
+async def test_a_pool_pod_serves_one_tenants_record_path_runs_and_stays(
+    kube: FakeKube, runners: list[ServeDouble]
+) -> None:
+    (server,) = await pool_with(kube, runners, Script(), many=True)
+    reconciler = new_reconciler(kube)
+    for name in ("one", "two"):
+        submit(kube, name)
+        await start(reconciler, kube, name)
+        await asyncio.gather(*reconciler.warm_runs.values())
+    assert [status_of(kube, n)["phase"] for n in ("one", "two")] == ["Succeeded"] * 2
+    assert [status_of(kube, n)["podName"] for n in ("one", "two")] == ["py-0"] * 2
+    assert server.runs == 2 and (NAMESPACE, "py-0") in kube.pods
+    await reconciler.close()
+
+
+async def test_a_run_refused_by_a_retired_runner_runs_in_another_pod(
+    kube: FakeKube, runners: list[ServeDouble]
+) -> None:
+    (retired, fresh) = await pool_with(kube, runners, Script(), Script(), many=True)
+    retired.max_runs = 0  # past its age: it takes no run
+    reconciler = new_reconciler(kube)
+    submit(kube)
+    await start(reconciler, kube)
+    await asyncio.gather(*reconciler.warm_runs.values())
+    status = status_of(kube)
+    assert (status["phase"], status["podName"]) == ("Succeeded", "py-1")
+    assert (retired.runs, fresh.runs) == (0, 1)
+    assert (NAMESPACE, "py-0") not in kube.pods  # replaced by its pool
+    await reconciler.close()
+
+
+async def test_a_cancel_stops_the_run_on_its_runner_and_the_pod_serves_on(
+    kube: FakeKube, runners: list[ServeDouble]
+) -> None:
+    (server,) = await pool_with(kube, runners, Script(hold=asyncio.Event()), many=True)
+    reconciler = new_reconciler(kube)
+    submit(kube)
+    await start(reconciler, kube)
+    while server.running is None:
+        await asyncio.sleep(0.01)
+    await reconciler.cancel(latest(kube))
+    await asyncio.gather(*reconciler.warm_runs.values())
+    assert status_of(kube)["phase"] == "Cancelled"
+    assert server.cancelled == {latest(kube)["metadata"]["uid"]}
+    assert (NAMESPACE, "py-0") in kube.pods and not reconciler.warm.reserved
     await reconciler.close()
 
 

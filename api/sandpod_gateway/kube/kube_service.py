@@ -9,6 +9,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import aiohttp
@@ -97,6 +98,34 @@ def _pod_name(resource: Resource) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
+@dataclass(frozen=True)
+class LogFollow:
+    """Where an execution's live output is: its pod's log, from `since_seconds` ago (None:
+    from the start); only the frames of `execution_id`'s run (None: every frame)."""
+
+    pod: str
+    execution_id: str | None = None
+    since_seconds: int | None = None
+
+
+def log_follow(execution: Resource, now: datetime) -> LogFollow | None:
+    """A pool pod serves many runs, one after another, and its log goes on after this one:
+    follow it from a little before the run started, and only the run's own frames."""
+    pod = _pod_name(execution)
+    if pod is None:
+        return None
+    status = execution.get("status") or {}
+    if status.get("startMode") != "warm":
+        return LogFollow(pod)
+    execution_id = str(execution["metadata"]["uid"])
+    try:
+        started = datetime.fromisoformat(str(status.get("startedAt")))
+    except ValueError:
+        return LogFollow(pod, execution_id)
+    since = math.ceil((now - started).total_seconds()) + LOG_SINCE_SLACK_SECONDS
+    return LogFollow(pod, execution_id, max(since, 1))
+
+
 def _pod_started(pod: Resource) -> bool:
     """Whether the pod's log can be followed (its container runs or ran)."""
     status = pod.get("status") or {}
@@ -111,6 +140,9 @@ def _pod_started(pod: Resource) -> bool:
 # A list answered with metadata only (no spec, no status): cheap to serve and to decode.
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 DEFAULT_LOG_FOLLOW_BYTES = 8 * 1024 * 1024
+# A pool pod's log is followed from this long before its run started (clocks of the
+# operator and the node differ a little; lines of earlier runs are skipped anyway).
+LOG_SINCE_SLACK_SECONDS = 5
 
 
 @dataclass(frozen=True)
@@ -303,15 +335,17 @@ class KubernetesExecutionService:
         execution = await self._watch_execution_until(
             namespace, name, lambda r: is_terminal(r) or _pod_name(r) is not None, deadline
         )
-        pod = _pod_name(execution)
-        if pod is None:
+        follow = log_follow(execution, datetime.now(UTC))
+        if follow is None:
             return
-        response = await self._follow_pod_log(namespace, pod, deadline)
+        response = await self._follow_pod_log(
+            namespace, follow.pod, deadline, since_seconds=follow.since_seconds
+        )
         if response is None:
             return
-        decoder = FrameDecoder()
+        decoder = FrameDecoder(follow.execution_id)
         try:
-            while (remaining := deadline - loop.time()) > 0:
+            while not decoder.ended and (remaining := deadline - loop.time()) > 0:
                 try:
                     data = await asyncio.wait_for(response.content.readany(), remaining)
                 except TimeoutError:
@@ -359,7 +393,7 @@ class KubernetesExecutionService:
         return resource
 
     async def _follow_pod_log(
-        self, namespace: str, pod: str, deadline: float
+        self, namespace: str, pod: str, deadline: float, *, since_seconds: int | None = None
     ) -> aiohttp.ClientResponse | None:
         """The followed log of the pod once its container has started; None if it is gone."""
         started = False
@@ -374,6 +408,7 @@ class KubernetesExecutionService:
                         namespace,
                         follow=True,
                         limit_bytes=self._log_follow_limit_bytes,
+                        since_seconds=since_seconds,  # type: ignore[arg-type]  # None: omitted
                         _preload_content=False,
                     ),
                 )

@@ -111,6 +111,18 @@ def waiting_to_start(status: kopf.Status, meta: kopf.Meta, **_: Any) -> bool:
     return not status and not meta.get("deletionTimestamp")
 
 
+def runs_on_a_pool_pod(status: kopf.Status, spec: kopf.Spec, **kwargs: Any) -> bool:
+    return running_warm(status) and not spec.get("session") and bool(status.get("podName"))
+
+
+@kopf.index(*EXECUTIONS, labels=RECONCILED, when=runs_on_a_pool_pod)
+def pool_pod_runs(
+    namespace: str | None, uid: str | None, status: kopf.Status, **_: Any
+) -> dict[tuple[str, str], str]:
+    """(namespace, pool pod name) -> the executions whose status says they run there."""
+    return {(namespace or "", str(status.get("podName"))): uid or ""}
+
+
 @kopf.index(*EXECUTIONS, labels=RECONCILED, when=waiting_to_start)
 def unstarted_executions(
     namespace: str | None, name: str | None, uid: str | None, meta: kopf.Meta, **_: Any
@@ -233,8 +245,13 @@ async def stop_deleted_execution(
     reconciler = reconciler_of(memo)
     reconciler.forget(uid)
     kube = reconciler.kube
-    # A session's pod is the session's: it stays for the session's other executions.
-    if namespace and status.get("podName") and not status.get("session"):
+    # A session's pod is the session's: it stays for the session's other executions. A pool
+    # pod serves its tenant's other runs: the run (if still in progress) is stopped there.
+    if not namespace or not status.get("podName") or status.get("session"):
+        return
+    if status.get("startMode") == "warm":
+        await reconciler.stop_deleted_pool_run(namespace, uid, status["podName"])
+    else:
         await kube.delete_pod(namespace, status["podName"], uid=None)
 
 

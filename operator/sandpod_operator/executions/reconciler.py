@@ -34,6 +34,7 @@ from sandpod_contract.names import (
     FINISHED_LABEL,
     KIND,
     POOL_LABEL,
+    SERVES_TENANT_LABEL,
     SESSION_LABEL,
     child_name,
 )
@@ -66,7 +67,14 @@ from sandpod_operator.kube import (
     Manifest,
 )
 from sandpod_operator.owners import as_body, owned_by
-from sandpod_operator.pools.warm import WarmPath, count_start, execution_wants, wait_ms
+from sandpod_operator.pools.warm import (
+    SANDBOXES_TRIED,
+    WarmPath,
+    count_start,
+    execution_wants,
+    tenant_of,
+    wait_ms,
+)
 from sandpod_operator.serving.core import serve_once
 from sandpod_operator.sessions.controller import SessionController
 from sandpod_operator.settings import OperatorSettings
@@ -164,6 +172,13 @@ class Reconciler:
     # serve daemon waits for it instead of posting again), and the runs it finished.
     warm_runs: dict[str, asyncio.Task[bool]] = field(default_factory=dict)
     warm_done: set[str] = field(default_factory=set)
+    # Per execution uid: its pool pod being taken (the early start's or the create
+    # handler's, whichever came first): whether it started warm.
+    warm_starts: dict[str, asyncio.Future[bool]] = field(default_factory=dict)
+    # Executions whose cancel this process has seen (a run not posted yet is not posted).
+    cancelling: set[str] = field(default_factory=set)
+    # namespace -> its SandboxPools, as the operator's index shows them.
+    pools_in: Callable[[str], list[Manifest]] = lambda namespace: []
     proxy: ProxyClient | None = field(init=False)
 
     def on_node_event(self, event_type: str | None, node: Manifest) -> None:
@@ -201,6 +216,8 @@ class Reconciler:
         self.warm.marks.pop(execution_uid, None)
         self.warm.claimed.pop(execution_uid, None)
         self.warm.unsure.discard(execution_uid)
+        self.warm.attended.discard(execution_uid)
+        self.cancelling.discard(execution_uid)
 
     # --- starting -------------------------------------------------------------------------
 
@@ -291,14 +308,37 @@ class Reconciler:
         pools: list[Manifest],
         pool_pods: list[Manifest] | None,
     ) -> bool:
-        """Claim a pool pod, name it in the status, start the run: False when there is no
-        pod to claim (go cold)."""
-        wanted = execution_wants(spec, plan)
-        self.warm.begin_marks(execution["metadata"]["uid"])
-        claimed = await self.warm.claim(execution, EXECUTION_LABEL, wanted, pools, pool_pods)
-        if claimed is None:
+        """Take a pool pod of the execution's tenant, name it in the status, start the run:
+        False when there is none to take (go cold). The early start and the create handler
+        may both ask: the second waits for the first's answer."""
+        uid = execution["metadata"]["uid"]
+        if uid not in self.warm_starts:
+            starting = self._take_and_start(execution, spec, plan, pools, pool_pods)
+            self.warm_starts[uid] = asyncio.ensure_future(starting)
+        task = self.warm_starts[uid]
+        try:
+            return await asyncio.shield(task)
+        finally:
+            if task.done():
+                self.warm_starts.pop(uid, None)
+
+    async def _take_and_start(
+        self,
+        execution: Manifest,
+        spec: CodeExecutionSpec,
+        plan: Plan,
+        pools: list[Manifest],
+        pool_pods: list[Manifest] | None,
+    ) -> bool:
+        meta = execution["metadata"]
+        self.warm.begin_marks(meta["uid"])
+        wanted, tenant = execution_wants(spec, plan), tenant_of(execution)
+        pod = await self.warm.take(wanted, pools, pool_pods, tenant, meta["namespace"])
+        if pod is None:
+            self.warm.marks.pop(meta["uid"], None)
             return False
-        written = await self._record_claim(execution, claimed)
+        self.warm.mark(meta["uid"], "claimed")
+        written = await self._record_claim(execution, pod)
         if written is not None:
             self._serve_soon(written)
         return True
@@ -618,8 +658,9 @@ class Reconciler:
     # --- warm: a pod claimed from a pool -----------------------------------------------
 
     async def _record_claim(self, execution: Manifest, pod: Manifest) -> Manifest | None:
-        """The program starts at the claim; the status names the pod before it runs. The
-        execution as written, or None when another writer moved its status first."""
+        """The status names the pod before the program runs there (a restarted operator
+        re-attaches to it). The execution as written, or None (the pod released) when
+        another writer moved its status first."""
         started = now()
         verdict = Verdict(
             "Running",
@@ -629,15 +670,17 @@ class Reconciler:
             start_mode="warm",
             wait_ms=wait_ms(execution, started),
         )
-        meta, pod_name = execution["metadata"], pod["metadata"]["name"]
-        self.warm.claimed[meta["uid"]] = pod
-        written = await self.record(execution, verdict, pod_name=pod_name)
+        meta = execution["metadata"]
+        self.warm.attended.add(meta["uid"])
+        try:
+            written = await self.record(execution, verdict, pod_name=pod["metadata"]["name"])
+        except BaseException:
+            self.warm.release(pod, serves_on=True)
+            raise
         if written is None:
-            current = await self.kube.get_execution(meta["namespace"], meta["name"], uid=None)
-            if current is None or is_terminal((current.get("status") or {}).get("phase")):
-                self.warm.claimed.pop(meta["uid"], None)
-                await self.kube.delete_pod(meta["namespace"], pod_name, uid=meta["uid"])
+            self.warm.release(pod, serves_on=True)
             return None
+        self.warm.claimed[meta["uid"]] = pod
         self.warm.mark(meta["uid"], "running")
         return written
 
@@ -673,28 +716,73 @@ class Reconciler:
         await self._run_warm_now(execution)
 
     async def _run_warm_now(self, execution: Manifest) -> None:
-        """Run (or re-attach to) the program in its claimed pod, record the runner's
-        verified result (never the kubelet's), then remove the pod."""
+        """Run (or re-attach to) the program in its pool pod and record the runner's verified
+        result (never the kubelet's); the pod then serves the tenant's next run, or goes."""
         status = execution.get("status") or {}
         meta = execution["metadata"]
         if is_terminal(status.get("phase")) or status.get("startMode") != "warm":
             return
-        pod = self.warm.claimed.pop(meta["uid"], None) or await self.kube.read_pod(
-            meta["namespace"], status["podName"], uid=meta["uid"]
-        )
-        if pod is None or not owned_by(pod, meta["uid"]):
+        pod = self.warm.claimed.pop(meta["uid"], None) or await self._pod_to_re_attach(execution)
+        if pod is None:
             await self.record_lost(execution)
             return
         spec = CodeExecutionSpec.model_validate(execution.get("spec") or {})
         plan = plan_execution(spec, self.catalog, self.settings)
-        started = parse_time(status.get("startedAt")) or now()
-        answer = await serve_once(self.warm, pod, meta["uid"], spec, plan, started, self.settings)
+        spent: list[Manifest] = []
+        for attempt in range(1, SANDBOXES_TRIED + 1):
+            if meta["uid"] in self.cancelling:
+                self.warm.release(pod, serves_on=True)
+                return  # cancelled before it was posted: the cancel recorded it
+            started = parse_time(status.get("startedAt")) or now()
+            answer = await serve_once(
+                self.warm, pod, meta["uid"], spec, plan, started, self.settings
+            )
+            self.warm.release(pod, serves_on=answer.serves_on)
+            spent += [] if answer.serves_on else [pod]
+            if not answer.refused or attempt == SANDBOXES_TRIED:
+                break
+            # Its runner did not start it (it ran another, or takes no more): another may.
+            taken = await self._another_pod(execution, spec, plan)
+            if taken is None:
+                break
+            execution, pod = taken
+            status = execution.get("status") or {}
         verdict = await self.store_outputs(execution, answer.verdict)
         await self.record(execution, verdict)
         self.warm.mark(meta["uid"], "recorded")
-        await self.kube.delete_pod(meta["namespace"], pod["metadata"]["name"], uid=meta["uid"])
-        self.warm.mark(meta["uid"], "pod_deleted")
+        # Not before: a record that failed is re-attached to there (spent pods are never
+        # reserved again; the watchdog's backstop ends a run that never records).
+        for retired in spent:
+            await self.warm.remove(retired)
         self.warm.log_marks(execution)
+
+    async def _pod_to_re_attach(self, execution: Manifest) -> Manifest | None:
+        """The pod the status names, after a restart: run there only if it is a pool pod of
+        the execution's tenant (or, from before pods served many runs, one it owns)."""
+        meta, status = execution["metadata"], execution.get("status") or {}
+        pod = await self.kube.read_pod(meta["namespace"], status["podName"], uid=meta["uid"])
+        if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            return None
+        labels = pod["metadata"].get("labels") or {}
+        serves = labels.get(SERVES_TENANT_LABEL) == tenant_of(execution)
+        if not (serves and POOL_LABEL in labels) and not owned_by(pod, meta["uid"]):
+            return None
+        self.warm.reserve_for_reattach(pod, meta["uid"])
+        return pod
+
+    async def _another_pod(
+        self, execution: Manifest, spec: CodeExecutionSpec, plan: Plan
+    ) -> tuple[Manifest, Manifest] | None:
+        """Another pool pod for a run that was refused, named in the status before the run."""
+        namespace = execution["metadata"]["namespace"]
+        wanted, tenant = execution_wants(spec, plan), tenant_of(execution)
+        pod = await self.warm.take(wanted, self.pools_in(namespace), None, tenant, namespace)
+        if pod is None:
+            return None
+        written = await self._record_claim(execution, pod)
+        if written is None:
+            return None
+        return written, self.warm.claimed.pop(execution["metadata"]["uid"])
 
     async def _warm_backstop(self, execution: Manifest) -> None:
         """A warm run whose serve daemon did not end it well past its deadline."""
@@ -719,13 +807,33 @@ class Reconciler:
         # A run on its session's runner is stopped there; its session records the answer.
         if status.get("session") and await self.sessions.cancel(meta["uid"]):
             return
+        in_pool = status.get("startMode") == "warm" and not status.get("session")
+        if in_pool:
+            self.cancelling.add(meta["uid"])
+            if await self._stop_pool_run(execution):
+                return  # its runner stops it; its serve task records the answer
         finished = now()
         started = parse_time(status.get("startedAt"))
         duration = int((finished - started).total_seconds() * 1000) if started else None
         verdict = cancelled_on_request(finished_at=finished, duration_ms=duration)
         await self.record(execution, verdict)
-        if status.get("podName") and not status.get("session"):
+        # A pool pod serves its tenant's next run; a pod of its own goes.
+        if status.get("podName") and not status.get("session") and not in_pool:
             await self.kube.delete_pod(meta["namespace"], status["podName"], uid=meta["uid"])
+
+    async def stop_deleted_pool_run(self, namespace: str, uid: str, pod_name: str) -> None:
+        """An execution deleted while it may still run on its pool pod: stop it there."""
+        pod = await self.kube.read_pod(namespace, pod_name, uid=uid)
+        if pod is not None:
+            await self.warm.cancel(pod, uid)
+
+    async def _stop_pool_run(self, execution: Manifest) -> bool:
+        """Stop the run in progress on its pool pod's runner: whether there was one."""
+        meta, status = execution["metadata"], execution.get("status") or {}
+        pod = self.warm.claimed.get(meta["uid"]) or await self.kube.read_pod(
+            meta["namespace"], status["podName"], uid=meta["uid"]
+        )
+        return pod is not None and await self.warm.cancel(pod, meta["uid"])
 
     async def record_lost(self, execution: Manifest) -> None:
         await self.record(

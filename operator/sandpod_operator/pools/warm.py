@@ -17,7 +17,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -41,7 +41,7 @@ from sandpod_operator.executions.builders import (
     Sandbox,
     build_runner_config,
 )
-from sandpod_operator.kube import KubeApi, KubeError, Manifest
+from sandpod_operator.kube import API_ERRORS, KubeApi, KubeError, Manifest
 from sandpod_operator.pools.builders import plan_pool
 from sandpod_operator.serving.runner import RunnerAddress, RunnerUnavailable, cancel, run
 from sandpod_operator.settings import OperatorSettings
@@ -51,6 +51,8 @@ logger = logging.getLogger(__name__)
 # The runner's first log line is short; more than this is not it.
 CREDENTIAL_LINE_BYTES = 4096
 CREDENTIAL_PATTERN = re.compile(r"^[0-9a-f]{64}$")
+# Pool sandboxes a run is offered to when their runners refuse it (busy, or retired).
+SANDBOXES_TRIED = 3
 
 STARTS = Counter(
     "sandpod_operator_executions_started_total",
@@ -344,6 +346,14 @@ class WarmPath:
     released: asyncio.Event = field(default_factory=asyncio.Event)
     # Per pool pod uid: when the direct path last released it (monotonic seconds).
     last_released: dict[str, float] = field(default_factory=dict)
+    # Pool pods (uid) whose tenant label this process has written.
+    pins_written: set[str] = field(default_factory=set)
+    # Runs (execution uids) this process started or re-attached to on a pool pod.
+    attended: set[str] = field(default_factory=set)
+    # (namespace, pod name) -> the executions whose status says they run there (the API's
+    # word, ahead of this process's: after a restart, a pod whose run no one has re-attached
+    # to yet takes no other run, which would push that run's records out of its runner).
+    runs_recorded_on: Callable[[str, str], Iterable[str]] = lambda namespace, pod: ()
     _session: aiohttp.ClientSession | None = None
 
     async def close(self) -> None:
@@ -440,7 +450,69 @@ class WarmPath:
             for pod in candidates(pods, fitting, tenant, self.pinned)
             if (uid := str(pod["metadata"].get("uid"))) not in self.spent
             and uid in self.credentials
+            and not self._unattended_run_on(pod)
         ]
+
+    def _unattended_run_on(self, pod: Manifest) -> bool:
+        meta = pod["metadata"]
+        recorded = self.runs_recorded_on(str(meta.get("namespace")), str(meta.get("name")))
+        return any(uid not in self.attended for uid in recorded)
+
+    async def take(
+        self,
+        wanted: Wanted | None,
+        pools: list[Manifest],
+        pods: list[Manifest] | None,
+        tenant: str,
+        namespace: str,
+    ) -> Manifest | None:
+        """A pool pod for one run of `tenant`: reserved in this process (waiting up to
+        POOL_WAIT_SECONDS for one in use), its tenant label written before its first run.
+        `pods`: the operator's index of pool pods; None (or an index that shows no pod to
+        take) lists them afresh. None: no pod fits or is free (go cold)."""
+        seconds = self.settings.pool_wait_seconds
+        pod = await self.reserve_within(wanted, pools, pods or [], tenant, seconds)
+        if pod is None and fitting_pools(wanted, pools, self.catalog, self.settings):
+            listed = await self.kube.list_pods(namespace, label_selector=names.POOL_LABEL, uid=None)
+            for found in listed:
+                free = _labels(found).get(names.POOL_STATE_LABEL) == names.POOL_FREE
+                if free and pod_ready(found):
+                    await self.credential(found)
+            pod = self.reserve(wanted, pools, listed, tenant)
+        if pod is None or await self.pin(pod, tenant):
+            return pod
+        return None
+
+    async def pin(self, pod: Manifest, tenant: str) -> bool:
+        """Label the pod as `tenant`'s before its first run (a restarted operator hands it to
+        no one else); False, and the pod released, when the label could not be written."""
+        meta, uid = pod["metadata"], str(pod["metadata"].get("uid"))
+        if _labels(pod).get(names.SERVES_TENANT_LABEL) == tenant or uid in self.pins_written:
+            return True
+        patch = {"metadata": {"labels": {names.SERVES_TENANT_LABEL: tenant}}}
+        try:
+            await self.kube.patch_pod(meta["namespace"], meta["name"], uid=None, patch=patch)
+        except API_ERRORS as error:
+            logger.warning("labelling pool pod %s with its tenant: %s", meta["name"], error)
+            gone = isinstance(error, KubeError) and error.status == 404
+            self.release(pod, serves_on=not gone)
+            return False
+        self.pins_written.add(uid)
+        return True
+
+    def reserve_for_reattach(self, pod: Manifest, execution_uid: str) -> None:
+        """A run this process did not start (it restarted): its pod takes no other run
+        until it has been re-attached to and released."""
+        self.reserved.add(str(pod["metadata"].get("uid")))
+        self.attended.add(execution_uid)
+
+    async def remove(self, pod: Manifest) -> None:
+        """Delete a pool pod that takes no further run (its pool starts another)."""
+        meta = pod["metadata"]
+        try:
+            await self.kube.delete_pod(meta["namespace"], meta["name"], uid=None)
+        except API_ERRORS as error:
+            logger.warning("deleting pool pod %s after its last run: %s", meta["name"], error)
 
     def release(self, pod: Manifest, *, serves_on: bool) -> None:
         """End a direct run's hold on its pod: free for its tenant's next run, or spent."""
@@ -547,6 +619,7 @@ class WarmPath:
             self.pinned.pop(uid, None)
             self.spent.discard(uid)
             self.last_released.pop(uid, None)
+            self.pins_written.discard(uid)
             return True
         return False
 

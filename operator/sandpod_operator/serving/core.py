@@ -16,7 +16,7 @@ from sandpod_contract.runner import LogSummary
 from sandpod_operator.executions.builders import InvalidSpecError, Plan, plan_execution
 from sandpod_operator.kube import Manifest
 from sandpod_operator.pools.warm import WarmPath, run_request
-from sandpod_operator.serving.runner import RunnerRefused, RunnerUnavailable
+from sandpod_operator.serving.runner import RunnerRefused, RunnerRetired, RunnerUnavailable
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import (
     Verdict,
@@ -52,15 +52,19 @@ def planned(
 class Answer:
     """The verdict of one served run, and the runner's verified log it came from (None when
     the runner did not answer: the run timed out or the runner was unreachable); `refused`:
-    the runner did not start it (another sandbox may)."""
+    the runner did not start it (another sandbox may); `retired`: nor will it start another."""
 
     verdict: Verdict
     log: LogSummary | None
     refused: bool = False
+    retired: bool = False
 
     @property
     def serves_on(self) -> bool:
-        """Whether the sandbox takes further runs: its runner said so in a verified answer."""
+        """Whether the sandbox takes further runs: its runner said so in a verified answer,
+        or refused this one only because it ran another."""
+        if self.refused:
+            return not self.retired
         result = self.log.result if self.log is not None else None
         return result is not None and not result.retiring
 
@@ -83,8 +87,9 @@ async def serve_once(
         log = await warm.run(pod, request, seconds_left=(deadline - _now()).total_seconds())
     except TimeoutError:
         return Answer(past_deadline(started, plan.run_seconds, _now()), None)
-    except RunnerRefused:
-        return Answer(runner_unavailable(started, _now()), None, refused=True)
+    except RunnerRefused as refusal:
+        retired = isinstance(refusal, RunnerRetired)
+        return Answer(runner_unavailable(started, _now()), None, refused=True, retired=retired)
     except RunnerUnavailable:
         return Answer(runner_unavailable(started, _now()), None)
     verdict = observe_served(

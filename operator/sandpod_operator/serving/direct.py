@@ -27,7 +27,6 @@ from sandpod_contract.names import (
     KIND,
     RECORD_DIRECT,
     RECORD_LABEL,
-    SERVES_TENANT_LABEL,
     VERSION,
 )
 from sandpod_contract.runner import OutputListener
@@ -40,8 +39,8 @@ from sandpod_operator.kube import (
     KubeError,
     Manifest,
 )
-from sandpod_operator.pools.warm import execution_wants, tenant_of
-from sandpod_operator.serving.core import Answer, NotServing, planned, serve_once
+from sandpod_operator.pools.warm import SANDBOXES_TRIED, execution_wants, tenant_of
+from sandpod_operator.serving.core import NotServing, planned, serve_once
 from sandpod_operator.sessions.controller import SessionController, StoringOutputs, now
 from sandpod_operator.settings import OperatorSettings
 from sandpod_operator.status import Verdict, next_status
@@ -136,8 +135,6 @@ class DirectRuns:
     running: dict[Key, asyncio.Task[Manifest]] = field(default_factory=dict)
     recent: OrderedDict[Key, Manifest] = field(default_factory=OrderedDict)
     writers: set[asyncio.Task[None]] = field(default_factory=set)
-    # Pool pods (uid) whose tenant label this process has written.
-    pins_written: set[str] = field(default_factory=set)
 
     async def run(
         self,
@@ -240,18 +237,22 @@ class DirectRuns:
         run_id = f"{namespace}/{record['metadata']['name']}"
         wanted, tenant = execution_wants(spec, plan), tenant_of(execution)
         with warm.direct_marks(run_id), warm.listening(run_id, on_output):
-            pod = await warm.reserve_within(wanted, pools, pods, tenant, settings.pool_wait_seconds)
+            pod = await warm.take(wanted, pools, pods, tenant, namespace)
             if pod is None:
                 raise NotServing("no ready sandbox of a pool fits this run now")
             warm.mark(run_id, "turn")
             creating = asyncio.create_task(self.kube.create_execution(record))
             started = now()
-            while True:
+            for attempt in range(1, SANDBOXES_TRIED + 1):
                 answer = await serve_once(warm, pod, run_id, spec, plan, started, settings)
-                self._after_pooled_run(pod, answer, tenant)
+                warm.release(pod, serves_on=answer.serves_on)
+                if not answer.serves_on:
+                    self._behind(warm.remove(pod))
                 # A runner that did not start the run (it ran another, or takes no more):
                 # another sandbox may.
-                retry = warm.reserve(wanted, pools, pods, tenant) if answer.refused else None
+                if not answer.refused or attempt == SANDBOXES_TRIED:
+                    break
+                retry = await warm.take(wanted, pools, pods, tenant, namespace)
                 if retry is None:
                     break
                 pod = retry
@@ -259,31 +260,6 @@ class DirectRuns:
         return await self._recorded(
             record, creating, verdict, pod["metadata"]["name"], None, started
         )
-
-    def _after_pooled_run(self, pod: Manifest, answer: Answer, tenant: str) -> None:
-        """The pod serves its tenant's next run, its label saying whose it is (behind); or it
-        is deleted, and the pool starts another."""
-        self.sessions.warm.release(pod, serves_on=answer.serves_on)
-        meta, uid = pod["metadata"], str(pod["metadata"].get("uid"))
-        labelled = (meta.get("labels") or {}).get(SERVES_TENANT_LABEL) == tenant
-        if not answer.serves_on:
-            self._behind(self._delete_pod(meta["namespace"], meta["name"]))
-        elif not labelled and uid not in self.pins_written:
-            self.pins_written.add(uid)
-            self._behind(self._pin(meta["namespace"], meta["name"], tenant))
-
-    async def _pin(self, namespace: str, name: str, tenant: str) -> None:
-        patch = {"metadata": {"labels": {SERVES_TENANT_LABEL: tenant}}}
-        try:
-            await self.kube.patch_pod(namespace, name, uid=None, patch=patch)
-        except API_ERRORS as error:
-            logger.warning("labelling pool pod %s with its tenant: %s", name, error)
-
-    async def _delete_pod(self, namespace: str, name: str) -> None:
-        try:
-            await self.kube.delete_pod(namespace, name, uid=None)
-        except API_ERRORS as error:
-            logger.warning("deleting pool pod %s after its last run: %s", name, error)
 
     async def _recorded(
         self,

@@ -36,8 +36,13 @@ class RunnerUnavailable(Exception):
 
 
 class RunnerRefused(RunnerUnavailable):
-    """The runner refused to start the run (409: it runs another, or takes no further run):
-    the program did not run, so another sandbox may take it."""
+    """The runner refused to start the run (409: it runs another): the program did not run,
+    so another sandbox may take it; this one serves on."""
+
+
+class RunnerRetired(RunnerRefused):
+    """The runner takes no further run (410): the program did not run there; its sandbox is
+    to be replaced."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,8 @@ async def run(
             marks["answered"] = time.time()
             if response.status == 409:
                 raise RunnerRefused("HTTP 409")
+            if response.status == 410:
+                raise RunnerRetired("HTTP 410")
             if response.status != 200:
                 raise RunnerUnavailable(f"HTTP {response.status}")
             async for chunk in response.content.iter_chunked(CHUNK_BYTES):

@@ -59,7 +59,7 @@ func TestBoxedRunsSeeNothingOfTheRunsBefore(t *testing.T) {
 		t.Errorf("third run: %q, retiring %v", got, third.result.Retiring)
 	}
 	refused := s.post(s.request("exec-4"), s.bearer())
-	assertStatus(t, refused, http.StatusConflict)
+	assertStatus(t, refused, http.StatusGone)
 }
 
 func TestOneRunSandboxSaysItRetires(t *testing.T) {

@@ -46,6 +46,15 @@ type serveEndpoint struct {
 	Credential string `json:"credential"`
 }
 
+// runStartLine starts each run's records in the pod log (never in its answer).
+type runStartLine struct {
+	Run runStart `json:"run"`
+}
+
+type runStart struct {
+	ExecutionID string `json:"executionId"`
+}
+
 // runRequest is the body of POST /v1/run.
 type runRequest struct {
 	ExecutionID string          `json:"executionId"`
@@ -279,16 +288,16 @@ func (s *server) claim(request runRequest) (*runRecord, int, error) {
 		return nil, http.StatusBadRequest, errors.New("executionId must not be empty")
 	case slices.Contains(s.forgotten, id):
 		return nil, http.StatusNotFound, errors.New("this run is no longer kept")
-	case !s.session && !s.many && len(s.runs) > 0:
-		return nil, http.StatusConflict, errors.New("this sandbox serves another execution")
 	case s.busy:
 		return nil, http.StatusConflict, errors.New("another execution is running in this sandbox")
+	case !s.session && !s.many && len(s.runs) > 0:
+		return nil, http.StatusGone, errRetired
 	case s.stopping:
 		return nil, http.StatusServiceUnavailable, errors.New("the runner is stopping")
 	}
 	if runs, ok := s.executor.(*boxedRuns); ok {
 		if err := runs.accepting(); err != nil {
-			return nil, http.StatusConflict, err
+			return nil, http.StatusGone, err
 		}
 	}
 	cfg, err := ParseConfig(request.Config)
@@ -322,6 +331,10 @@ func (s *server) keep(record *runRecord) {
 // execute runs the request under its own frame key and reports its summary.
 func (s *server) execute(ctx context.Context, record *runRecord, cfg Config, request runRequest) {
 	defer s.active.Done()
+	// In the pod log, whose runs follow one another, this line says whose frames come next.
+	if _, err := s.stdout.Write(marshalJSONLine(runStartLine{runStart{ExecutionID: record.executionID}})); err != nil {
+		fmt.Fprintf(s.stderr, "sandpod-runner: writing the run's first log line: %v\n", err)
+	}
 	frames := newFrameWriter(io.MultiWriter(record.journal, s.stdout), newFrameKey())
 	result := s.executor.run(ctx, cfg, request, frames)
 	s.mu.Lock()

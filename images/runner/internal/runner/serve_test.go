@@ -23,8 +23,9 @@ func TestServeRunsThePreStartedProgramAndAnswersWithVerifiedFrames(t *testing.T)
 	if output.text(StreamStdout) != "hello\n" || output.text(StreamStderr) != "oops\n" {
 		t.Errorf("output %q / %q", output.text(StreamStdout), output.text(StreamStderr))
 	}
-	if log := s.podLog(); !bytes.Equal(log, body) {
-		t.Errorf("the pod log after the credential line differs from the answer:\n%s\nvs\n%s", log, body)
+	want := append([]byte("{\"run\":{\"executionId\":\"exec-1\"}}\n"), body...)
+	if log := s.podLog(); !bytes.Equal(log, want) {
+		t.Errorf("the pod log after the credential line is not the run's start line and answer:\n%s\nvs\n%s", log, want)
 	}
 }
 
@@ -65,7 +66,7 @@ print("second")
 	if output.text(StreamStdout) != "first\nsecond\n" {
 		t.Errorf("stdout %q", output.text(StreamStdout))
 	}
-	assertStatus(t, s.post(s.request("exec-2"), s.bearer()), http.StatusConflict)
+	assertStatus(t, s.post(s.request("exec-2"), s.bearer()), http.StatusGone)
 }
 
 func TestServeRejectsAConfigThePreStartedChildDoesNotFit(t *testing.T) {
@@ -292,7 +293,8 @@ time.sleep(30)
 	if _, err := bufio.NewReader(response.Body).ReadBytes('\n'); err != nil {
 		t.Fatal(err)
 	}
-	output := f.decodeLog(s.podLog())
+	_, records, _ := bytes.Cut(s.podLog(), []byte("\n"))
+	output := f.decodeLog(records)
 
 	assertExit(t, output, nil, intPtr(9))
 	if output.result.TimedOut {
