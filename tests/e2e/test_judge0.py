@@ -293,7 +293,7 @@ def test_go_submissions_are_built_and_run_in_a_ready_pool_sandbox(
     assert broken.stdout is None
     tokens = [str(s.token) for s in (accepted, broken)]
     statuses = [e["status"] for e in executions_of(custom_objects, namespace, tokens)]
-    # Each was served by a claimed pool sandbox, the build included.
+    # Each was served by a pool sandbox, the build included.
     assert [s.get("startMode") for s in statuses] == ["warm", "warm"], statuses
     assert statuses[-1].get("reason") == "CompilationError", statuses
 
