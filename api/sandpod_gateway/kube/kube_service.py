@@ -142,7 +142,7 @@ METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v
 DEFAULT_LOG_FOLLOW_BYTES = 8 * 1024 * 1024
 # A pool pod's log is followed from this long before its run started (clocks of the
 # operator and the node differ a little; lines of earlier runs are skipped anyway).
-LOG_SINCE_SLACK_SECONDS = 5
+LOG_SINCE_SLACK_SECONDS = 30
 
 
 @dataclass(frozen=True)
