@@ -224,6 +224,12 @@ def test_files_and_commands_share_the_sandbox(sandbox: Sandbox) -> None:
     assert not sandbox.files.exists("/home/user/sub/data.txt")
 
 
+def test_a_gzip_upload_is_stored_as_its_content(sandbox: Sandbox) -> None:
+    sandbox.files.write("/home/user/zipped.txt", "sent gzipped\n", gzip=True)
+    assert sandbox.commands.run("cat zipped.txt").stdout == "sent gzipped\n"
+    assert sandbox.files.read("/home/user/zipped.txt") == "sent gzipped\n"
+
+
 def test_the_async_sdk(alice: dict[str, Any]) -> None:
     async def use() -> tuple[str | None, list[str]]:
         box = await AsyncSandbox.create(**alice)

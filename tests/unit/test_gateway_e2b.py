@@ -5,6 +5,7 @@ source. The cluster suite (tests/e2e/test_e2b.py) runs the same SDKs against rea
 
 import base64
 import contextlib
+import gzip
 import io
 import json
 import threading
@@ -15,9 +16,11 @@ from typing import Any
 
 import e2b
 import pytest
+from e2b.sandbox.filesystem.filesystem import WriteEntry
 from e2b_code_interpreter import Sandbox
 from gateway_fakes import FakeExecutionService, FakeSessionService, Run, make_app, served, tenant
 from python_kernel import PythonKernel
+from sandpod_contract.models import MAX_FILE_CHARS
 from sandpod_gateway.families.e2b import programs, protocol
 from sandpod_gateway.families.e2b.protocol import E2bError
 from sandpod_gateway.schemas import ExecutionResult, ExecutionStatus, FileOutput
@@ -269,6 +272,77 @@ def test_files_and_commands_go_through_envd_calls(e2b_env: str) -> None:
     assert failed.value.exit_code == 3
     handle = sandbox.commands.run("echo later", background=True)
     assert handle.wait().stdout == "later\n"
+
+
+def test_a_gzip_upload_is_stored_decompressed(e2b_env: str, kernel: Kernel) -> None:
+    sandbox = Sandbox.create()
+    info = sandbox.files.write("/home/user/z.txt", "zipped text", gzip=True)
+    assert info.path == "/home/user/z.txt"
+    assert (kernel.work / "z.txt").read_bytes() == b"zipped text"
+    assert sandbox.files.read("z.txt") == "zipped text"
+    sandbox.files.write_files(
+        [WriteEntry(path="m1.bin", data=b"\x00one"), WriteEntry(path="m2", data="two")],
+        gzip=True,
+    )
+    assert (kernel.work / "m1.bin").read_bytes() == b"\x00one"
+    assert sandbox.files.read("m2") == "two"
+
+
+def _upload(url: str, sandbox: Sandbox, **request: Any) -> Any:
+    import httpx
+
+    headers = {
+        "E2b-Sandbox-Id": sandbox.sandbox_id,
+        "X-Access-Token": sandbox._envd_access_token or "",
+        **request.pop("headers", {}),
+    }
+    return httpx.post(f"{url}/e2b/sandbox/files", headers=headers, **request)
+
+
+def test_gzip_parts_are_decoded_and_a_gzip_bomb_is_refused(e2b_env: str, kernel: Kernel) -> None:
+    sandbox = Sandbox.create()
+    body = (
+        b'--b\r\nContent-Disposition: form-data; name="file"; filename="p.txt"\r\n'
+        b"Content-Type: application/octet-stream\r\nContent-Encoding: gzip\r\n\r\n"
+        + gzip.compress(b"part")
+        + b"\r\n--b--\r\n"
+    )
+    sent = _upload(
+        e2b_env, sandbox, content=body, headers={"Content-Type": "multipart/form-data; boundary=b"}
+    )
+    assert sent.status_code == 200, sent.text
+    assert (kernel.work / "p.txt").read_bytes() == b"part"
+    bomb = gzip.compress(b"\0" * (MAX_FILE_CHARS * 4))
+    refused = _upload(
+        e2b_env,
+        sandbox,
+        content=bomb,
+        params={"path": "bomb"},
+        headers={"Content-Type": "application/octet-stream", "Content-Encoding": "gzip"},
+    )
+    assert refused.status_code == 413
+    assert refused.json()["code"] == 413 and "decompressed" in refused.json()["message"]
+    assert not (kernel.work / "bomb").exists()
+
+
+def test_an_upload_is_decoded_within_its_limit() -> None:
+    assert protocol.decoded_upload(b"raw", None, 3) == b"raw"
+    assert protocol.decoded_upload(b"raw", "identity", 3) == b"raw"
+    assert protocol.decoded_upload(gzip.compress(b"abc"), "gzip", 3) == b"abc"
+    members = gzip.compress(b"ab") + gzip.compress(b"c")
+    assert protocol.decoded_upload(members, "x-gzip", 3) == b"abc"
+    refusals = [
+        (gzip.compress(b"abcd"), "gzip", 413),
+        (gzip.compress(b"ab") + gzip.compress(b"cd"), "gzip", 413),
+        (gzip.compress(b"abc")[:-4], "gzip", 400),
+        (b"not gzip", "gzip", 400),
+        (gzip.compress(b"abc") + b"junk", "gzip", 400),
+        (b"abc", "br", 415),
+    ]
+    for data, encoding, status in refusals:
+        with pytest.raises(E2bError) as refused:
+            protocol.decoded_upload(data, encoding, 3)
+        assert refused.value.status == status, (data, encoding)
 
 
 def test_unsupported_calls_answer_a_clear_error(e2b_env: str) -> None:

@@ -13,6 +13,7 @@ import re
 import time
 import urllib.parse
 import uuid
+import zlib
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import PurePosixPath
@@ -258,6 +259,47 @@ def page_of(
     page = ordered[:limit]
     more = len(ordered) > limit
     return page, (key(page[-1])[1] if more and page else None)
+
+
+# What an upload's Content-Encoding may be (envd decodes gzip; the SDK sends nothing else).
+IDENTITY_ENCODINGS = frozenset({"", "identity"})
+GZIP_ENCODINGS = frozenset({"gzip", "x-gzip"})
+
+
+def is_identity(encoding: str | None) -> bool:
+    return (encoding or "").strip().lower() in IDENTITY_ENCODINGS
+
+
+def decoded_upload(data: bytes, encoding: str | None, limit: int) -> bytes:
+    """An upload's bytes as the file holds them: a gzip body decompressed, never past `limit`
+    bytes (413 beyond: a small body cannot expand without bound); 400 for a malformed gzip
+    body, 415 for another encoding."""
+    if is_identity(encoding):
+        return data
+    if (encoding or "").strip().lower() not in GZIP_ENCODINGS:
+        raise E2bError(415, f"Content-Encoding {encoding!r}: uploads may be gzip or identity")
+    return _gunzipped(data, limit)
+
+
+def _gunzipped(data: bytes, limit: int) -> bytes:
+    out = bytearray()
+    rest = data
+    # Concatenated gzip members make one file, as gzip -d reads them.
+    while True:
+        stream = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        try:
+            out += stream.decompress(rest, limit + 1 - len(out))
+        except zlib.error as exc:
+            raise E2bError(400, f"the gzip body is malformed: {exc}") from None
+        if len(out) > limit:
+            raise E2bError(
+                413, f"the file is over {limit} bytes decompressed (the tenant's maxFileBytes)"
+            )
+        if not stream.eof:
+            raise E2bError(400, "the gzip body ends before its stream does")
+        rest = stream.unused_data
+        if not rest:
+            return bytes(out)
 
 
 def _now_ns() -> int:

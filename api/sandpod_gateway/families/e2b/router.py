@@ -632,9 +632,14 @@ async def write_files(
     path: Annotated[str | None, Query(min_length=1, max_length=4096)] = None,
 ) -> list[dict[str, str]]:
     """One file as application/octet-stream, or files as multipart parts named "file" (the
-    part's filename is its path when the query names none)."""
+    part's filename is its path when the query names none); a body or part sent with
+    Content-Encoding gzip is stored decompressed."""
+    limit = call.ctx.tenant.limits.max_file_bytes
+    encoding = request.headers.get("content-encoding")
     entries: list[tuple[str, bytes]] = []
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
+        if not protocol.is_identity(encoding):
+            raise E2bError(415, "a multipart body is not compressed as a whole (its parts may be)")
         form = await request.form()
         for part in form.getlist("file"):
             if isinstance(part, str):
@@ -642,11 +647,14 @@ async def write_files(
             where = path or part.filename
             if not where:
                 raise E2bError(400, "a file part names no path")
-            entries.append((where, await part.read()))
+            data = await part.read()
+            entries.append(
+                (where, protocol.decoded_upload(data, part.headers.get("content-encoding"), limit))
+            )
     else:
         if path is None:
             raise E2bError(400, "path: required for an application/octet-stream upload")
-        entries.append((path, await request.body()))
+        entries.append((path, protocol.decoded_upload(await request.body(), encoding, limit)))
     written = []
     for where, data in entries:
         await upload_file(
