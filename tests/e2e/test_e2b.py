@@ -111,6 +111,13 @@ def test_run_code_keeps_state_and_reports_results_and_errors(sandbox: Sandbox) -
     assert sandbox.run_code("import os\nos.environ.get('WHO')").text is None
 
 
+def test_a_cell_indented_as_a_whole_runs_as_ipython_runs_it(sandbox: Sandbox) -> None:
+    cell = sandbox.run_code(
+        "\n    total = 0\n    for i in range(4):\n        total += i\n    total\n"
+    )
+    assert (cell.error, cell.text) == (None, "6")
+
+
 def _executions(custom_objects: client.CustomObjectsApi, namespace: str, name: str) -> int:
     session = custom_objects.get_namespaced_custom_object(GROUP, VERSION, namespace, SESSIONS, name)
     return int((session.get("status") or {}).get("executionCount") or 0)

@@ -194,6 +194,22 @@ def test_a_cell_is_one_run_once_the_session_has_the_module(e2b_env: str, kernel:
     assert kernel.module_runs == 7
 
 
+def test_a_cell_with_a_common_indent_runs_dedented(e2b_env: str) -> None:
+    sandbox = Sandbox.create()
+    cell = sandbox.run_code("\n    x = 2\n    if x:\n        x *= 3\n    x\n")
+    assert (cell.error, cell.text) == (None, "6")
+    traceback = sandbox.run_code("  1 / 0").error
+    assert traceback is not None and traceback.name == "ZeroDivisionError"
+
+
+def test_only_a_python_cell_with_a_margin_is_dedented() -> None:
+    assert protocol.cell_code("  a = 1\n  b = 2\n", None) == "a = 1\nb = 2\n"
+    assert protocol.cell_code("\n\tif a:\n\t\tb\n", "python") == "\nif a:\n\tb\n"
+    kept = 's = """\n   \n"""\n'
+    assert protocol.cell_code(kept, "python") == kept
+    assert protocol.cell_code("  x", "javascript") == "  x"
+
+
 def test_contexts_have_their_own_namespace_directory_and_count(
     e2b_env: str, kernel: Kernel
 ) -> None:

@@ -10,6 +10,7 @@ import hashlib
 import hmac
 import json
 import re
+import textwrap
 import time
 import urllib.parse
 import uuid
@@ -457,6 +458,15 @@ def log_line(stream: str, text: str) -> str:
 def failed_lines(message: str) -> list[str]:
     """The end of an answer whose cell sandpod could not see through (SandpodError)."""
     return _end({"name": "SandpodError", "value": message, "traceback": message}, None)
+
+
+def cell_code(code: str, language: str | None) -> str:
+    """A cell as IPython runs it: Python's common leading indent removed. Only a cell that has
+    one is dedented, as dedent also empties whitespace-only lines (in a string literal too)."""
+    if language not in (None, "python"):
+        return code
+    first = next((line for line in code.splitlines() if line.strip()), "")
+    return textwrap.dedent(code) if first[:1] in (" ", "\t") else code
 
 
 def new_context_id() -> str:

@@ -493,7 +493,7 @@ async def execute(body: ExecuteBody, call: SandboxCallDep) -> StreamingResponse:
     if body.language not in (None, "python"):
         raise E2bError(400, f"language {body.language!r}: this sandbox runs python")
     args = {
-        "code": body.code,
+        "code": protocol.cell_code(body.code, body.language),
         "context": _context_id(body.context_id),
         "sandbox_envs": await _sandbox_envs(call),
         "envs": protocol.checked_metadata(body.env_vars),
