@@ -107,7 +107,7 @@ def test_run_code_keeps_state_and_reports_results_and_errors(sandbox: Sandbox) -
     assert failed.error is not None
     assert (failed.error.name, failed.error.value) == ("ZeroDivisionError", "division by zero")
     assert "Traceback" in failed.error.traceback
-    assert sandbox.run_code("import os\nos.environ.get('WHO')", envs={"WHO": "me"}).text == "'me'"
+    assert sandbox.run_code("import os\nos.environ.get('WHO')", envs={"WHO": "me"}).text == "me"
     assert sandbox.run_code("import os\nos.environ.get('WHO')").text is None
 
 
@@ -162,9 +162,9 @@ def test_contexts_are_namespaces_of_their_own(sandbox: Sandbox) -> None:
     assert (other.language, other.cwd) == ("python", "/home/user/sub")
     assert {c.id for c in sandbox.list_code_contexts()} == {"default", other.id}
     there = sandbox.run_code("import os\nx = 'other'\nos.getcwd()", context=other)
-    assert (there.text, there.execution_count) == ("'/tmp/work/sub'", 1)
-    assert sandbox.run_code("x").text == "'default'"
-    assert sandbox.run_code("x", context=other).text == "'other'"
+    assert (there.text, there.execution_count) == ("/tmp/work/sub", 1)
+    assert sandbox.run_code("x").text == "default"
+    assert sandbox.run_code("x", context=other).text == "other"
     sandbox.restart_code_context(other)
     restarted = sandbox.run_code("x", context=other)
     assert restarted.error is not None and restarted.error.name == "NameError"
@@ -190,7 +190,7 @@ def test_a_dataframe_comes_back_as_html_and_display_as_results(sandbox: Sandbox)
     )
     assert execution.error is None, execution.error
     assert [r.is_main_result for r in execution.results] == [False, False, True]
-    assert execution.results[0].text == "'first'"
+    assert execution.results[0].text == "first"
     main = execution.results[-1]
     assert main.html is not None and "<table" in main.html and "<td>y</td>" in main.html
     assert main.data == {"a": [1, 2], "b": ["x", "y"]}
@@ -218,7 +218,7 @@ def test_a_matplotlib_figure_comes_back_as_a_png_with_its_chart(sandbox: Sandbox
 
 def test_files_and_commands_share_the_sandbox(sandbox: Sandbox) -> None:
     sandbox.files.write("/home/user/data.txt", "from the sdk\n")
-    assert sandbox.run_code("open('data.txt').read()").text == "'from the sdk\\n'"
+    assert sandbox.run_code("open('data.txt').read()").text == "from the sdk\\n"
     sandbox.run_code("open('out.bin', 'wb').write(bytes(range(4)))")
     assert sandbox.files.read("/home/user/out.bin", format="bytes") == bytes(range(4))
     assert sandbox.files.exists("/home/user/data.txt")

@@ -210,6 +210,26 @@ def test_only_a_python_cell_with_a_margin_is_dedented() -> None:
     assert protocol.cell_code("  x", "javascript") == "  x"
 
 
+def test_a_str_result_shows_as_its_value(e2b_env: str) -> None:
+    sandbox = Sandbox.create()
+    assert sandbox.run_code("'bar'").text == "bar"
+    assert sandbox.run_code("import os\nos.environ.get('FOO')", envs={"FOO": "foo"}).text == "foo"
+    assert sandbox.run_code('"it\'s"').text == '"it\'s"'
+    assert sandbox.run_code("['a']").text == "['a']"
+
+
+def test_plain_text_drops_one_pair_of_enclosing_single_quotes() -> None:
+    assert protocol.plain_text("'bar'") == "bar"
+    assert protocol.plain_text("'a\\nb'") == "a\\nb"
+    assert protocol.plain_text('"it\'s"') == '"it\'s"'
+    assert [protocol.plain_text(t) for t in ("'", "''", "42", "('a', 'b')")] == [
+        "'",
+        "",
+        "42",
+        "('a', 'b')",
+    ]
+
+
 def test_contexts_have_their_own_namespace_directory_and_count(
     e2b_env: str, kernel: Kernel
 ) -> None:
@@ -220,8 +240,8 @@ def test_contexts_have_their_own_namespace_directory_and_count(
     assert (other.language, other.cwd) == ("python", "/home/user/sub")
     assert {c.id for c in sandbox.list_code_contexts()} == {"default", other.id}
     there = sandbox.run_code("x = 'other'\nimport os\nos.getcwd()", context=other)
-    assert (there.text, there.execution_count) == (repr(str(kernel.work / "sub")), 1)
-    assert sandbox.run_code("x").text == "'default'"
+    assert (there.text, there.execution_count) == (str(kernel.work / "sub"), 1)
+    assert sandbox.run_code("x").text == "default"
     sandbox.restart_code_context(other)
     assert sandbox.run_code("x", context=other).error is not None
     with pytest.raises(e2b.SandboxException, match=r"400.*cannot be removed"):
@@ -248,7 +268,7 @@ def test_rich_results_and_display(e2b_env: str) -> None:
     )
     assert [(r.text, r.is_main_result) for r in execution.results] == [
         ("Page", False),
-        ("'two'", False),
+        ("two", False),
         ("Page", True),
     ]
     page = execution.results[0]

@@ -429,6 +429,19 @@ def _end(error: dict[str, str] | None, execution_count: int | None) -> list[str]
     return [*lines, _line("end_of_execution")]
 
 
+def plain_text(text: str) -> str:
+    """A result's text as E2B's code interpreter gives it: the repr, less one pair of
+    enclosing single quotes (so a str's value shows as itself, `bar` for 'bar')."""
+    return text[1:-1] if len(text) >= 2 and text[0] == text[-1] == "'" else text
+
+
+def _result_line(result: CellResult) -> str:
+    fields = result.model_dump(by_alias=True, exclude_none=True)
+    if "text" in fields:
+        fields["text"] = plain_text(fields["text"])
+    return _line("result", **fields)
+
+
 def execute_lines(result: ExecutionResult, *, logs_streamed: bool = False) -> list[str]:
     """The code interpreter's /execute answer (JSON lines) for a cell's run: its logs (unless
     they were streamed live), its figures, then the module's results, error and count. A run
@@ -443,9 +456,7 @@ def execute_lines(result: ExecutionResult, *, logs_streamed: bool = False) -> li
     except (MalformedAnswer, E2bError) as exc:
         message = exc.message if isinstance(exc, E2bError) else str(exc)
         return [*logs, *failed_lines(message)]
-    results = [
-        _line("result", **r.model_dump(by_alias=True, exclude_none=True)) for r in answer.results
-    ]
+    results = [_result_line(r) for r in answer.results]
     error = None if answer.error is None else answer.error.model_dump()
     return [*logs, *_pngs(result, answer.charts), *results, *_end(error, answer.count)]
 
