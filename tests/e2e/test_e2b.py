@@ -231,6 +231,16 @@ def test_files_and_commands_share_the_sandbox(sandbox: Sandbox) -> None:
     assert not sandbox.files.exists("/home/user/sub/data.txt")
 
 
+def test_removing_what_is_not_there_is_a_no_op_and_a_symlink_is_followed(
+    sandbox: Sandbox,
+) -> None:
+    sandbox.files.remove("/home/user/never-there.txt")
+    sandbox.files.write("/home/user/links/target.txt", "hello")
+    sandbox.commands.run("ln -s target.txt link.txt", cwd="/home/user/links")
+    info = sandbox.files.get_info("/home/user/links/link.txt")
+    assert (info.type, info.symlink_target) == (e2b.FileType.FILE, "/home/user/links/target.txt")
+
+
 def test_a_gzip_upload_is_stored_as_its_content(sandbox: Sandbox) -> None:
     sandbox.files.write("/home/user/zipped.txt", "sent gzipped\n", gzip=True)
     assert sandbox.commands.run("cat zipped.txt").stdout == "sent gzipped\n"

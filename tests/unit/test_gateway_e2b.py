@@ -310,6 +310,28 @@ def test_files_and_commands_go_through_envd_calls(e2b_env: str) -> None:
     assert handle.wait().stdout == "later\n"
 
 
+def test_removing_a_missing_path_does_nothing_and_a_symlink_is_followed(
+    e2b_env: str, kernel: Kernel
+) -> None:
+    sandbox = Sandbox.create()
+    sandbox.files.remove("/home/user/never-there.txt")
+    sandbox.files.remove("/home/user/no-dir/never-there.txt")
+    sandbox.files.write("/home/user/dir/target.txt", "hello")
+    (kernel.work / "dir" / "link.txt").symlink_to("target.txt")
+    (kernel.work / "to-dir").symlink_to("dir")
+    (kernel.work / "dangling").symlink_to("nowhere")
+    info = sandbox.files.get_info("/home/user/dir/link.txt")
+    assert (info.type, info.symlink_target) == (e2b.FileType.FILE, "/home/user/dir/target.txt")
+    assert info.mode == (kernel.work / "dir" / "target.txt").stat().st_mode & 0o7777
+    assert sandbox.files.get_info("to-dir").type == e2b.FileType.DIR
+    assert sandbox.files.get_info("dangling").type is None
+    listed = {e.name: e for e in sandbox.files.list("/home/user/dir")}
+    assert listed["link.txt"].type == e2b.FileType.FILE
+    assert listed["target.txt"].symlink_target is None
+    sandbox.files.remove("/home/user/dir/link.txt")
+    assert sandbox.files.read("/home/user/dir/target.txt") == "hello"
+
+
 def test_a_gzip_upload_is_stored_decompressed(e2b_env: str, kernel: Kernel) -> None:
     sandbox = Sandbox.create()
     info = sandbox.files.write("/home/user/z.txt", "zipped text", gzip=True)

@@ -20,17 +20,23 @@ def real(p):
     return os.path.normpath(p if p.startswith("/") else os.path.join(WORK, p))
 def shown(p):
     return HOME + p[len(WORK):] if p == WORK or p.startswith(WORK + "/") else p
+def kind(mode):
+    return "FILE_TYPE_DIRECTORY" if st.S_ISDIR(mode) else "FILE_TYPE_FILE"
 def entry(p):
     s = os.lstat(p)
-    kind = ("FILE_TYPE_SYMLINK" if st.S_ISLNK(s.st_mode) else
-            "FILE_TYPE_DIRECTORY" if st.S_ISDIR(s.st_mode) else "FILE_TYPE_FILE")
     when = datetime.datetime.fromtimestamp(s.st_mtime, datetime.timezone.utc)
-    e = {"name": os.path.basename(p.rstrip("/")) or "/", "type": kind, "path": shown(p),
-         "size": str(s.st_size), "mode": s.st_mode & 0o7777,
+    e = {"name": os.path.basename(p.rstrip("/")) or "/", "type": kind(s.st_mode),
+         "path": shown(p), "size": str(s.st_size), "mode": s.st_mode & 0o7777,
          "permissions": st.filemode(s.st_mode), "owner": str(s.st_uid),
          "group": str(s.st_gid), "modifiedTime": when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
-    if kind == "FILE_TYPE_SYMLINK":
-        e["symlinkTarget"] = os.readlink(p)
+    if st.S_ISLNK(s.st_mode):
+        # As envd: a symlink has its target's type and mode, and the target's resolved path.
+        e["symlinkTarget"] = shown(os.path.realpath(p))
+        try:
+            target = os.stat(p)
+            e["type"], e["mode"] = kind(target.st_mode), target.st_mode & 0o7777
+        except OSError:
+            e["type"] = "FILE_TYPE_UNSPECIFIED"
     return e
 def listing(p, depth):
     found = []
@@ -61,10 +67,11 @@ def call(op, a):
             os.rename(source, target)
             return {"entry": entry(target)}
         if op == "Remove":
+            # A path that is not there is removed already (envd's answer too).
             p = real(a["path"])
             if os.path.isdir(p) and not os.path.islink(p):
                 shutil.rmtree(p)
-            else:
+            elif os.path.lexists(p):
                 os.remove(p)
             return {}
     except FileNotFoundError as exc:
