@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import e2b
@@ -74,6 +75,27 @@ def test_a_sandbox_is_a_session_listed_by_metadata_and_killed(
     box.kill()
     assert not again.is_running()
     assert Sandbox.list(query=e2b.SandboxQuery(metadata={"who": "ada"}), **alice).next_items() == []
+
+
+def test_the_list_is_newest_first_and_filtered_by_start_and_template(
+    alice: dict[str, Any], sandbox: Sandbox
+) -> None:
+    newer = Sandbox.create(template="base", metadata={"suite": "e2b"}, **alice)
+
+    def listed(**query: Any) -> list[str]:
+        found = Sandbox.list(query=e2b.SandboxQuery(metadata={"suite": "e2b"}, **query), **alice)
+        return [s.sandbox_id for s in found.next_items()]
+
+    try:
+        # Both likely started within one second: their order is the start's microseconds.
+        assert listed() == [newer.sandbox_id, sandbox.sandbox_id]
+        started = newer.get_info().started_at
+        assert listed(started_after=started) == [newer.sandbox_id]
+        assert listed(started_after=started + timedelta(seconds=1)) == []
+        assert listed(template="base") == [newer.sandbox_id]
+        assert listed(template="unknown-template") == []
+    finally:
+        newer.kill()
 
 
 def test_the_operator_ends_a_sandbox_at_its_timeout_unread(

@@ -166,6 +166,27 @@ def test_the_sdk_creates_lists_times_out_connects_and_kills(e2b_env: str) -> Non
         Sandbox.connect(sandbox.sandbox_id)
 
 
+def test_the_list_is_newest_first_and_filtered_by_start_and_template(e2b_env: str) -> None:
+    older = Sandbox.create(metadata={"suite": "order"})
+    newer = Sandbox.create(template="base", metadata={"suite": "order"})
+    query = e2b.SandboxQuery(metadata={"suite": "order"})
+
+    def listed(**options: Any) -> list[str]:
+        found = Sandbox.list(**options).next_items()
+        return [s.sandbox_id for s in found]
+
+    ids = [older.sandbox_id, newer.sandbox_id]
+    assert listed(query=query) == ids[::-1]
+    assert listed(query=query, order="asc") == ids
+    started = newer.get_info().started_at
+    since = e2b.SandboxQuery(metadata={"suite": "order"}, started_after=started)
+    assert listed(query=since) == [newer.sandbox_id]
+    later = e2b.SandboxQuery(started_after=started + timedelta(seconds=1))
+    assert listed(query=later) == []
+    assert listed(query=e2b.SandboxQuery(template="base")) == [newer.sandbox_id]
+    assert listed(query=e2b.SandboxQuery(template="unknown-template")) == []
+
+
 def test_a_cell_is_one_run_once_the_session_has_the_module(e2b_env: str, kernel: Kernel) -> None:
     sandbox = Sandbox.create(envs={"WHO": "sandbox"})
     seen: list[str] = []
@@ -469,6 +490,36 @@ def test_pages_follow_their_token() -> None:
     assert ([s["metadata"]["name"] for s in last], token) == (["ses-4"], None)
     with pytest.raises(E2bError):
         protocol.page_of(sessions, 2, "ses-9", "asc")
+
+
+def _sandbox(name: str, created: str, started: str | None = None, **annotations: str) -> Any:
+    if started is not None:
+        annotations[protocol.STARTED_ANNOTATION] = started
+    return {
+        "metadata": {"name": name, "creationTimestamp": created, "annotations": annotations},
+        "status": {"phase": "Ready"},
+    }
+
+
+def test_a_sandbox_starts_to_the_microsecond_and_lists_by_that() -> None:
+    second = "2026-11-26T10:00:05Z"
+    first = _sandbox("ses-b", second, "2026-11-26T10:00:05.000100+00:00")
+    then = _sandbox("ses-a", second, "2026-11-26T10:00:05.900000+00:00")
+    older = _sandbox("ses-c", "2026-11-26T10:00:04Z")
+    now = protocol.now()
+    assert protocol.listed_sandbox(then, now)["startedAt"] == "2026-11-26T10:00:05.900000+00:00"
+    assert protocol.listed_sandbox(older, now)["startedAt"] == "2026-11-26T10:00:04+00:00"
+    page, _ = protocol.page_of([first, then, older], 10, None, "desc")
+    assert [s["metadata"]["name"] for s in page] == ["ses-a", "ses-b", "ses-c"]
+    since = datetime(2026, 11, 26, 10, 0, 5, 100, tzinfo=UTC)
+    admitted = protocol.SandboxFilter({}, started_after=since)
+    assert [admitted.admits(s) for s in (first, then, older)] == [True, True, False]
+    naive = protocol.SandboxFilter({}, started_after=since.replace(tzinfo=None, microsecond=101))
+    assert [naive.admits(s) for s in (first, then)] == [False, True]
+    interpreter = _sandbox("ses-d", second, **{protocol.TEMPLATE_ANNOTATION: "code-interpreter-v1"})
+    assert protocol.SandboxFilter({}, template="code-interpreter-v1").admits(interpreter)
+    assert not protocol.SandboxFilter({}, template="code-interpreter-v1").admits(first)
+    assert not protocol.SandboxFilter({"k": "v"}).admits(first)
 
 
 def _result(**fields: Any) -> ExecutionResult:

@@ -16,6 +16,7 @@ import urllib.parse
 import uuid
 import zlib
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import PurePosixPath
 from typing import Any
@@ -24,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sandpod_contract.models import MAX_CONTENT_CHARS, parse_time
 from sandpod_contract.names import GROUP, SESSION_END_ANNOTATION
 
-from sandpod_gateway.kube.resources import Resource, session_info
+from sandpod_gateway.kube.resources import Resource, created_at, session_info
 from sandpod_gateway.schemas import ExecutionResult, ExecutionStatus, SessionStatus
 
 TEMPLATES = {"code-interpreter-v1": "python", "base": "python"}
@@ -42,6 +43,9 @@ METADATA_ANNOTATION = f"{GROUP}/e2b-metadata"
 # E2B's end of a sandbox: the operator ends the session then (and the gateway on a read).
 END_ANNOTATION = SESSION_END_ANNOTATION
 ENVS_ANNOTATION = f"{GROUP}/e2b-envs"
+# When the sandbox was created, to the microsecond (creationTimestamp has whole seconds):
+# E2B's startedAt, by which a list is ordered and filtered.
+STARTED_ANNOTATION = f"{GROUP}/e2b-started-at"
 
 # The code of one cell: what the gateway takes of a run's code (settings.max_code_bytes) is
 # checked again when it is run.
@@ -122,12 +126,13 @@ def _annotations(session: Resource) -> Mapping[str, str]:
 
 
 def sandbox_annotations(
-    template: str, metadata: Mapping[str, str], envs: Mapping[str, str], end: str
+    template: str, metadata: Mapping[str, str], envs: Mapping[str, str], started: datetime, end: str
 ) -> dict[str, str]:
     return {
         TEMPLATE_ANNOTATION: template,
         METADATA_ANNOTATION: json.dumps(dict(metadata), sort_keys=True),
         ENVS_ANNOTATION: json.dumps(dict(envs), sort_keys=True),
+        STARTED_ANNOTATION: started.isoformat(),
         END_ANNOTATION: end,
     }
 
@@ -169,6 +174,11 @@ def check_end(end: str, created: str | None, max_lifetime_seconds: int) -> None:
         )
 
 
+def sandbox_started(session: Resource) -> datetime | None:
+    """E2B's startedAt: the annotation's microseconds, else creationTimestamp's seconds."""
+    return parse_time(_annotations(session).get(STARTED_ANNOTATION)) or created_at(session)
+
+
 def sandbox_end(session: Resource) -> datetime | None:
     return parse_time(_annotations(session).get(END_ANNOTATION))
 
@@ -186,9 +196,28 @@ def is_running(session: Resource, now: datetime) -> bool:
     return not ended and not is_expired(session, now)
 
 
-def matches(session: Resource, wanted: Mapping[str, str]) -> bool:
-    metadata = sandbox_metadata(session)
-    return all(metadata.get(k) == v for k, v in wanted.items())
+@dataclass(frozen=True)
+class SandboxFilter:
+    """What a list keeps, by E2B's query: metadata, template, startedAfter (inclusive)."""
+
+    metadata: Mapping[str, str]
+    template: str | None = None
+    started_after: datetime | None = None
+
+    def admits(self, session: Resource) -> bool:
+        metadata = sandbox_metadata(session)
+        if any(metadata.get(k) != v for k, v in self.metadata.items()):
+            return False
+        if self.template is not None and sandbox_template(session) != self.template:
+            return False
+        return self.started_after is None or _started_since(session, self.started_after)
+
+
+def _started_since(session: Resource, moment: datetime) -> bool:
+    started = sandbox_started(session)
+    # A time without its zone is UTC's, as the API server's own.
+    since = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    return started is not None and started >= since
 
 
 def _quantity_mb(value: str | None, default: int) -> int:
@@ -224,7 +253,7 @@ def created_sandbox(sandbox_id: str, template: str, token: str) -> dict[str, Any
 def listed_sandbox(session: Resource, now: datetime) -> dict[str, Any]:
     """E2B's ListedSandbox (SandboxDetail adds its tokens)."""
     info = session_info(session)
-    started = info.created_at or now
+    started = sandbox_started(session) or now
     return {
         "templateID": sandbox_template(session),
         "sandboxID": info.id,
@@ -247,9 +276,9 @@ def page_of(
 ) -> tuple[list[Resource], str | None]:
     """A page of sandboxes by start time then name; the token is the last one's name."""
 
-    def key(session: Resource) -> tuple[str, str]:
-        metadata = session.get("metadata") or {}
-        return (str(metadata.get("creationTimestamp") or ""), str(metadata.get("name") or ""))
+    def key(session: Resource) -> tuple[datetime, str]:
+        name = str((session.get("metadata") or {}).get("name") or "")
+        return (sandbox_started(session) or datetime.min.replace(tzinfo=UTC), name)
 
     ordered = sorted(sessions, key=key, reverse=order == "desc")
     if next_token:

@@ -17,6 +17,7 @@ import secrets
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -239,13 +240,14 @@ async def _create(body: NewSandbox, request: Request, ctx: SessionContext) -> di
     language = protocol.template_language(body.template_id)
     metadata = protocol.checked_metadata(body.metadata)
     envs = protocol.checked_metadata(body.env_vars)
+    now = protocol.now()
     outcome = await open_session(
         _session_request(language, ctx.tenant),
         ctx,
         request.headers.get("Idempotency-Key"),
         labels={protocol.FAMILY_LABEL: E2B_FAMILY},
         annotations=protocol.sandbox_annotations(
-            body.template_id, metadata, envs, protocol.end_at(protocol.now(), body.timeout)
+            body.template_id, metadata, envs, now, protocol.end_at(now, body.timeout)
         ),
     )
     session_id = outcome.session.id
@@ -296,15 +298,14 @@ async def _e2b_sessions(ctx: SessionContext) -> list[Resource]:
 async def _list(
     ctx: SessionContext,
     response: Response,
-    metadata: str | None,
+    wanted: protocol.SandboxFilter,
     state: str | None,
     limit: int,
     next_token: str | None,
     order: str,
 ) -> list[dict[str, Any]]:
-    wanted = protocol.metadata_query(metadata)
     states = set((state or "running").split(","))
-    sessions = [s for s in await _e2b_sessions(ctx) if protocol.matches(s, wanted)]
+    sessions = [s for s in await _e2b_sessions(ctx) if wanted.admits(s)]
     if "running" not in states:
         sessions = []
     page, token = protocol.page_of(sessions, limit, next_token, order)
@@ -322,9 +323,12 @@ async def list_sandboxes(
     state: Annotated[str | None, Query(max_length=64)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     next_token: Annotated[str | None, Query(alias="nextToken", max_length=253)] = None,
-    order: Annotated[Literal["asc", "desc"], Query()] = "asc",
+    order: Annotated[Literal["asc", "desc"], Query()] = "desc",
+    started_after: Annotated[datetime | None, Query(alias="startedAfter")] = None,
+    template: Annotated[str | None, Query(max_length=128)] = None,
 ) -> list[dict[str, Any]]:
-    return await _list(ctx, response, metadata, state, limit, next_token, order)
+    wanted = protocol.SandboxFilter(protocol.metadata_query(metadata), template, started_after)
+    return await _list(ctx, response, wanted, state, limit, next_token, order)
 
 
 @api.get("/sandboxes")
@@ -333,7 +337,8 @@ async def list_sandboxes_v1(
     response: Response,
     metadata: Annotated[str | None, Query(max_length=protocol.MAX_METADATA_CHARS)] = None,
 ) -> list[dict[str, Any]]:
-    return await _list(ctx, response, metadata, None, 1000, None, "asc")
+    wanted = protocol.SandboxFilter(protocol.metadata_query(metadata))
+    return await _list(ctx, response, wanted, None, 1000, None, "desc")
 
 
 @api.get("/sandboxes/{sandbox_id}")
