@@ -125,6 +125,7 @@ def create_app(settings: GatewaySettings | None = None, pad_dir: Path = PAD_DIR)
         app.include_router(module.router)
     app.include_router(e2b.api)
     app.include_router(e2b.data_plane)
+    app.include_router(e2b.unserved)
     install_pad(app, pad_dir)
     install_docs(app)
     return app

@@ -356,3 +356,12 @@ def test_tenants_and_tokens_keep_sandboxes_apart(
 def test_unsupported_calls_say_why(sandbox: Sandbox) -> None:
     with pytest.raises(e2b.SandboxException, match="cannot be paused"):
         sandbox.pause()
+
+
+def test_what_is_not_served_answers_in_e2b_shape(
+    gateway: DeployedGateway, alice: dict[str, Any]
+) -> None:
+    answer = httpx.get(f"{gateway.url}/e2b/templates", headers={"X-API-KEY": alice["api_key"]})
+    assert answer.status_code == 404
+    assert answer.json() == {"code": 404, "message": "sandpod does not serve GET /e2b/templates"}
+    assert e2b.Template.exists("no-such-template", **alice) is False

@@ -434,6 +434,24 @@ def test_unsupported_calls_answer_a_clear_error(e2b_env: str) -> None:
         Sandbox.create(allow_internet_access=True)
 
 
+def test_what_sandpod_does_not_serve_under_e2b_is_a_404_in_e2b_shape(e2b_env: str) -> None:
+    import httpx
+
+    # The SDK reads an error's `code`: a template's alias it cannot find is one that does not exist.
+    assert e2b.Template.exists("no-such-template") is False
+    for method, path in [
+        ("GET", "/e2b/templates"),
+        ("DELETE", "/e2b/v2/sandboxes"),
+        ("PATCH", "/e2b/sandboxes/some-id"),
+        ("GET", "/e2b/volumes/a/b/c"),
+        ("POST", "/e2b/sandbox/unknown"),
+    ]:
+        answer = httpx.request(method, f"{e2b_env}{path}", headers={"X-API-KEY": KEY})
+        assert answer.status_code == 404, (method, path)
+        assert answer.json() == {"code": 404, "message": f"sandpod does not serve {method} {path}"}
+    assert httpx.get(f"{e2b_env}/v1/nowhere").json()["error"]["code"] == "not_found"
+
+
 def test_a_wrong_token_and_another_tenant_are_refused(e2b_env: str) -> None:
     import httpx
 

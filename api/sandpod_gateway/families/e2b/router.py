@@ -804,3 +804,13 @@ async def other_process_call(method: str, _call: SandboxCallDep) -> Response:
         f"sandpod does not serve process.{method}: a command runs to its end or its kill (no "
         "input, pty or reconnects)",
     )
+
+
+# Included after `api` and `data_plane`: what neither serves under /e2b answers in E2B's shape
+# (the SDK reads `code` from any error), not the gateway's.
+unserved = APIRouter(prefix=PREFIX, tags=["e2b"], include_in_schema=False)
+
+
+@unserved.api_route("/{path:path}", methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"])
+async def not_served(path: str, request: Request) -> Response:
+    return e2b_error(404, f"sandpod does not serve {request.method} {PREFIX}/{path[:200]}")
