@@ -237,6 +237,28 @@ def test_the_implicit_client_reads_its_endpoint_and_key_from_the_environment(
     assert run.stdout.split() == ["ACCEPTED", "42"]
 
 
+def test_version_authentication_and_every_language_as_judge0_answers(
+    judge0_gateway: str, key: str
+) -> None:
+    """GET /version is the version as text; POST /authenticate is 200 for the tenant's key and
+    401 for another; POST /authorize is 403 (Judge0's authorization guards calls sandpod does
+    not serve); GET /languages/all is /languages with is_archived, none archived."""
+    headers = {"X-Auth-Token": key}
+    version = httpx.get(f"{judge0_gateway}/version", headers=headers)
+    assert (version.status_code, version.text) == (200, "1.13.1"), version.text
+    assert httpx.post(f"{judge0_gateway}/authenticate", headers=headers).status_code == 200
+    wrong = {"X-Auth-Token": f"wrong-{uuid.uuid4().hex}"}
+    assert httpx.post(f"{judge0_gateway}/authenticate", headers=wrong).status_code == 401
+    authorize = httpx.post(f"{judge0_gateway}/authorize", headers={**headers, "X-Auth-User": key})
+    assert authorize.status_code == 403, authorize.text
+    listed = httpx.get(f"{judge0_gateway}/languages/all", headers=headers)
+    assert listed.status_code == 200, listed.text
+    active = httpx.get(f"{judge0_gateway}/languages", headers=headers).json()
+    assert [{"id": e["id"], "name": e["name"]} for e in listed.json()] == active
+    assert not any(entry["is_archived"] for entry in listed.json())
+    assert {entry["id"] for entry in active} >= {71, 46, 60}
+
+
 def batch_wait() -> judge0.MaxWaitTime:
     """The client's own strategy polls forever: a bound (it counts the time it sleeps)."""
     return judge0.MaxWaitTime(max_wait_time_sec=600)

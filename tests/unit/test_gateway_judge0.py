@@ -274,6 +274,14 @@ def test_times_and_dates_are_written_as_rails_writes_them() -> None:
     assert translation.rails_time(moment) == "2026-11-26T10:00:01.123Z"
 
 
+def test_all_languages_are_the_catalogs_by_name_none_archived() -> None:
+    assert translation.all_languages(CATALOG) == [
+        {"id": 46, "name": "Bash (5.2)", "is_archived": False},
+        {"id": 60, "name": "Go (1.19)", "is_archived": False},
+        {"id": 71, "name": "Python (3.11)", "is_archived": False},
+    ]
+
+
 def test_requested_fields_are_checked_like_judge0s() -> None:
     assert translation.requested_fields(None) == translation.DEFAULT_FIELDS
     assert translation.requested_fields("*") == translation.ALL_FIELDS
@@ -305,6 +313,51 @@ def test_the_official_client_starts_against_the_gateway(client: judge0.Client) -
     assert client.version == "1.13.1"
     assert client.get_language(71).name.startswith("Python (")
     assert [s["id"] for s in client.get_statuses()] == list(range(1, 15))
+
+
+def test_version_is_judge0s_as_text(gateway: tuple[str, FakeExecutionService]) -> None:
+    answer = httpx.get(f"{gateway[0]}/version", headers={"X-Auth-Token": KEY})
+    assert (answer.status_code, answer.text) == (200, "1.13.1")
+    assert answer.headers["content-type"].startswith("text/plain")
+    assert httpx.get(f"{gateway[0]}/version").status_code == 401
+
+
+def test_authenticate_is_200_for_a_known_key_only(
+    gateway: tuple[str, FakeExecutionService],
+) -> None:
+    url = f"{gateway[0]}/authenticate"
+    for headers in ({"X-Auth-Token": KEY}, {"Authorization": f"Bearer {OTHER_KEY}"}):
+        answer = httpx.post(url, headers=headers)
+        assert (answer.status_code, answer.content) == (200, b"")
+    assert httpx.post(url).status_code == 401
+    refused = httpx.post(url, headers={"X-Auth-Token": "sk-nope"})
+    assert (refused.status_code, refused.json()) == (401, {"error": "Invalid API key"})
+
+
+def test_authorize_is_403_for_every_key_as_judge0_without_authorization_tokens(
+    gateway: tuple[str, FakeExecutionService],
+) -> None:
+    """Judge0's X-Auth-User authorizes listing and deleting submissions, which sandpod does
+    not serve; authentication still comes first (401)."""
+    url = f"{gateway[0]}/authorize"
+    forbidden = httpx.post(url, headers={"X-Auth-Token": KEY, "X-Auth-User": KEY})
+    assert forbidden.status_code == 403
+    assert forbidden.json()["error"].startswith("authorization is disabled")
+    assert httpx.post(url, headers={"X-Auth-User": KEY}).status_code == 401
+
+
+def test_all_languages_are_listed_with_is_archived(
+    client: judge0.Client, gateway: tuple[str, FakeExecutionService]
+) -> None:
+    answer = httpx.get(f"{gateway[0]}/languages/all", headers={"X-Auth-Token": KEY})
+    assert answer.status_code == 200, answer.text
+    listed = answer.json()
+    assert all(set(entry) == {"id", "name", "is_archived"} for entry in listed)
+    assert not any(entry["is_archived"] for entry in listed)
+    # The languages of /languages, in the same order.
+    assert [entry["id"] for entry in listed] == [language.id for language in client.languages]
+    assert {entry["id"] for entry in listed} >= {71, 63, 74, 46, 51, 60}
+    assert httpx.get(f"{gateway[0]}/languages/all").status_code == 401
 
 
 def test_a_run_with_test_cases_gets_judge0s_verdicts(client: judge0.Client) -> None:

@@ -594,11 +594,17 @@ def _arguments(check: _Checker, line: str | None) -> list[str]:
 
 
 def languages(catalog: LanguageCatalog) -> list[dict[str, Any]]:
-    """GET /languages: id and name of each language the catalog has."""
+    """GET /languages: id and name of each language the catalog has, by name."""
     return [
         {"id": language_id, "name": name}
         for language_id, name in sorted(language_names(catalog).items(), key=lambda i: i[1])
     ]
+
+
+def all_languages(catalog: LanguageCatalog) -> list[dict[str, Any]]:
+    """GET /languages/all: Judge0 adds its archived languages (kept for old submissions, no
+    longer run); sandpod keeps none: the languages it runs, each with is_archived false."""
+    return [{**entry, "is_archived": False} for entry in languages(catalog)]
 
 
 def language_names(catalog: LanguageCatalog) -> dict[int, str]:

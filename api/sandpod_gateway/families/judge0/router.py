@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 
 from sandpod_gateway.families.judge0 import judge0
 from sandpod_gateway.families.judge0.callbacks import Judge0Callbacks
@@ -43,6 +43,12 @@ from sandpod_gateway.web.metrics import GatewayMetrics
 
 PREFIX = "/judge0"
 AUTH_HEADER = "X-Auth-Token"
+# Judge0's authorization (the X-Auth-User header) guards calls sandpod does not serve, so it is
+# off, as in a Judge0 without AUTHZ_TOKEN: POST /authorize is 403 for every tenant.
+AUTHORIZATION_OFF = (
+    "authorization is disabled: sandpod serves none of the calls X-Auth-User authorizes "
+    "(listing every submission, deleting one)"
+)
 # A batch's submissions created at once, at most.
 BATCH_CREATES = 16
 
@@ -105,9 +111,25 @@ Flag = Annotated[str | None, Query()]
 Fields = Annotated[str | None, Query(max_length=2048)]
 
 
+@router.post("/authenticate")
+async def authenticate_key(_tenant: Judge0Tenant) -> Response:
+    """200 with no body for a known key (401 otherwise, from judge0_tenant)."""
+    return Response()
+
+
+@router.post("/authorize")
+async def authorize(_tenant: Judge0Tenant) -> Response:
+    raise GatewayError(403, "forbidden", AUTHORIZATION_OFF)
+
+
 @router.get("/about")
 async def about(_tenant: Judge0Tenant) -> dict[str, str]:
     return judge0.about()
+
+
+@router.get("/version")
+async def version(_tenant: Judge0Tenant) -> PlainTextResponse:
+    return PlainTextResponse(judge0.JUDGE0_VERSION)
 
 
 @router.get("/config_info")
@@ -123,6 +145,12 @@ async def statuses(_tenant: Judge0Tenant) -> list[dict[str, Any]]:
 @router.get("/languages")
 async def languages(_tenant: Judge0Tenant, catalog: CatalogDep) -> list[dict[str, Any]]:
     return judge0.languages(catalog)
+
+
+# Before /languages/{language_id}, which would take "all" for an id.
+@router.get("/languages/all")
+async def all_languages(_tenant: Judge0Tenant, catalog: CatalogDep) -> list[dict[str, Any]]:
+    return judge0.all_languages(catalog)
 
 
 @router.get("/languages/{language_id}")
