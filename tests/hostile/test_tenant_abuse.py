@@ -2,8 +2,8 @@
 from one key is refused beyond the tenant's rate while another tenant is served; a storm of
 waits replaying one Idempotency-Key is refused beyond the bound while the same tenant's
 print(1) still runs; the running count comes from labels (the operator's finished label);
-and no one but the gateway and the operator may set those labels (the chart's admission
-policy), so a tenant cannot be made to look busy by someone else's objects.
+and no one but the gateway and the operator may set those labels on executions or sessions (the
+chart's admission policy), so a tenant cannot be made to look busy by someone else's objects.
 
 Latencies are recorded in the results table and printed, never asserted.
 """
@@ -23,7 +23,14 @@ from chart_release import REQUEST_TIMEOUT, ChartRelease, DeployedGateway
 from executions import GROUP, PLURAL, VERSION, kubectl, manifest, wait_until
 from kubernetes import client
 from results_table import Row
-from sandpod_contract.names import FINISHED_LABEL, QUEUED_LABEL, TENANT_LABEL
+from sandpod_contract.names import (
+    FINISHED_LABEL,
+    KIND,
+    QUEUED_LABEL,
+    SESSION_KIND,
+    SESSION_PLURAL,
+    TENANT_LABEL,
+)
 
 pytestmark = pytest.mark.usefixtures("sandpod_operator")
 
@@ -195,11 +202,18 @@ def finished_label(
 # --- the chart's label policy ----------------------------------------------------------------
 
 
+FORGED_SPECS = {
+    KIND: {"language": "python", "source": "print(1)"},
+    SESSION_KIND: {"language": "python"},
+}
+
+
 def create_as(
-    kubeconfig: Path, namespace: str, who: str, labels: dict[str, str]
+    kubeconfig: Path, namespace: str, who: str, labels: dict[str, str], kind: str = KIND
 ) -> subprocess.CompletedProcess[str]:
-    """A server-side dry run of creating a CodeExecution with `labels`, as `who`."""
-    document = manifest("forged", {"language": "python", "source": "print(1)"})
+    """A server-side dry run of creating a CodeExecution (or, by `kind`, a CodeSession) with
+    `labels`, as `who`."""
+    document = {**manifest("forged", FORGED_SPECS[kind]), "kind": kind}
     document["metadata"]["labels"] = labels
     return kubectl(
         kubeconfig,
@@ -218,9 +232,9 @@ def create_as(
 def accounts(
     sandpod_release: ChartRelease, hostile_namespace: str, kubeconfig_path: Path
 ) -> dict[str, str]:
-    """Who creates executions in this test's namespace, which the session release's label
-    policy covers: an "intruder" of the namespace, and the release's gateway and operator
-    service accounts (all three allowed to create by a Role here)."""
+    """Who creates executions and sessions in this test's namespace, which the session
+    release's label policy covers: an "intruder" of the namespace, and the release's gateway
+    and operator service accounts (all three allowed to create by a Role here)."""
     accounts = {
         "intruder": f"system:serviceaccount:{hostile_namespace}:intruder",
         "gateway": sandpod_release.gateway_account,
@@ -233,17 +247,23 @@ def accounts(
             {
                 "apiVersion": "rbac.authorization.k8s.io/v1",
                 "kind": "Role",
-                "metadata": {"name": "create-executions", "namespace": hostile_namespace},
-                "rules": [{"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["create"]}],
+                "metadata": {"name": "create-labelled", "namespace": hostile_namespace},
+                "rules": [
+                    {
+                        "apiGroups": [GROUP],
+                        "resources": [PLURAL, SESSION_PLURAL],
+                        "verbs": ["create"],
+                    }
+                ],
             },
             {
                 "apiVersion": "rbac.authorization.k8s.io/v1",
                 "kind": "RoleBinding",
-                "metadata": {"name": "create-executions", "namespace": hostile_namespace},
+                "metadata": {"name": "create-labelled", "namespace": hostile_namespace},
                 "roleRef": {
                     "apiGroup": "rbac.authorization.k8s.io",
                     "kind": "Role",
-                    "name": "create-executions",
+                    "name": "create-labelled",
                 },
                 "subjects": [
                     {"kind": "User", "name": name, "apiGroup": "rbac.authorization.k8s.io"}
@@ -289,8 +309,40 @@ def test_only_the_gateway_and_operator_set_the_counted_labels(
     refused_with: str | None,
     table_row: Row,
 ) -> None:
-    table_row.expected = f"refused: {refused_with}" if refused_with else "accepted"
     result = create_as(kubeconfig_path, hostile_namespace, accounts[who], labels)
+    assert_created_or_refused(result, refused_with, table_row)
+
+
+@pytest.mark.parametrize(
+    ("who", "labels", "refused_with"),
+    [
+        ("intruder", {TENANT_LABEL: "victim"}, "only the sandpod gateway sets the tenant label"),
+        ("intruder", {FINISHED_LABEL: "true"}, "only the sandpod operator sets the finished"),
+        ("gateway", {TENANT_LABEL: "victim"}, None),
+    ],
+    ids=["intruder-opens-session-as-another-tenant", "intruder-ends-session", "gateway-opens"],
+)
+def test_only_the_gateway_opens_a_session_in_a_tenants_name(
+    accounts: dict[str, str],
+    hostile_namespace: str,
+    kubeconfig_path: Path,
+    who: str,
+    labels: dict[str, str],
+    refused_with: str | None,
+    table_row: Row,
+) -> None:
+    """A session labelled with another tenant's name would count against its maxSessions and
+    answer to its key; one labelled finished by anyone but the operator would be left out of
+    its tenant's count."""
+    result = create_as(kubeconfig_path, hostile_namespace, accounts[who], labels, SESSION_KIND)
+    assert_created_or_refused(result, refused_with, table_row)
+
+
+def assert_created_or_refused(
+    result: subprocess.CompletedProcess[str], refused_with: str | None, table_row: Row
+) -> None:
+    """The dry run was accepted (`refused_with` None) or refused with that message."""
+    table_row.expected = f"refused: {refused_with}" if refused_with else "accepted"
     telling = (result.stderr or result.stdout).strip()
     table_row.observed = f"exit {result.returncode}: {telling[-70:]}"
     if refused_with is None:

@@ -855,7 +855,10 @@ def test_only_the_gateway_and_the_operator_set_the_counted_labels(
     )
     spec = policy["spec"]
     assert spec["failurePolicy"] == "Fail"
-    assert spec["matchConstraints"]["resourceRules"][0]["resources"] == [PLURAL]
+    # Both kinds are counted per tenant by these labels.
+    (rule,) = spec["matchConstraints"]["resourceRules"]
+    assert rule["resources"] == [PLURAL, SESSION_PLURAL]
+    assert set(rule["operations"]) == {"CREATE", "UPDATE"}
     variables = {v["name"]: v["expression"] for v in spec["variables"]}
     assert f"'{TENANT_LABEL}' in object.metadata.labels" in variables["tenant"]
     assert f"'{FINISHED_LABEL}' in object.metadata.labels" in variables["finished"]
