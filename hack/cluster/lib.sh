@@ -50,29 +50,56 @@ die() { log "error: $*"; exit 1; }
 
 # apt-get as every script of the project runs it: while another apt-get or dpkg (a second
 # `make`, unattended-upgrades) holds apt's lock, it waits, up to APT_LOCK_TIMEOUT seconds,
-# instead of failing at once. apt's own DPkg::Lock::Timeout covers the dpkg lock (install);
-# apt 2.6 (Debian 12) does not apply it to the lists lock (update), so a run refused a lock is
-# run again every 5 s until the deadline. Named apt-get so that sourcing this file is all a
-# script needs: build.sh calls it unchanged (an edit of build.sh would rebuild every cluster
-# component, its text being part of their cache key).
+# instead of failing at once, and says so. apt's own DPkg::Lock::Timeout covers the dpkg lock
+# (install), silently at -qq; apt 2.6 (Debian 12) does not apply it to the lists lock (update),
+# so a run refused a lock is run again every 5 s until the deadline. Named apt-get so that
+# sourcing this file is all a script needs: build.sh calls it unchanged (an edit of build.sh
+# would rebuild every cluster component, its text being part of their cache key).
 APT_LOCK_TIMEOUT=${APT_LOCK_TIMEOUT:-600}
+APT_LOCK_FILES=${APT_LOCK_FILES:-/var/lib/dpkg/lock-frontend /var/lib/dpkg/lock /var/lib/apt/lists/lock /var/cache/apt/archives/lock}
 apt-get() {
-  local deadline=$((SECONDS + APT_LOCK_TIMEOUT)) status errors
-  if [ -z "${APT_LOCK_NOTICE_SHOWN:-}" ]; then
-    printf '[apt %s] %s\n' "$(date +%H:%M:%S)" "apt-get may wait (up to ${APT_LOCK_TIMEOUT}s) for another apt-get or dpkg holding its lock" >&2
-    APT_LOCK_NOTICE_SHOWN=1
-  fi
+  local deadline=$((SECONDS + APT_LOCK_TIMEOUT)) status errors holder told=
   while :; do
+    if [ -z "$told" ]; then
+      holder=$(apt_lock_holder)
+      [ -z "$holder" ] || { apt_waits "$holder"; told=1; }
+    fi
     status=0
     # stdout as usual; stderr kept to tell a lock refusal from another error.
     { errors=$(command apt-get -o "DPkg::Lock::Timeout=$((deadline > SECONDS ? deadline - SECONDS : 0))" \
       "$@" 2>&1 1>&3 3>&-); } 3>&1 || status=$?
     if [ "$status" -ne 0 ] && [ "$SECONDS" -lt "$deadline" ] && [[ $errors == *"Could not get lock"* ]]; then
+      if [ -z "$told" ]; then
+        holder=${errors#*Could not get lock }
+        apt_waits "${holder%%$'\n'*}"
+        told=1
+      fi
       sleep 5
       continue
     fi
     [ -z "$errors" ] || printf '%s\n' "$errors" >&2
     return "$status"
+  done
+}
+
+apt_waits() {
+  printf '[apt %s] waiting (up to %ss) for another apt-get or dpkg to let go of its lock: %s\n' \
+    "$(date +%H:%M:%S)" "$APT_LOCK_TIMEOUT" "$1" >&2
+}
+
+# apt_lock_holder: "FILE, held by process PID (COMMAND)" for the first of APT_LOCK_FILES a process
+# holds a lock on (by /proc/locks, where a lock is named by its file's device and inode), else
+# nothing.
+apt_lock_holder() {
+  local file major minor inode pid
+  for file in $APT_LOCK_FILES; do
+    read -r major minor inode < <(stat -c '%Hd %Ld %i' "$file" 2>/dev/null) || continue
+    pid=$(awk -v id="$(printf '%02x:%02x:%s' "$major" "$minor" "$inode")" \
+      '$6 == id { print $5; exit }' /proc/locks)
+    if [ -n "$pid" ]; then
+      printf '%s, held by process %s (%s)\n' "$file" "$pid" "$(cat "/proc/$pid/comm" 2>/dev/null || echo '?')"
+      return
+    fi
   done
 }
 
