@@ -24,7 +24,11 @@ import judge0
 import pytest
 from chart_release import ChartRelease, DeployedGateway
 from kubernetes import client
-from pool_helpers import FILL_TIMEOUT, namespace_with_pools, pool_counts, start_pool
+from pool_helpers import (
+    namespace_with_pools,
+    start_pool,
+    wait_for_refill,
+)
 from sandpod_contract.names import QUEUED_LABEL
 from sandpod_testkit.components import GatewayProcess
 from sandpod_testkit.kube import GROUP, PLURAL, VERSION, delete_executions
@@ -280,7 +284,9 @@ POOL_RESOURCES = {"cpu": "1", "memory": "512Mi"}
 
 
 def test_go_submissions_are_built_and_run_in_a_ready_pool_sandbox(
-    tenant_of_its_own: TenantOfItsOwn, custom_objects: client.CustomObjectsApi
+    tenant_of_its_own: TenantOfItsOwn,
+    custom_objects: client.CustomObjectsApi,
+    core_v1: client.CoreV1Api,
 ) -> None:
     namespace, client_of = tenant_of_its_own("j0pool")
     start_pool(custom_objects, namespace, 1, name="go", language="go", resources=POOL_RESOURCES)
@@ -298,12 +304,8 @@ def test_go_submissions_are_built_and_run_in_a_ready_pool_sandbox(
         accepted.stderr,
         accepted.message,
     )
-    wait_until(
-        lambda: pool_counts(custom_objects, namespace, "go") == (1, 1),
-        timeout=FILL_TIMEOUT,
-        what="the go pool to refill",
-        interval=0.5,
-    )
+    [served] = executions_of(custom_objects, namespace, [str(accepted.token)])
+    wait_for_refill(custom_objects, core_v1, namespace, "go", served["status"]["podName"])
     broken = judge0.run(
         client=client_of,
         source_code="package main\nfunc main() { undefinedThing() }\n",

@@ -19,12 +19,12 @@ from chart_release import Deployed
 from executions import TERMINAL, create, events_about, get, status, wait_for
 from kubernetes import client
 from pool_helpers import (
-    FILL_TIMEOUT,
     POOL,
     fresh_pool_namespace,
     pods_in_state,
     pool_counts,
     start_pool,
+    wait_for_refill,
 )
 from sandpod_testkit.kube import delete_executions
 from sandpod_testkit.waiting import wait_until
@@ -197,12 +197,7 @@ def test_a_pool_of_a_compiled_language_builds_each_program_in_its_pod(
         "warm",
         "hello from a pool\n",
     ), done
-    wait_until(
-        lambda: pool_counts(custom_objects, warm_namespace, language) == (1, 1),
-        timeout=FILL_TIMEOUT,
-        what=f"the {language} pool to refill",
-        interval=0.5,
-    )
+    wait_for_refill(custom_objects, core_v1, warm_namespace, language, done["podName"])
     create(custom_objects, warm_namespace, "broken", language=language, source=BROKEN[language])
     broken = status(wait_for(custom_objects, warm_namespace, "broken"))
     assert (broken["phase"], broken["reason"], broken["startMode"]) == (

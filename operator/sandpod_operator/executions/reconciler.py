@@ -177,6 +177,8 @@ class Reconciler:
     warm_starts: dict[str, asyncio.Future[bool]] = field(default_factory=dict)
     # Executions whose cancel this process has seen (a run not posted yet is not posted).
     cancelling: set[str] = field(default_factory=set)
+    # Per execution uid: the verdict of its warm run until it is recorded.
+    warm_verdicts: dict[str, Verdict] = field(default_factory=dict)
     # namespace -> its SandboxPools, as the operator's index shows them.
     pools_in: Callable[[str], list[Manifest]] = lambda namespace: []
     proxy: ProxyClient | None = field(init=False)
@@ -218,6 +220,7 @@ class Reconciler:
         self.warm.unsure.discard(execution_uid)
         self.warm.attended.discard(execution_uid)
         self.cancelling.discard(execution_uid)
+        self.warm_verdicts.pop(execution_uid, None)
 
     # --- starting -------------------------------------------------------------------------
 
@@ -717,44 +720,53 @@ class Reconciler:
 
     async def _run_warm_now(self, execution: Manifest) -> None:
         """Run (or re-attach to) the program in its pool pod and record the runner's verified
-        result (never the kubelet's); the pod then serves the tenant's next run, or goes."""
+        result (never the kubelet's). A verdict this process has but could not record is
+        recorded again, never run again."""
         status = execution.get("status") or {}
         meta = execution["metadata"]
         if is_terminal(status.get("phase")) or status.get("startMode") != "warm":
             return
+        verdict = self.warm_verdicts.get(meta["uid"]) or await self._serve_in_pool(execution)
+        if verdict is None:
+            return
+        verdict = await self.store_outputs(execution, verdict)
+        await self.record(execution, verdict)
+        self.warm_verdicts.pop(meta["uid"], None)
+        self.warm.mark(meta["uid"], "recorded")
+        self.warm.log_marks(execution)
+
+    async def _serve_in_pool(self, execution: Manifest) -> Verdict | None:
+        """The run's verdict from its pool pod's runner (another pod's, if that one's runner
+        refused it); the pods that serve no more are deleted (their pools start others). None
+        when there is nothing to record here (the pod is lost: recorded; or a cancel came
+        first, which records)."""
+        meta, status = execution["metadata"], execution.get("status") or {}
         pod = self.warm.claimed.pop(meta["uid"], None) or await self._pod_to_re_attach(execution)
         if pod is None:
             await self.record_lost(execution)
-            return
+            return None
         spec = CodeExecutionSpec.model_validate(execution.get("spec") or {})
         plan = plan_execution(spec, self.catalog, self.settings)
-        spent: list[Manifest] = []
         for attempt in range(1, SANDBOXES_TRIED + 1):
             if meta["uid"] in self.cancelling:
                 self.warm.release(pod, serves_on=True)
-                return  # cancelled before it was posted: the cancel recorded it
+                return None
             started = parse_time(status.get("startedAt")) or now()
             answer = await serve_once(
                 self.warm, pod, meta["uid"], spec, plan, started, self.settings
             )
             self.warm.release(pod, serves_on=answer.serves_on)
-            spent += [] if answer.serves_on else [pod]
+            if not answer.serves_on:
+                await self.warm.remove(pod)
             if not answer.refused or attempt == SANDBOXES_TRIED:
                 break
-            # Its runner did not start it (it ran another, or takes no more): another may.
             taken = await self._another_pod(execution, spec, plan)
             if taken is None:
                 break
             execution, pod = taken
             status = execution.get("status") or {}
-        verdict = await self.store_outputs(execution, answer.verdict)
-        await self.record(execution, verdict)
-        self.warm.mark(meta["uid"], "recorded")
-        # Not before: a record that failed is re-attached to there (spent pods are never
-        # reserved again; the watchdog's backstop ends a run that never records).
-        for retired in spent:
-            await self.warm.remove(retired)
-        self.warm.log_marks(execution)
+        self.warm_verdicts[meta["uid"]] = answer.verdict
+        return answer.verdict
 
     async def _pod_to_re_attach(self, execution: Manifest) -> Manifest | None:
         """The pod the status names, after a restart: run there only if it is a pool pod of

@@ -1,6 +1,9 @@
 package runner
 
 import (
+	"bufio"
+	"bytes"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -109,5 +112,27 @@ func TestWhatARunDoesToTheNextBoxNeverReachesTheNextRun(t *testing.T) {
 			t.Errorf("the run after the harm: %q, %+v", got, next.result)
 		}
 		s.terminate()
+	}
+}
+
+// A client that has read a run's summary posts the next run at once: it is
+// never refused as busy.
+func TestTheNextRunIsTakenAsSoonAsTheSummaryIsRead(t *testing.T) {
+	f := newPythonFixture(t, "print(1)")
+	f.config.MaxRuns = 20
+	s := f.serve()
+	for run := range 10 {
+		response := s.post(s.request(fmt.Sprintf("exec-%d", run)), s.bearer())
+		assertStatus(t, response, http.StatusOK)
+		lines := bufio.NewReader(response.Body)
+		for {
+			line, err := lines.ReadBytes('\n')
+			if err != nil {
+				t.Fatalf("run %d: the answer ended before its summary: %v", run, err)
+			}
+			if bytes.Contains(line, []byte(`"key"`)) {
+				break
+			}
+		}
 	}
 }

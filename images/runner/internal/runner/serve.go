@@ -350,11 +350,13 @@ func (s *server) execute(ctx context.Context, record *runRecord, cfg Config, req
 	if err := writeTerminationLog(s.opts.TerminationLogPath, summary); err != nil {
 		fmt.Fprintf(s.stderr, "sandpod-runner: writing the termination log: %v\n", err)
 	}
+	// Free as the summary is written, under the lock a new run is claimed under: whoever
+	// read the summary may post the next run at once (never a 409), and that run's first
+	// log line comes after this summary.
+	s.mu.Lock()
 	if err := frames.writeSummary(summary); err != nil {
 		fmt.Fprintf(s.stderr, "sandpod-runner: writing the summary to the log: %v\n", err)
 	}
-	// Free before the answer ends: whoever read the summary may post the next run.
-	s.mu.Lock()
 	s.busy = false
 	s.mu.Unlock()
 	record.journal.close()
