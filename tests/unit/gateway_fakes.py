@@ -6,6 +6,7 @@ import copy
 import itertools
 import json
 import threading
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -230,6 +231,7 @@ class FakeSessionService:
         if (namespace, name) in self.objects:
             raise SessionAlreadyExists(name)
         resource = created_from(manifest, namespace)
+        resource["metadata"]["uid"] = str(uuid.uuid4())
         resource["status"] = {"phase": self.phase, "executionCount": 0}
         self.objects[(namespace, name)] = resource
         return copy.deepcopy(resource)

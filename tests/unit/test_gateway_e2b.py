@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import e2b
+import httpx
 import pytest
 from e2b.sandbox.filesystem.filesystem import WriteEntry
 from e2b_code_interpreter import Sandbox
@@ -117,15 +118,28 @@ def kernel(tmp_path: Path) -> Iterator[Kernel]:
 
 
 @pytest.fixture
-def gateway(tmp_path: Path, kernel: Kernel) -> Iterator[str]:
+def sessions() -> FakeSessionService:
+    return FakeSessionService()
+
+
+def e2b_app(
+    tmp_path: Path,
+    kernel: Kernel,
+    sessions: FakeSessionService,
+    limits: dict[str, Any] | None = None,
+    **settings: Any,
+) -> Any:
+    """The gateway with the direct path's secret (E2B's tokens need it); `limits`: alice's."""
     token = tmp_path / "direct-token"
     token.write_text("a-shared-secret\n")
-    keys = {KEY: tenant("alice"), OTHER_KEY: tenant("bob")}
-    sessions = FakeSessionService()
-    app = make_app(
-        FakeExecutionService(kernel), keys, tmp_path, sessions, direct_token_file=str(token)
-    )
-    with served(app) as url:
+    keys = {KEY: tenant("alice", **(limits or {})), OTHER_KEY: tenant("bob")}
+    service = FakeExecutionService(kernel)
+    return make_app(service, keys, tmp_path, sessions, direct_token_file=str(token), **settings)
+
+
+@pytest.fixture
+def gateway(tmp_path: Path, kernel: Kernel, sessions: FakeSessionService) -> Iterator[str]:
+    with served(e2b_app(tmp_path, kernel, sessions)) as url:
         yield url
 
 
@@ -368,8 +382,6 @@ def test_a_gzip_upload_is_stored_decompressed(e2b_env: str, kernel: Kernel) -> N
 
 
 def _upload(url: str, sandbox: Sandbox, **request: Any) -> Any:
-    import httpx
-
     headers = {
         "E2b-Sandbox-Id": sandbox.sandbox_id,
         "X-Access-Token": sandbox._envd_access_token or "",
@@ -404,6 +416,19 @@ def test_gzip_parts_are_decoded_and_a_gzip_bomb_is_refused(e2b_env: str, kernel:
     assert not (kernel.work / "bomb").exists()
 
 
+def test_a_sandbox_past_its_end_refuses_its_token(
+    gateway: str, sessions: FakeSessionService
+) -> None:
+    sandbox = _create(gateway, "ended")
+    token = sandbox["envdAccessToken"]
+    stored = sessions.objects[("ns-alice", sandbox["sandboxID"])]
+    stored["metadata"]["annotations"][protocol.END_ANNOTATION] = "2020-01-01T00:00:00+00:00"
+    gone = _data_plane(gateway, sandbox, token, "/files?path=x")
+    assert gone.status_code == 404 and "ended" in gone.json()["message"]
+    assert ("ns-alice", sandbox["sandboxID"]) in sessions.deleted  # killed at its end
+    assert _data_plane(gateway, sandbox, token).status_code == 502
+
+
 def test_an_upload_is_decoded_within_its_limit() -> None:
     assert protocol.decoded_upload(b"raw", None, 3) == b"raw"
     assert protocol.decoded_upload(b"raw", "identity", 3) == b"raw"
@@ -435,8 +460,6 @@ def test_unsupported_calls_answer_a_clear_error(e2b_env: str) -> None:
 
 
 def test_what_sandpod_does_not_serve_under_e2b_is_a_404_in_e2b_shape(e2b_env: str) -> None:
-    import httpx
-
     # The SDK reads an error's `code`: a template's alias it cannot find is one that does not exist.
     assert e2b.Template.exists("no-such-template") is False
     for method, path in [
@@ -453,12 +476,10 @@ def test_what_sandpod_does_not_serve_under_e2b_is_a_404_in_e2b_shape(e2b_env: st
 
 
 def test_a_wrong_token_and_another_tenant_are_refused(e2b_env: str) -> None:
-    import httpx
-
     sandbox = Sandbox.create()
     url = f"{e2b_env}/e2b/sandbox/execute"
     headers = {"E2b-Sandbox-Id": sandbox.sandbox_id}
-    forged = protocol.token_tenant(sandbox._envd_access_token or "") + ".00"
+    forged = (sandbox._envd_access_token or "").rpartition(".")[0] + ".00"
     for token in (None, forged, "bob." + "0" * 64):
         sent = headers if token is None else {**headers, "X-Access-Token": token}
         answer = httpx.post(url, json={"code": "1"}, headers=sent)
@@ -470,14 +491,52 @@ def test_a_wrong_token_and_another_tenant_are_refused(e2b_env: str) -> None:
         Sandbox.list(api_key="sk-nobody-0123456789").next_items()
 
 
-def test_tokens_are_bound_to_the_tenant_and_the_sandbox() -> None:
+def test_tokens_are_bound_to_the_tenant_the_sandbox_and_its_session() -> None:
     key = b"k" * 32
-    token = protocol.access_token(key, "alice", "ses-1")
-    assert token.startswith("alice.")
+    token = protocol.access_token(key, "alice", "ses-1", "uid-1")
+    assert token.startswith("alice.uid-1.")
+    assert protocol.token_claim(token) == protocol.TokenClaim("alice", "uid-1")
     assert protocol.token_matches(key, token, "ses-1")
     assert not protocol.token_matches(key, token, "ses-2")
     assert not protocol.token_matches(b"x" * 32, token, "ses-1")
     assert not protocol.token_matches(key, "bob" + token.removeprefix("alice"), "ses-1")
+    # Naming another session (the sandbox created again under its id) breaks the MAC.
+    assert not protocol.token_matches(key, token.replace("uid-1", "uid-2"), "ses-1")
+    assert protocol.access_token(key, "alice", "ses-1", "uid-2") != token
+
+
+def _create(url: str, idempotency_key: str) -> dict[str, Any]:
+    headers = {"X-API-KEY": KEY, "Idempotency-Key": idempotency_key}
+    created = httpx.post(f"{url}/e2b/sandboxes", json={"templateID": "base"}, headers=headers)
+    assert created.status_code == 201, created.text
+    return dict(created.json())
+
+
+def _data_plane(url: str, sandbox: dict[str, Any], token: str, path: str = "/health") -> Any:
+    headers = {"E2b-Sandbox-Id": sandbox["sandboxID"], "X-Access-Token": token}
+    return httpx.get(f"{url}/e2b/sandbox{path}", headers=headers)
+
+
+def test_a_sandbox_created_again_under_its_id_refuses_the_earlier_token(
+    gateway: str, sessions: FakeSessionService
+) -> None:
+    first = _create(gateway, "again")
+    old = first["envdAccessToken"]
+    assert _data_plane(gateway, first, old).status_code == 204  # this replica knows it now
+    # Killed elsewhere (another replica, or its end): this replica is not told.
+    sessions.objects.pop(("ns-alice", first["sandboxID"]))
+    assert _data_plane(gateway, first, old).status_code == 502  # is_running() False
+    again = _create(gateway, "again")
+    assert again["sandboxID"] == first["sandboxID"]
+    assert again["envdAccessToken"] != old
+    refused = _data_plane(gateway, again, old, "/files?path=x")
+    assert refused.status_code == 401
+    assert refused.json() == {
+        "code": 401,
+        "message": "This access token is an earlier sandbox's with this id",
+    }
+    assert _data_plane(gateway, again, old).status_code == 401
+    assert _data_plane(gateway, again, again["envdAccessToken"]).status_code == 204
 
 
 def test_the_metadata_filter_reads_what_the_sdk_sends() -> None:

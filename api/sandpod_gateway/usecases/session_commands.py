@@ -9,6 +9,7 @@ import shlex
 
 from sandpod_contract.runner import OutputListener
 
+from sandpod_gateway.kube.resources import Resource
 from sandpod_gateway.schemas import ExecutionResult, ExecutionStatus, SessionExecutionRequest
 from sandpod_gateway.usecases.sessions import SessionContext, live_session, run_in_session
 from sandpod_gateway.web.errors import GatewayError
@@ -85,9 +86,10 @@ async def run_command(
     idempotency_key: str | None = None,
     on_output: OutputListener | None = None,
     name: str | None = None,
+    session: Resource | None = None,
 ) -> tuple[str, ExecutionResult]:
     """Run `argv` in the session (`cwd` relative to its work directory, or absolute): the
-    session's language and the run's result (see command_result)."""
+    session's language and the run's result (see command_result). `session`: as run_in_session's."""
     language = await session_language(session_id, ctx)
     where = cwd if cwd is not None and cwd.startswith("/") else work_path(cwd)
     if language == PYTHON:
@@ -109,5 +111,6 @@ async def run_command(
         wait=True,
         on_output=on_output,
         name=name,
+        session=session,
     )
     return language, outcome.result

@@ -13,6 +13,7 @@ import math
 
 from pydantic import BaseModel, Field, ValidationError
 
+from sandpod_gateway.kube.resources import Resource
 from sandpod_gateway.schemas import ExecutionStatus, FileInput, SessionExecutionRequest
 from sandpod_gateway.usecases.executions import CreateOutcome
 from sandpod_gateway.usecases.sessions import SessionContext, live_session, run_in_session
@@ -88,10 +89,16 @@ def _failed(outcome: CreateOutcome, what: str) -> GatewayError:
 
 
 async def upload_file(
-    session_id: str, path: str, data: bytes, ctx: SessionContext, *, binary: bool = False
+    session_id: str,
+    path: str,
+    data: bytes,
+    ctx: SessionContext,
+    *,
+    binary: bool = False,
+    session: Resource | None = None,
 ) -> FileInfo:
     """Write `data` to `path` in the session's work directory: UTF-8 text, or any bytes
-    when `binary` (they travel base64-encoded)."""
+    when `binary` (they travel base64-encoded). `session`: the caller's read of it, if any."""
     limit = ctx.tenant.limits.max_file_bytes
     if len(data) > limit:
         raise _too_large(len(data), limit)
@@ -103,7 +110,7 @@ async def upload_file(
                 415, "not_text", "Uploads carry UTF-8 text (downloads may be any bytes)."
             ) from exc
         text = None
-    session = await live_session(session_id, ctx)
+    session = session or await live_session(session_id, ctx)
     try:
         file = (
             FileInput(path=path, content=text)
@@ -114,26 +121,32 @@ async def upload_file(
         raise _invalid_path(exc) from exc
     language = str((session.get("spec") or {}).get("language", ""))
     body = SessionExecutionRequest(code=_program(NO_OP_PROGRAMS, language), files=[file])
-    outcome = await run_in_session(session_id, body, ctx, idempotency_key=None, wait=True)
+    outcome = await run_in_session(
+        session_id, body, ctx, idempotency_key=None, wait=True, session=session
+    )
     if outcome.result.status != ExecutionStatus.success:
         raise _failed(outcome, "upload")
     return FileInfo(path=path, size=len(data), execution_id=outcome.result.id)
 
 
-async def download_file(session_id: str, path: str, ctx: SessionContext) -> bytes:
-    """The bytes of `path` in the session's work directory."""
+async def download_file(
+    session_id: str, path: str, ctx: SessionContext, *, session: Resource | None = None
+) -> bytes:
+    """The bytes of `path` in the session's work directory (`session`: as upload_file)."""
     try:
         FileInput(path=path, content="")
     except ValidationError as exc:
         raise _invalid_path(exc) from exc
-    session = await live_session(session_id, ctx)
+    session = session or await live_session(session_id, ctx)
     language = str((session.get("spec") or {}).get("language", ""))
     program = _program(DOWNLOAD_PROGRAMS, language).replace("{path}", json.dumps(path))
     limit = ctx.tenant.limits.max_file_bytes
     body = SessionExecutionRequest(
         code=program, max_output_bytes=max(1024, 4 * math.ceil(limit / 3) + 64)
     )
-    outcome = await run_in_session(session_id, body, ctx, idempotency_key=None, wait=True)
+    outcome = await run_in_session(
+        session_id, body, ctx, idempotency_key=None, wait=True, session=session
+    )
     result = outcome.result
     if result.status == ExecutionStatus.error and result.exit_code == MISSING_FILE_EXIT:
         raise GatewayError(404, "file_not_found", f"No file {path!r} in the session")

@@ -49,6 +49,7 @@ from sandpod_gateway.web.errors import ErrorDetail, GatewayError
 class SessionOutcome:
     session: SessionInfo
     created: bool
+    resource: Resource
 
 
 class KnownSessions:
@@ -106,7 +107,7 @@ async def open_session(
     if idempotency_key is not None:
         existing = await replay(ctx.sessions.get, tenant, name, fingerprint)
         if existing is not None:
-            return SessionOutcome(session_info(existing), False)
+            return SessionOutcome(session_info(existing), False, existing)
     manifest = build_code_session(name=name, tenant=tenant.name, request=request, spec=spec)
     manifest["metadata"]["labels"].update(labels or {})
     manifest["metadata"]["annotations"].update(annotations or {})
@@ -131,10 +132,10 @@ async def _create_session(
             raise GatewayError(
                 409, "conflict", f"Session {name!r} is being replaced; retry"
             ) from None
-        return SessionOutcome(session_info(existing), False)
+        return SessionOutcome(session_info(existing), False, existing)
     except ExecutionRejected as exc:
         raise refused_by_cluster(exc, "session") from exc
-    return SessionOutcome(session_info(created), True)
+    return SessionOutcome(session_info(created), True, created)
 
 
 async def get_owned_session(session_id: str, tenant: Tenant, sessions: SessionService) -> Resource:
@@ -186,19 +187,23 @@ async def run_in_session(
     wait: bool,
     on_output: OutputListener | None = None,
     name: str | None = None,
+    session: Resource | None = None,
 ) -> CreateOutcome:
     """An execution in the session (same limits and answers as any other): through the
     direct path when the gateway has one and the caller waits, else created and reconciled.
     A lint needs none of the session's state: it runs beside it, as a one-off execution.
     `on_output` sees the output as it comes on the direct path (the record path has it in
-    the result only); `name`: a compatibility API's own name for the run (E2B's process)."""
+    the result only); `name`: a compatibility API's own name for the run (E2B's process);
+    `session`: the caller's read of the session in this request, if it made one."""
     direct = ctx.direct is not None and wait
     tenant = ctx.tenant.name
-    session = ctx.known.get(tenant, session_id) if direct else None
-    read_now = session is None
+    read_now = session is not None
+    if session is None and direct:
+        session = ctx.known.get(tenant, session_id)
     if session is None:
         session = await live_session(session_id, ctx)
         ctx.known.remember(tenant, session_id, session)
+        read_now = True
     fields = body.model_dump(exclude_unset=True, exclude={"language"})
     request = CreateExecutionRequest(language=_session_language(body, session), **fields)
     if request.mode == "lint":

@@ -2,8 +2,9 @@
 
 A sandbox is a CodeSession: its E2B id is the session's name. Each sandbox's access token
 (E2B's envdAccessToken, sent back as X-Access-Token or E2B-Traffic-Access-Token) is derived,
-never stored: `<tenant>.<HMAC-SHA256(key, tenant/sandbox)>`, so the data plane finds the tenant
-and checks the token without reading the API server, and a connect can hand it out again.
+never stored: `<tenant>.<uid>.<HMAC-SHA256(key, tenant/sandbox/uid)>`, the uid the session's,
+so the data plane finds the tenant and checks the token before reading anything, a connect can
+hand it out again, and a sandbox created again under the same id (a new uid) refuses it.
 """
 
 import hashlib
@@ -80,20 +81,34 @@ def checked_sandbox_id(sandbox_id: str) -> str:
     return sandbox_id
 
 
-def access_token(key: bytes, tenant: str, sandbox_id: str) -> str:
-    mac = hmac.new(key, _TOKEN_LABEL + f"{tenant}/{sandbox_id}".encode(), hashlib.sha256)
-    return f"{tenant}.{mac.hexdigest()}"
+def access_token(key: bytes, tenant: str, sandbox_id: str, uid: str) -> str:
+    """The token of the sandbox `sandbox_id` whose session has `uid`."""
+    signed = f"{tenant}/{sandbox_id}/{uid}".encode()
+    mac = hmac.new(key, _TOKEN_LABEL + signed, hashlib.sha256)
+    return f"{tenant}.{uid}.{mac.hexdigest()}"
 
 
-def token_tenant(token: str) -> str:
-    """The tenant a token names (not yet checked: see token_matches)."""
-    return token.partition(".")[0]
+@dataclass(frozen=True)
+class TokenClaim:
+    """What a token names (not yet checked: see token_matches)."""
+
+    tenant: str
+    uid: str
+
+
+def token_claim(token: str) -> TokenClaim:
+    tenant, _, rest = token.partition(".")
+    return TokenClaim(tenant, rest.partition(".")[0])
 
 
 def token_matches(key: bytes, token: str, sandbox_id: str) -> bool:
-    return hmac.compare_digest(
-        access_token(key, token_tenant(token), sandbox_id).encode(), token.encode()
-    )
+    claim = token_claim(token)
+    expected = access_token(key, claim.tenant, sandbox_id, claim.uid)
+    return hmac.compare_digest(expected.encode(), token.encode())
+
+
+def session_uid(session: Resource) -> str:
+    return str((session.get("metadata") or {}).get("uid") or "")
 
 
 def checked_metadata(metadata: Mapping[str, Any] | None) -> dict[str, str]:

@@ -121,26 +121,40 @@ def key_of(request: Request) -> bytes:
     return key
 
 
+async def sandbox_token(
+    access_token: Annotated[str | None, Header(alias="X-Access-Token")] = None,
+    traffic_token: Annotated[str | None, Header(alias="E2B-Traffic-Access-Token")] = None,
+) -> str:
+    token = access_token or traffic_token
+    if token is None:
+        raise E2bError(401, "Missing the sandbox's access token (X-Access-Token)")
+    return token
+
+
+SandboxToken = Annotated[str, Depends(sandbox_token)]
+SandboxId = Annotated[str, Header(alias="E2b-Sandbox-Id")]
+
+
 async def sandbox_tenant(
     request: Request,
     key_store: KeyStoreDep,
     settings: SettingsDep,
     admission: AdmissionDep,
-    sandbox_id: Annotated[str, Header(alias="E2b-Sandbox-Id")] = "",
-    access_token: Annotated[str | None, Header(alias="X-Access-Token")] = None,
-    traffic_token: Annotated[str | None, Header(alias="E2B-Traffic-Access-Token")] = None,
+    token: SandboxToken,
+    sandbox_id: SandboxId = "",
 ) -> Tenant:
     """The tenant of the sandbox named by E2b-Sandbox-Id, by its access token (401 unless the
-    token is that sandbox's)."""
-    token = access_token or traffic_token
-    if token is None:
-        raise E2bError(401, "Missing the sandbox's access token (X-Access-Token)")
+    token was made for that sandbox; whether for the session under that id now, sandbox_call
+    checks)."""
     key = key_of(request)
-    tenant = await key_store.tenant(protocol.token_tenant(token))
+    tenant = await key_store.tenant(protocol.token_claim(token).tenant)
     if tenant is None or not protocol.token_matches(key, token, sandbox_id):
         raise E2bError(401, "Invalid access token for this sandbox")
     admission.count_request(tenant, settings.replicas)
     return tenant
+
+
+SandboxContext = Annotated[SessionContext, Depends(session_context_of(sandbox_tenant))]
 
 
 class ModuleInstalled:
@@ -163,25 +177,40 @@ class ModuleInstalled:
 
 @dataclass(frozen=True)
 class SandboxCall:
-    """A data-plane request: the sandbox it names, its tenant's context, and where this
-    replica notes which sandboxes have the session module."""
+    """A data-plane request: the sandbox it names, its tenant's context, where this replica
+    notes which sandboxes have the session module, and the sandbox's session as read for this
+    request (once: its calls use this read)."""
 
     sandbox_id: str
     ctx: SessionContext
     installed: ModuleInstalled
+    session: Resource
 
     @property
     def sandbox(self) -> tuple[str, str]:
         return self.ctx.tenant.name, self.sandbox_id
 
 
+async def _token_session(sandbox_id: str, token: str, ctx: SessionContext) -> Resource:
+    """The running session the token was made for: 404 when none runs under that id, 401 when
+    the session under that id is another (the sandbox was killed and created again). So a
+    token lasts as long as its sandbox: until its end, which set_timeout and connect move.
+    The read is also what this replica knows of the session from now on."""
+    session = await _owned(sandbox_id, ctx)
+    if protocol.session_uid(session) != protocol.token_claim(token).uid:
+        raise E2bError(401, "This access token is an earlier sandbox's with this id")
+    await _check_running(sandbox_id, session, ctx)
+    ctx.known.remember(ctx.tenant.name, sandbox_id, session)
+    return session
+
+
 async def sandbox_call(
-    request: Request,
-    ctx: Annotated[SessionContext, Depends(session_context_of(sandbox_tenant))],
-    sandbox_id: Annotated[str, Header(alias="E2b-Sandbox-Id")] = "",
+    request: Request, ctx: SandboxContext, token: SandboxToken, sandbox_id: SandboxId = ""
 ) -> SandboxCall:
     installed: ModuleInstalled = request.app.state.e2b_module_installed
-    return SandboxCall(protocol.checked_sandbox_id(sandbox_id), ctx, installed)
+    checked = protocol.checked_sandbox_id(sandbox_id)
+    session = await _token_session(checked, token, ctx)
+    return SandboxCall(checked, ctx, installed, session)
 
 
 SandboxCallDep = Annotated[SandboxCall, Depends(sandbox_call)]
@@ -213,8 +242,9 @@ class ConnectBody(BaseModel):
     timeout: int | None = Field(default=None, ge=1, le=86400)
 
 
-def _token(request: Request, tenant: Tenant, sandbox_id: str) -> str:
-    return protocol.access_token(key_of(request), tenant.name, sandbox_id)
+def _token(request: Request, tenant: Tenant, sandbox_id: str, session: Resource) -> str:
+    uid = protocol.session_uid(session)
+    return protocol.access_token(key_of(request), tenant.name, sandbox_id, uid)
 
 
 def _session_request(language: str, tenant: Tenant) -> CreateSessionRequest:
@@ -251,9 +281,8 @@ async def _create(body: NewSandbox, request: Request, ctx: SessionContext) -> di
         ),
     )
     session_id = outcome.session.id
-    return protocol.created_sandbox(
-        session_id, body.template_id, _token(request, ctx.tenant, session_id)
-    )
+    token = _token(request, ctx.tenant, session_id, outcome.resource)
+    return protocol.created_sandbox(session_id, body.template_id, token)
 
 
 @api.post("/sandboxes", status_code=201)
@@ -262,19 +291,28 @@ async def create_sandbox(body: NewSandbox, request: Request, ctx: ApiContext) ->
     return await _create(body, request, ctx)
 
 
-async def _live(sandbox_id: str, ctx: SessionContext) -> Resource:
-    """The tenant's running sandbox; one past its end is killed now (404 either way)."""
+async def _owned(sandbox_id: str, ctx: SessionContext) -> Resource:
     try:
-        session = await get_owned_session(
+        return await get_owned_session(
             protocol.checked_sandbox_id(sandbox_id), ctx.tenant, ctx.sessions
         )
     except SessionNotFound:
         raise E2bError(404, f"sandbox {sandbox_id!r} not found") from None
+
+
+async def _check_running(sandbox_id: str, session: Resource, ctx: SessionContext) -> None:
+    """404 unless the sandbox runs; one past its end is killed now."""
     now = protocol.now()
     if protocol.is_expired(session, now):
         await _kill(sandbox_id, ctx)
     if not protocol.is_running(session, now):
         raise E2bError(404, f"sandbox {sandbox_id!r} not found (it has ended)")
+
+
+async def _live(sandbox_id: str, ctx: SessionContext) -> Resource:
+    """The tenant's running sandbox (404 unless it runs)."""
+    session = await _owned(sandbox_id, ctx)
+    await _check_running(sandbox_id, session, ctx)
     return session
 
 
@@ -344,7 +382,7 @@ async def list_sandboxes_v1(
 @api.get("/sandboxes/{sandbox_id}")
 async def get_sandbox(sandbox_id: str, request: Request, ctx: ApiContext) -> dict[str, Any]:
     session = await _live(sandbox_id, ctx)
-    token = _token(request, ctx.tenant, sandbox_id)
+    token = _token(request, ctx.tenant, sandbox_id, session)
     return {
         **protocol.listed_sandbox(session, protocol.now()),
         "envdAccessToken": token,
@@ -385,8 +423,8 @@ async def connect_sandbox(
         if body.timeout is not None
         else await _live(sandbox_id, ctx)
     )
-    template = protocol.sandbox_template(session)
-    return protocol.created_sandbox(sandbox_id, template, _token(request, ctx.tenant, sandbox_id))
+    token = _token(request, ctx.tenant, sandbox_id, session)
+    return protocol.created_sandbox(sandbox_id, protocol.sandbox_template(session), token)
 
 
 UNSUPPORTED = {
@@ -435,27 +473,22 @@ async def _run(
         wait=True,
         on_output=on_output,
         name=name,
+        session=call.session,
     )
     return outcome.result
 
 
 @data_plane.get("/health", status_code=204)
-async def health(call: SandboxCallDep) -> Response:
+async def health(ctx: SandboxContext, token: SandboxToken, sandbox_id: SandboxId = "") -> Response:
+    """204 while the sandbox runs, 502 once it does not (the SDK's is_running() False)."""
+    checked = protocol.checked_sandbox_id(sandbox_id)
     try:
-        await _live(call.sandbox_id, call.ctx)
-    except E2bError:
+        await _token_session(checked, token, ctx)
+    except E2bError as exc:
+        if exc.status != 404:
+            raise
         return Response(status_code=502)
     return Response(status_code=204)
-
-
-async def _sandbox_envs(call: SandboxCall) -> dict[str, str]:
-    """Sandbox.create(envs=), from the session (remembered: no read on the critical path)."""
-    known = call.ctx.known
-    session = known.get(call.ctx.tenant.name, call.sandbox_id)
-    if session is None:
-        session = await _live(call.sandbox_id, call.ctx)
-        known.remember(call.ctx.tenant.name, call.sandbox_id, session)
-    return protocol.sandbox_envs(session)
 
 
 async def _module_call(
@@ -500,7 +533,7 @@ async def execute(body: ExecuteBody, call: SandboxCallDep) -> StreamingResponse:
     args = {
         "code": protocol.cell_code(body.code, body.language),
         "context": _context_id(body.context_id),
-        "sandbox_envs": await _sandbox_envs(call),
+        "sandbox_envs": protocol.sandbox_envs(call.session),
         "envs": protocol.checked_metadata(body.env_vars),
     }
     live = LiveOutput()
@@ -613,7 +646,9 @@ async def read_file(
     call: SandboxCallDep, path: Annotated[str, Query(min_length=1, max_length=4096)]
 ) -> Response:
     try:
-        data = await download_file(call.sandbox_id, programs.relative_path(path), call.ctx)
+        data = await download_file(
+            call.sandbox_id, programs.relative_path(path), call.ctx, session=call.session
+        )
     except GatewayError as exc:
         if exc.code == "file_not_found":
             raise E2bError(404, f"file {path!r} not found") from exc
@@ -663,7 +698,12 @@ async def write_files(
     written = []
     for where, data in entries:
         await upload_file(
-            call.sandbox_id, programs.relative_path(where), data, call.ctx, binary=True
+            call.sandbox_id,
+            programs.relative_path(where),
+            data,
+            call.ctx,
+            binary=True,
+            session=call.session,
         )
         written.append(_written(where))
     return written
@@ -754,6 +794,7 @@ async def start_process(request: Request, call: SandboxCallDep) -> StreamingResp
             ctx=call.ctx,
             on_output=live.put,
             name=_process_run_name(call, pid),
+            session=call.session,
         )
     )
     return StreamingResponse(_process_events(pid, live, running), media_type=CONNECT_JSON)
