@@ -108,6 +108,14 @@ class GatewaySettings(BaseSettings):
         description="Submissions one POST /judge0/submissions/batch may hold (Judge0's "
         "MAX_SUBMISSION_BATCH_SIZE; its default is 20, a class's batch is larger).",
     )
+    max_upload_parts: int = Field(
+        default=32,
+        ge=1,
+        le=1000,
+        description="Parts one E2B multipart upload (POST /e2b/sandbox/files, the SDK's "
+        "write_files) may hold; more are refused with 400. Each part is a run in the sandbox "
+        "and counts as a request against the tenant's rate.",
+    )
     mcp_allowed_hosts: list[str] = Field(
         default_factory=list,
         description="Host headers the MCP endpoint accepts (DNS-rebinding protection); "

@@ -143,6 +143,7 @@ EVERY_GATEWAY_SETTING: dict[str, Any] = {
     "judge0CallbackHosts": ["lms.example", "grader.example:8443"],
     "judge0QueueSize": 40,
     "judge0MaxBatchSize": 50,
+    "maxUploadParts": 16,
 }
 CI_KEY_DIGEST = hashlib.sha256(b"sk-ci-a").hexdigest()
 CI_B_KEY_DIGEST = hashlib.sha256(b"sk-ci-b").hexdigest()

@@ -19,11 +19,13 @@ import httpx
 import pytest
 from e2b.sandbox.filesystem.filesystem import WriteEntry
 from e2b_code_interpreter import Sandbox
+from fake_clock import FakeClock
 from gateway_fakes import FakeExecutionService, FakeSessionService, Run, make_app, served, tenant
 from python_kernel import PythonKernel
 from sandpod_contract.models import MAX_FILE_CHARS
 from sandpod_gateway.families.e2b import programs, protocol
 from sandpod_gateway.families.e2b.protocol import E2bError
+from sandpod_gateway.policy.admission import AdmissionControl
 from sandpod_gateway.schemas import ExecutionResult, ExecutionStatus, FileOutput
 
 KEY = "sk-e2b-alice-0123456789"
@@ -414,6 +416,39 @@ def test_gzip_parts_are_decoded_and_a_gzip_bomb_is_refused(e2b_env: str, kernel:
     assert refused.status_code == 413
     assert refused.json()["code"] == 413 and "decompressed" in refused.json()["message"]
     assert not (kernel.work / "bomb").exists()
+
+
+def _parts(*names: str) -> list[tuple[str, tuple[str, bytes]]]:
+    return [("file", (name, name.encode())) for name in names]
+
+
+def test_an_upload_is_bounded_charged_per_part_and_reads_the_session_once(
+    tmp_path: Path, kernel: Kernel, sessions: FakeSessionService
+) -> None:
+    limits = {"requests_per_second": 1, "request_burst": 6}
+    app = e2b_app(tmp_path, kernel, sessions, limits, max_upload_parts=3)
+    app.state.admission = AdmissionControl(FakeClock())
+    with served(app) as url:
+        sandbox = _create(url, "bounded")  # a request: 5 left
+        headers = {
+            "E2b-Sandbox-Id": sandbox["sandboxID"],
+            "X-Access-Token": sandbox["envdAccessToken"],
+        }
+        upload = f"{url}/e2b/sandbox/files"
+        reads = sessions.reads
+        sent = httpx.post(upload, files=_parts("a", "b", "c"), headers=headers)  # 3: 2 left
+        assert sent.status_code == 200, sent.text
+        assert [f["name"] for f in sent.json()] == ["a", "b", "c"]
+        assert sessions.reads - reads == 1
+        too_many = httpx.post(upload, files=_parts(*"defg"), headers=headers)  # 1: 1 left
+        assert too_many.status_code == 400
+        assert too_many.json()["code"] == 400
+        assert "Maximum number of files is 3" in too_many.json()["message"]
+        assert not (kernel.work / "d").exists()
+        limited = httpx.post(upload, files=_parts("h", "i"), headers=headers)  # 1, then none
+        assert limited.status_code == 429
+        assert limited.json()["code"] == 429 and limited.headers["Retry-After"]
+        assert not (kernel.work / "h").exists()
 
 
 def test_a_sandbox_past_its_end_refuses_its_token(

@@ -27,6 +27,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sandpod_contract.names import NDJSON_MEDIA_TYPE, TENANT_LABEL
 from sandpod_contract.runner import LiveOutput, OutputListener
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
 
 from sandpod_gateway.families.e2b import programs, protocol
 from sandpod_gateway.families.e2b.protocol import E2bError
@@ -665,6 +667,23 @@ def _written(path: str) -> dict[str, str]:
     }
 
 
+async def _file_parts(request: Request, ctx: SessionContext) -> list[UploadFile | str]:
+    """A multipart body's parts named "file", at most max_upload_parts of them (400
+    beyond); each after the first counts as one more request against the tenant's rate, as
+    each is a run in the sandbox."""
+    bound = ctx.settings.max_upload_parts
+    try:
+        form = await request.form(max_files=bound, max_fields=bound)
+    except HTTPException as exc:
+        raise E2bError(
+            400, f"the multipart body is refused: {exc.detail} (an upload holds {bound} files)"
+        ) from None
+    parts = form.getlist("file")
+    for _ in parts[1:]:
+        ctx.admission.count_request(ctx.tenant, ctx.settings.replicas)
+    return parts
+
+
 @data_plane.post("/files")
 async def write_files(
     request: Request,
@@ -680,8 +699,7 @@ async def write_files(
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
         if not protocol.is_identity(encoding):
             raise E2bError(415, "a multipart body is not compressed as a whole (its parts may be)")
-        form = await request.form()
-        for part in form.getlist("file"):
+        for part in await _file_parts(request, call.ctx):
             if isinstance(part, str):
                 raise E2bError(400, "a file part carries no file")
             where = path or part.filename
