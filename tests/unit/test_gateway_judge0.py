@@ -2,6 +2,7 @@
 unchanged) over real HTTP against the gateway with its Kubernetes side faked. The fake plays the
 operator: a program's fate is chosen by its source, its output is its stdin and arguments."""
 
+import asyncio
 import base64
 import io
 import zipfile
@@ -19,6 +20,7 @@ from gateway_fakes import FakeExecutionService, Run, make_app, served, tenant
 from sandpod_contract.names import QUEUED_LABEL
 from sandpod_gateway.families.judge0 import judge0 as translation
 from sandpod_gateway.families.judge0.judge0 import InvalidSubmission, Status, SubmissionRequest
+from sandpod_gateway.families.judge0.router import BATCH_READS
 from sandpod_gateway.languages import LanguageCatalog
 from sandpod_gateway.schemas import ExecutionResult, ExecutionStatus, LanguageInfo
 from sandpod_gateway.settings import GatewaySettings
@@ -497,6 +499,36 @@ def test_another_tenants_token_is_not_found(
         headers={"X-Auth-Token": OTHER_KEY},
     )
     assert batch.json() == {"submissions": [None]}
+
+
+class SlowReads(FakeExecutionService):
+    """Reads that take a while, counting how many are in flight at most."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_flight = self.most_in_flight = 0
+
+    async def get(self, namespace: str, name: str) -> dict[str, Any]:
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(0.01)
+            return await super().get(namespace, name)
+        finally:
+            self.in_flight -= 1
+
+
+def test_a_batch_is_read_a_bounded_number_at_a_time(tmp_path: Path) -> None:
+    service = SlowReads()
+    with served(make_app(service, {KEY: tenant("alice")}, tmp_path)) as url:
+        tokens = ",".join(f"missing-{n}" for n in range(100))
+        batch = httpx.get(
+            f"{url}/judge0/submissions/batch",
+            params={"tokens": tokens},
+            headers={"X-Auth-Token": KEY},
+        )
+    assert batch.json() == {"submissions": [None] * 100}
+    assert 1 < service.most_in_flight <= BATCH_READS
 
 
 def test_base64_answers_are_encoded_as_judge0_encodes_them(

@@ -49,8 +49,9 @@ AUTHORIZATION_OFF = (
     "authorization is disabled: sandpod serves none of the calls X-Auth-User authorizes "
     "(listing every submission, deleting one)"
 )
-# A batch's submissions created at once, at most.
+# A batch's submissions created at once, at most; and read at once.
 BATCH_CREATES = 16
+BATCH_READS = 16
 
 get_judge0_callbacks: StateDependency[Judge0Callbacks] = from_app_state("judge0_callbacks")
 Judge0CallbacksDep = Annotated[Judge0Callbacks, Depends(get_judge0_callbacks)]
@@ -305,7 +306,14 @@ async def get_submission_batch(
     problem = _batch_size_problem(len(names), ctx.settings.judge0_max_batch_size)
     if problem is not None:
         raise GatewayError(400, "bad_request", problem)
-    found = await asyncio.gather(*(_owned_or_none(name, ctx) for name in names))
+    # A read each (a list would carry every record the tenant keeps), BATCH_READS at a time.
+    reading = asyncio.Semaphore(BATCH_READS)
+
+    async def read(name: str) -> Resource | None:
+        async with reading:
+            return await _owned_or_none(name, ctx)
+
+    found = await asyncio.gather(*(read(name) for name in names))
     languages = judge0.language_names(ctx.catalog)
     encoded = base64_encoded == "true"
     return {
