@@ -68,7 +68,6 @@ from sandpod_operator.kube import (
 )
 from sandpod_operator.owners import as_body, owned_by
 from sandpod_operator.pools.warm import (
-    SANDBOXES_TRIED,
     WarmPath,
     count_start,
     execution_wants,
@@ -102,6 +101,9 @@ logger = logging.getLogger(__name__)
 MAX_WRITE_ATTEMPTS = 5
 # The watchdog leaves a pod that just finished to the pod event handler for this long.
 FINISHED_POD_HANDOFF = timedelta(seconds=5)
+# A run a pool pod's runner refused is offered again (to another pod, or that one) this
+# much later.
+REFUSED_RUN_BACKOFF_SECONDS = 0.2
 # The watchdog ends a warm run this long after its deadline if its serve daemon did not.
 WARM_BACKSTOP = timedelta(seconds=10)
 # The watchdog wakes this long after a deadline, so that it never looks just before it.
@@ -747,7 +749,8 @@ class Reconciler:
             return None
         spec = CodeExecutionSpec.model_validate(execution.get("spec") or {})
         plan = plan_execution(spec, self.catalog, self.settings)
-        for attempt in range(1, SANDBOXES_TRIED + 1):
+        first_started = parse_time(status.get("startedAt")) or now()
+        while True:
             if meta["uid"] in self.cancelling:
                 self.warm.release(pod, serves_on=True)
                 return None
@@ -758,8 +761,14 @@ class Reconciler:
             self.warm.release(pod, serves_on=answer.serves_on)
             if not answer.serves_on:
                 await self.warm.remove(pod)
-            if not answer.refused or attempt == SANDBOXES_TRIED:
+            # A runner that did not start it (busy with a run this process does not know of,
+            # or retired) leaves it to another pod, or to this one once free, until its
+            # deadline.
+            if not answer.refused or now() >= run_deadline(
+                first_started, plan.run_seconds, self.settings
+            ):
                 break
+            await asyncio.sleep(REFUSED_RUN_BACKOFF_SECONDS)
             taken = await self._another_pod(execution, spec, plan)
             if taken is None:
                 break
