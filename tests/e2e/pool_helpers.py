@@ -84,14 +84,16 @@ def pods_in_state(core: client.CoreV1Api, namespace: str, pool: str, state: str)
     return [pod for pod in pods if pod.metadata.deletion_timestamp is None]
 
 
-def wait_for_refill(
-    objects: client.CustomObjectsApi, core: client.CoreV1Api, namespace: str, pool: str, used: str
-) -> None:
-    """Until the pool of one has a ready pod again, not `used` (one that retired after its
-    run: the pool's status may still count it for a moment)."""
+def wait_for_refill(core: client.CoreV1Api, namespace: str, pool: str, used: str) -> None:
+    """Until the pool has a Ready free pod other than `used` (one that retired after its run:
+    the pool's status may still count it for a moment)."""
+
+    def ready(pod: Any) -> bool:
+        conditions = pod.status.conditions or []
+        return any(c.type == "Ready" and c.status == "True" for c in conditions)
 
     def refilled() -> bool:
-        free = [pod.metadata.name for pod in pods_in_state(core, namespace, pool, "free")]
-        return used not in free and pool_counts(objects, namespace, pool) == (1, 1)
+        free = pods_in_state(core, namespace, pool, "free")
+        return any(pod.metadata.name != used and ready(pod) for pod in free)
 
     wait_until(refilled, timeout=FILL_TIMEOUT, what=f"the {pool} pool to refill", interval=0.5)

@@ -305,7 +305,7 @@ def test_go_submissions_are_built_and_run_in_a_ready_pool_sandbox(
         accepted.message,
     )
     [served] = executions_of(custom_objects, namespace, [str(accepted.token)])
-    wait_for_refill(custom_objects, core_v1, namespace, "go", served["status"]["podName"])
+    wait_for_refill(core_v1, namespace, "go", served["status"]["podName"])
     broken = judge0.run(
         client=client_of,
         source_code="package main\nfunc main() { undefinedThing() }\n",

@@ -197,7 +197,7 @@ def test_a_pool_of_a_compiled_language_builds_each_program_in_its_pod(
         "warm",
         "hello from a pool\n",
     ), done
-    wait_for_refill(custom_objects, core_v1, warm_namespace, language, done["podName"])
+    wait_for_refill(core_v1, warm_namespace, language, done["podName"])
     create(custom_objects, warm_namespace, "broken", language=language, source=BROKEN[language])
     broken = status(wait_for(custom_objects, warm_namespace, "broken"))
     assert (broken["phase"], broken["reason"], broken["startMode"]) == (
