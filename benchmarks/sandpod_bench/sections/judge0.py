@@ -5,7 +5,7 @@ once (the rest wait in its queue, Judge0's In Queue); polled with GET /submissio
 every verdict is in. Measured: the batch's time to its last verdict, submissions per second,
 time to each verdict (p50/p99 from the POST), and whether every verdict is right. Cold: no
 pool in the tenant's namespace; pool: SandboxPools of python and go there (a go sandbox builds
-its submission when claimed), filled first."""
+its submission when claimed), filled first; then a batch of Python only from the same pools."""
 
 from __future__ import annotations
 
@@ -37,6 +37,13 @@ GO_SUM = (
     'package main\n\nimport "fmt"\n\nfunc main() {\n'
     "\tvar a, b int\n\tfmt.Scan(&a, &b)\n\tfmt.Println(a + b)\n}\n"
 )
+
+
+def python_batch() -> list[tuple[dict[str, Any], int]]:
+    """A class's batch in Python only: 20 wrong answers, 80 accepted."""
+    accepted = {"source_code": SUM, "language_id": PYTHON, "stdin": "2 3", "expected_output": "5"}
+    wrong = {**accepted, "expected_output": "6"}
+    return [(wrong, WRONG_ANSWER) if i % 5 == 0 else (accepted, ACCEPTED) for i in range(100)]
 
 
 def class_batch() -> list[tuple[dict[str, Any], int]]:
@@ -83,6 +90,8 @@ def run(bench: Bench, cold: httpx.Client, pooled: httpx.Client) -> None:
     if not pools_full(bench, namespace):
         bench.notes.append(f"judge0: the pools were not full after {POOL_FILL_SECONDS} s")
     results["pool"] = measure_batch(pooled, "pool")
+    # Every submission from the python pool's sandboxes, many runs each.
+    results["python_pool"] = measure_batch(pooled, "python only, pool", python_batch())
     bench.results["judge0"] = results
 
 
@@ -101,9 +110,11 @@ def pools_full(bench: Bench, namespace: str) -> bool:
     return False
 
 
-def measure_batch(http: httpx.Client, what: str) -> dict[str, Any]:
-    """The batch, sent once and polled to its last verdict."""
-    batch = class_batch()
+def measure_batch(
+    http: httpx.Client, what: str, batch: list[tuple[dict[str, Any], int]] | None = None
+) -> dict[str, Any]:
+    """The batch (a class's, by default), sent once and polled to its last verdict."""
+    batch = batch or class_batch()
     progress(f"judge0 ({what}): a batch of {len(batch)}, {JUDGE0_MAX_CONCURRENT} at once")
     started = time.monotonic()
     answer = http.post(
