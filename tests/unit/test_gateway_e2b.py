@@ -23,8 +23,10 @@ from fake_clock import FakeClock
 from gateway_fakes import FakeExecutionService, FakeSessionService, Run, make_app, served, tenant
 from python_kernel import PythonKernel
 from sandpod_contract.models import MAX_FILE_CHARS
+from sandpod_contract.names import RECORD_DIRECT, RECORD_LABEL
 from sandpod_gateway.families.e2b import programs, protocol
 from sandpod_gateway.families.e2b.protocol import E2bError
+from sandpod_gateway.families.e2b.router import is_direct_record
 from sandpod_gateway.policy.admission import AdmissionControl
 from sandpod_gateway.schemas import ExecutionResult, ExecutionStatus, FileOutput
 
@@ -731,3 +733,11 @@ def test_a_session_answering_with_deep_nesting_is_a_502_not_a_crash() -> None:
     with pytest.raises(E2bError) as refused:
         programs.answer_of(repr(nested))
     assert refused.value.status == 502
+
+
+def test_a_direct_runs_record_is_known_by_its_label() -> None:
+    """A kill of a direct run the operator says has ended is not sent to its record (whose
+    final status may still be on its way)."""
+    direct = {"metadata": {"labels": {RECORD_LABEL: RECORD_DIRECT}}}
+    assert is_direct_record(direct)
+    assert not is_direct_record({"metadata": {"labels": {}}})

@@ -25,7 +25,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
-from sandpod_contract.names import NDJSON_MEDIA_TYPE, TENANT_LABEL
+from sandpod_contract.names import NDJSON_MEDIA_TYPE, RECORD_DIRECT, RECORD_LABEL, TENANT_LABEL
 from sandpod_contract.runner import LiveOutput, OutputListener
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
@@ -828,10 +828,17 @@ async def _stop(call: SandboxCall, name: str) -> bool:
         execution = await get_owned(name, ctx.tenant, ctx.executions.get, ExecutionNotFound)
     except ExecutionNotFound:
         return False
-    if is_terminal(execution):
+    # A direct run's record gets its final status behind the answer: the operator, which
+    # runs every direct run, has just said this one is not in progress.
+    if is_terminal(execution) or is_direct_record(execution):
         return False
     await ctx.executions.cancel(ctx.tenant.namespace, name)
     return True
+
+
+def is_direct_record(execution: Resource) -> bool:
+    labels = (execution.get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(RECORD_LABEL) == RECORD_DIRECT)
 
 
 @data_plane.post("/process.Process/SendSignal")
