@@ -223,6 +223,7 @@ class Reconciler:
         self.warm.attended.discard(execution_uid)
         self.cancelling.discard(execution_uid)
         self.warm_verdicts.pop(execution_uid, None)
+        self.warm_starts.pop(execution_uid, None)
 
     # --- starting -------------------------------------------------------------------------
 
